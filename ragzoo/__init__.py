@@ -1,0 +1,19 @@
+"""ragzoo: retrieval-augmented QA methods as compiled DSPy programs.
+
+Imports are lazy so that `import ragzoo` and `ragzoo --help` stay fast; `ragzoo.load` and friends
+pull in DSPy on first use.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "load", "save"]
+
+
+def __getattr__(name: str):
+    if name in ("load", "save"):
+        from ragzoo import artifacts
+
+        return getattr(artifacts, name)
+    raise AttributeError(f"module 'ragzoo' has no attribute {name!r}")

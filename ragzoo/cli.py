@@ -1,0 +1,90 @@
+"""The `ragzoo` command.
+
+Each subcommand lives in its own module under `ragzoo/commands/` with two functions,
+`add_arguments(parser)` and `run(args) -> int`. Only the module of the subcommand being run is imported,
+so `ragzoo --help` never pays for DSPy, torch or LiteLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "datasets": ("ragzoo.commands.datasets", "list every dataset, split and size ragzoo can load"),
+    "methods": ("ragzoo.commands.methods", "list methods, their papers, knobs and LM calls per question"),
+    "optimizers": ("ragzoo.commands.optimizers", "list optimizer presets"),
+    "index": ("ragzoo.commands.index", "build a retrieval index over a corpus"),
+    "search": ("ragzoo.commands.search", "query a retriever"),
+    "serve": ("ragzoo.commands.serve", "serve a retriever over the ColBERTv2 REST API"),
+    "ask": ("ragzoo.commands.ask", "answer one question with a method or a compiled program"),
+    "compile": ("ragzoo.commands.compile", "compile a method's prompts with a DSPy optimizer and save it"),
+    "evaluate": ("ragzoo.commands.evaluate", "evaluate a method or compiled program on a dataset"),
+    "report": ("ragzoo.commands.report", "tabulate (and plot) finished runs"),
+}
+
+
+def _version() -> str:
+    from ragzoo import __version__
+
+    return __version__
+
+
+def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(
+        prog="ragzoo",
+        description="Retrieval-augmented QA methods as compiled DSPy programs.",
+    )
+    parser.add_argument("--version", action="version", version=f"ragzoo {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = {}
+    for name, (_module, help_text) in COMMANDS.items():
+        subparsers[name] = sub.add_parser(name, help=help_text, description=help_text)
+    if command in COMMANDS:
+        module = importlib.import_module(COMMANDS[command][0])
+        module.add_arguments(subparsers[command])
+    return parser, subparsers
+
+
+def _chosen_command(argv: list[str]) -> str | None:
+    for token in argv:
+        if not token.startswith("-"):
+            return token
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _chosen_command(argv)
+    parser, _ = build_parser(command)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from ragzoo.errors import RagzooError
+
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except RagzooError as error:
+        print(f"ragzoo {args.command}: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print(f"ragzoo {args.command}: interrupted; finished work is kept (rerun with --resume where supported)",
+              file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as error:  # a bug of ours, not a user mistake: still one line unless asked for more
+        if os.environ.get("RAGZOO_DEBUG"):
+            raise
+        print(f"ragzoo {args.command}: internal error: {type(error).__name__}: {error} "
+              f"(set RAGZOO_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The retrieval contract every backend and every program shares."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+from ragzoo.errors import RetrieverError
+
+MAX_K = 100
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved passage. `long_text` is "Title | text", the form the wiki17 abstracts collection and
+    DSPy's ColBERTv2 client use."""
+
+    pid: str
+    title: str
+    text: str
+    score: float = 0.0
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def long_text(self) -> str:
+        return f"{self.title} | {self.text}" if self.title else self.text
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        if not data["meta"]:
+            data.pop("meta")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Passage":
+        return cls(pid=str(data["pid"]), title=data.get("title", ""), text=data.get("text", ""),
+                   score=float(data.get("score", 0.0)), meta=dict(data.get("meta", {})))
+
+    @classmethod
+    def from_long_text(cls, long_text: str, pid: str = "", score: float = 0.0) -> "Passage":
+        title, sep, text = long_text.partition(" | ")
+        if not sep:
+            return cls(pid=pid, title="", text=long_text, score=score)
+        return cls(pid=pid, title=title, text=text, score=score)
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """`retriever(query, k)` returns the top-k passages, best first; `batch` does many queries at once."""
+
+    spec: str
+
+    def __call__(self, query: str, k: int) -> list[Passage]: ...
+
+    def batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...
+
+
+def check_k(k: int, max_k: int = MAX_K) -> int:
+    """Validate k: an int in 1..max_k."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise RetrieverError(f"k must be an integer in 1..{max_k}, got {k!r}")
+    if not 1 <= k <= max_k:
+        raise RetrieverError(f"k must be in 1..{max_k}, got {k}")
+    return k
+
+
+def check_query(query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise RetrieverError("the query is empty")
+    return query
+
+
+class BaseRetriever:
+    """Shared validation and a default batch form for backends."""
+
+    spec: str = ""
+
+    def __call__(self, query: str, k: int) -> list[Passage]:
+        check_query(query)
+        check_k(k)
+        return self._search(query, k)
+
+    def batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        check_k(k)
+        for query in queries:
+            check_query(query)
+        return self._search_batch(list(queries), k)
+
+    def _search(self, query: str, k: int) -> list[Passage]:
+        raise NotImplementedError
+
+    def _search_batch(self, queries: list[str], k: int) -> list[list[Passage]]:
+        return [self._search(query, k) for query in queries]

@@ -1,0 +1,88 @@
+"""Offline stand-ins for tests, notebooks and benchmarks: a scripted LM that answers per predictor, and a
+static retriever. Both go through the real DSPy and ragzoo code paths."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+import dspy
+
+from ragzoo.engines import CallContext, FunctionEngine
+from ragzoo.retrieval.base import BaseRetriever, Passage
+
+Script = "dict[str, Any] | str | list | Callable[[CallContext], Any]"
+
+
+class ScriptedLM(dspy.LM):
+    """A `dspy.LM` whose answers are scripted per predictor name.
+
+    `responses` maps a predictor's name in the program (as `named_predictors()` gives it, without the
+    trailing `.predict` of chain-of-thought modules; the signature's class name for a bare predictor) to:
+    a dict of output values (used for every call), a list of them (consumed in order, the last repeats),
+    a raw completion string (to test parse failures), or a function of the `CallContext`.
+    `default` answers predictors that are not listed; without it an unlisted predictor is an error.
+    Every call is kept in `.calls` (predictor name, signature, parsed inputs, prompt).
+    """
+
+    def __init__(self, responses: dict[str, Any] | None = None, default: Any = None):
+        self.responses = dict(responses or {})
+        self.default = default
+        self._positions: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+        super().__init__("scripted/ragzoo", engine=FunctionEngine(self._respond), cache=False, num_retries=0)
+
+    @property
+    def calls(self) -> list[CallContext]:
+        return self._engine_spec.calls if hasattr(self, "_engine_spec") else self.engine.calls
+
+    @property
+    def call_names(self) -> list[str]:
+        return [call.predictor_name for call in self.calls]
+
+    def calls_to(self, name: str) -> list[CallContext]:
+        return [call for call in self.calls if call.predictor_name == name]
+
+    def _respond(self, context: CallContext):
+        script = self.responses.get(context.predictor_name, self.default)
+        if script is None:
+            raise AssertionError(f"ScriptedLM has no answer for predictor {context.predictor_name!r}; "
+                                 f"scripted: {sorted(self.responses)}")
+        if isinstance(script, list):
+            with self._lock:
+                position = self._positions[context.predictor_name]
+                self._positions[context.predictor_name] += 1
+            script = script[min(position, len(script) - 1)]
+        if callable(script):
+            script = script(context)
+        return script
+
+
+class StaticRetriever(BaseRetriever):
+    """Retrieval from a fixed list of passages: a query gets the passages whose text shares the most words
+    with it (ties by list order), or exactly what `by_query` maps it to. Records every query."""
+
+    spec = "static"
+
+    def __init__(self, passages: Iterable[Passage], by_query: dict[str, list[Passage]] | None = None):
+        self.passages = list(passages)
+        self.by_query = dict(by_query or {})
+        self.queries: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+
+    def _search(self, query: str, k: int) -> list[Passage]:
+        with self._lock:
+            self.queries.append((query, k))
+        if query in self.by_query:
+            return list(self.by_query[query][:k])
+        words = set(query.lower().split())
+        ranked = sorted(enumerate(self.passages),
+                        key=lambda item: (-len(words & set(item[1].long_text.lower().split())), item[0]))
+        return [passage for _, passage in ranked[:k]]
+
+
+def make_passages(n: int, prefix: str = "Doc") -> list[Passage]:
+    """n distinct passages `Doc 0 | text of doc 0`, ... for tests."""
+    return [Passage(pid=str(i), title=f"{prefix} {i}", text=f"text of {prefix.lower()} {i}", score=float(n - i))
+            for i in range(n)]

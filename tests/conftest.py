@@ -1,0 +1,58 @@
+"""Shared fixtures. The suite is offline by construction: no hub, no network but loopback."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Index and LM caches go to a per-session folder, never the user's home."""
+    cache = tmp_path_factory.mktemp("ragzoo-cache")
+    previous = os.environ.get("RAGZOO_CACHE")
+    os.environ["RAGZOO_CACHE"] = str(cache)
+    yield cache
+    if previous is None:
+        os.environ.pop("RAGZOO_CACHE", None)
+    else:
+        os.environ["RAGZOO_CACHE"] = previous
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    from ragzoo.paths import data_root
+
+    root = data_root()
+    if not (root / "hotpotqa").is_dir():
+        pytest.fail(f"benchmark data not found at {root}; set RAGZOO_DATA to the shared data folder")
+    return root
+
+
+@pytest.fixture(scope="session")
+def wiki17_corpus(data_dir) -> Path:
+    return data_dir / "hotpotqa" / "corpus_wiki17_abstracts.jsonl"
+
+
+@pytest.fixture
+def passages():
+    from ragzoo.testing import make_passages
+
+    return make_passages(10)
+
+
+@pytest.fixture
+def static_retriever(passages):
+    from ragzoo.testing import StaticRetriever
+
+    return StaticRetriever(passages)
