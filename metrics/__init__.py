@@ -1,0 +1,107 @@
+"""Metrics: plain string functions and `(example, pred, trace=None) -> float` DSPy metrics.
+
+Answer metrics read the golds from `example.answers` (list; falls back to `example.answer`) and the answer
+from `pred.answer`. A prediction that is None, has no answer, an empty or None answer, or is an exception
+object (a failed parse recorded by the evaluator) scores 0.0 and never raises. All metrics return floats.
+
+    METRICS      higher is better: em, f1, acc, contains (answers); recall, precision, s_precision,
+                 all_gold (retrieved titles vs `example.supporting_titles`, from `pred.passages`)
+    DIAGNOSTICS  lower is better: unknown (%Unk), vote_miss (%NM)
+    get_metric(name_or_callable) -> the metric function (ConfigError listing valid names otherwise)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from ragzoo.errors import ConfigError
+from ragzoo.metrics.answer import accuracy, contains, exact_match, f1, normalize_answer, token_f1, yes_no
+from ragzoo.metrics.fields import gold_answers, gold_yes_no, predicted_answer
+from ragzoo.metrics.rates import (is_unknown, unknown_metric, unknown_rate, vote_miss, vote_miss_metric,
+                                  vote_miss_rate)
+from ragzoo.metrics.retrieval import (all_gold_metric, all_gold_retrieved, gold_titles, normalize_title,
+                                      precision_metric,
+                                      predicted_passages, recall_metric, retrieval_report, retrieved_titles,
+                                      s_precision, s_precision_metric, title_precision, title_recall)
+
+Metric = Callable[..., float]
+
+
+def em(example, pred, trace=None) -> float:
+    """Exact match against any gold answer (SQuAD/HotPotQA normalization)."""
+    return exact_match(predicted_answer(pred), gold_answers(example))
+
+
+def f1_metric(example, pred, trace=None) -> float:
+    """Best token F1 over the gold answers, with HotPotQA's yes/no/noanswer rule."""
+    return f1(predicted_answer(pred), gold_answers(example))
+
+
+def acc(example, pred, trace=None) -> float:
+    """Yes/no accuracy (StrategyQA): gold from `example.answer_bool`, else the first gold answer."""
+    return accuracy(predicted_answer(pred), gold_yes_no(example))
+
+
+def contains_metric(example, pred, trace=None) -> float:
+    """A normalized gold answer occurs in the normalized prediction (FlashRAG / ActiveRAG "acc")."""
+    return contains(predicted_answer(pred), gold_answers(example))
+
+
+METRICS: dict[str, Metric] = {
+    "em": em,
+    "f1": f1_metric,
+    "acc": acc,
+    "contains": contains_metric,
+    "recall": recall_metric,
+    "precision": precision_metric,
+    "s_precision": s_precision_metric,
+    "all_gold": all_gold_metric,
+}
+
+DIAGNOSTICS: dict[str, Metric] = {
+    "unknown": unknown_metric,
+    "vote_miss": vote_miss_metric,
+}
+
+# The metric each paper reports as its headline number, by dataset; everything else uses EM.
+DEFAULT_METRICS: dict[str, str] = {"strategyqa": "acc"}
+
+
+def default_metric(dataset: str | None) -> str:
+    """The headline metric name for a dataset: "acc" for StrategyQA, "em" otherwise."""
+    return DEFAULT_METRICS.get(dataset or "", "em")
+
+
+def get_metric(name_or_callable: str | Metric) -> Metric:
+    """A metric by name (METRICS or DIAGNOSTICS), a "package.module:function" path, or a callable as is."""
+    if callable(name_or_callable):
+        return name_or_callable
+    if not isinstance(name_or_callable, str):
+        raise ConfigError(f"a metric must be a name or a callable, got {type(name_or_callable).__name__}")
+    name = name_or_callable.strip()
+    if name in METRICS:
+        return METRICS[name]
+    if name in DIAGNOSTICS:
+        return DIAGNOSTICS[name]
+    if ":" in name:
+        module_name, _, attribute = name.partition(":")
+        try:
+            metric: Any = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as error:
+            raise ConfigError(f"cannot import metric {name!r}: {error}") from None
+        if not callable(metric):
+            raise ConfigError(f"metric {name!r} is not callable")
+        return metric
+    valid = ", ".join([*METRICS, *DIAGNOSTICS])
+    raise ConfigError(f"unknown metric {name!r}; choose one of: {valid} (or module:function)")
+
+
+__all__ = [
+    "DEFAULT_METRICS", "DIAGNOSTICS", "METRICS", "accuracy", "acc", "all_gold_metric", "all_gold_retrieved",
+    "contains", "contains_metric", "default_metric", "em", "exact_match", "f1", "f1_metric", "get_metric",
+    "gold_answers", "gold_titles", "gold_yes_no", "is_unknown", "normalize_answer", "precision_metric",
+    "predicted_answer", "predicted_passages", "recall_metric", "retrieval_report", "retrieved_titles",
+    "normalize_title", "s_precision", "s_precision_metric", "title_precision", "title_recall", "token_f1", "unknown_metric",
+    "unknown_rate", "vote_miss", "vote_miss_metric", "vote_miss_rate", "yes_no",
+]

@@ -1,0 +1,39 @@
+"""`ragzoo datasets`: list every dataset, split and size ragzoo can load."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", nargs="?", default=None,
+                        help="show only this dataset's splits")
+    parser.add_argument("--json", action="store_true", help="print the list as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from ragzoo.data import available, splits
+    from ragzoo.paths import data_root
+
+    if args.dataset is not None:
+        splits(args.dataset)  # a DataError listing the valid datasets for a wrong name
+    rows = [row for row in available() if args.dataset in (None, row["dataset"])]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    header = ("dataset", "split", "size", "source", "description")
+    table = [(row["dataset"], row["split"] + (" *" if row["ordered"] else ""),
+              "-" if row["size"] is None else str(row["size"]),
+              row["source"] if row["source"] != "hub" else f"hub: {row['hub']}", row["description"])
+             for row in rows]
+    widths = [max(len(header[i]), *(len(line[i]) for line in table)) for i in range(len(header) - 1)]
+    for line in (header, *table):
+        cells = [cell.ljust(width) if i != 2 else cell.rjust(width) for i, (cell, width) in
+                 enumerate(zip(line, widths))]
+        print("  ".join(cells + [line[-1]]).rstrip())
+    print(f"\ndata root: {data_root()} (set RAGZOO_DATA to change it)")
+    print("* ordered paper split: --n takes its first n questions; other splits draw a seeded random sample")
+    print("your own file: --data path.jsonl|.csv [--field-map question=q,answers=gold,id=qid]")
+    return 0

@@ -1,0 +1,80 @@
+"""The streaming corpus reader: both line formats, pids, errors, line counting."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from ragzoo.data.corpus import count_lines, iter_corpus
+from ragzoo.errors import DataError
+from ragzoo.retrieval.base import Passage
+
+
+def write_lines(path, rows):
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows),
+                    encoding="utf-8")
+    return path
+
+
+def test_sample_corpus_format(wiki17_corpus):
+    first = next(iter_corpus(wiki17_corpus))
+    assert isinstance(first, Passage)
+    assert first.pid == "wiki17-1269c490d9ee72c7" and first.title == "Socialist Revolutionary Party"
+    assert first.text.startswith("The Socialist Revolutionary Party, or Party of Socialists-Revolutionaries")
+    assert first.long_text.startswith("Socialist Revolutionary Party | The Socialist")
+    assert first.meta == {}
+    with_meta = next(iter_corpus(wiki17_corpus, with_meta=True))
+    assert "hotpotqa:rpt_train" in with_meta.meta["sources"]
+
+
+def test_full_release_format_joins_sentences_and_numbers_lines(tmp_path, data_dir):
+    # rebuild release-style lines from HotPotQA paragraphs, whose sentences carry their own leading spaces
+    row = json.loads((data_dir / "hotpotqa" / "dev_distractor.jsonl").open(encoding="utf-8").readline())
+    contexts = row["contexts"][:3]
+    path = write_lines(tmp_path / "wiki.abstracts.2017.jsonl",
+                       [{"title": c["title"], "text": c["sentences"]} for c in contexts])
+    passages = list(iter_corpus(path))
+    assert [p.pid for p in passages] == ["0", "1", "2"]  # 0-based line index, as ColBERTv2's collection
+    assert [p.title for p in passages] == [c["title"] for c in contexts]
+    assert [p.text for p in passages] == [c["text"] for c in contexts]
+    assert "revolutionary socialism of democratic" in passages[0].text and ".  " not in passages[0].text
+
+
+def test_blank_lines_keep_line_numbers(tmp_path):
+    path = write_lines(tmp_path / "c.jsonl", [{"title": "A", "text": ["x"]}, "", {"title": "B", "text": "y"}])
+    assert [(p.pid, p.title) for p in iter_corpus(path)] == [("0", "A"), ("2", "B")]
+    assert count_lines(path) == 2
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([{"id": "1", "title": "A", "text": "x"}, '{"id": "2", "title": "B", '], r"c\.jsonl:2: malformed JSON"),
+    ([{"id": "1", "text": "x"}], r"c\.jsonl:1: missing string field 'title'"),
+    ([{"id": "1", "title": "A"}], r"c\.jsonl:1: missing field 'text'"),
+    ([{"id": "1", "title": "A", "text": ["ok", 3]}], r"c\.jsonl:1: field 'text' must be a string or a list"),
+    ([{"id": "1", "title": "A", "text": "x"}, {"id": "1", "title": "B", "text": "y"}], r"c\.jsonl:2: duplicate id '1'"),
+    (['["not", "an", "object"]'], r"c\.jsonl:1: expected a JSON object"),
+    (["", ""], r"c\.jsonl: no passages"),
+])
+def test_corpus_errors(tmp_path, rows, message):
+    path = write_lines(tmp_path / "c.jsonl", rows)
+    with pytest.raises(DataError, match=message):
+        list(iter_corpus(path))
+
+
+def test_missing_empty_and_non_utf8_corpus(tmp_path):
+    with pytest.raises(DataError, match="file not found"):
+        next(iter_corpus(tmp_path / "absent.jsonl"))
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    with pytest.raises(DataError, match="file is empty"):
+        next(iter_corpus(tmp_path / "empty.jsonl"))
+    (tmp_path / "bad.jsonl").write_bytes(b'{"title": "A", "text": "x"}\n{"title": "\xff", "text": "y"}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: not valid UTF-8"):
+        list(iter_corpus(tmp_path / "bad.jsonl"))
+
+
+def test_streaming_reads_lazily_and_counts_cheaply(wiki17_corpus):
+    assert count_lines(wiki17_corpus) == 17703
+    head = list(itertools.islice(iter_corpus(wiki17_corpus), 3))
+    assert len(head) == 3 and len({p.pid for p in head}) == 3
