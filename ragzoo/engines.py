@@ -50,7 +50,7 @@ def _system_text(system) -> str:
     return "".join(getattr(part, "text", "") for part in system)
 
 
-def _predictor_name(caller, stack) -> str:
+def predictor_name(caller, stack) -> str:
     if caller is None:
         return "?"
     root = stack[0] if stack else caller
@@ -88,7 +88,7 @@ def call_context(request) -> CallContext:
     last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     inputs = parse_inputs(last_user, set(signature.input_fields))
     demos = sum(1 for m in messages if m["role"] == "assistant")
-    return CallContext(_predictor_name(caller, stack), signature, inputs, _system_text(request.system), messages,
+    return CallContext(predictor_name(caller, stack), signature, inputs, _system_text(request.system), messages,
                        demos)
 
 
@@ -114,26 +114,46 @@ def format_outputs(signature, values: dict[str, Any]) -> str:
     return dspy.ChatAdapter().format_field_with_value(fields) + "\n\n[[ ## completed ## ]]"
 
 
-def approx_tokens(text: str) -> int:
-    """Token count with tiktoken's cl100k encoding when available, else ~4 characters a token."""
-    try:
-        import tiktoken
+def use_bundled_tiktoken() -> None:
+    """Point tiktoken at the cl100k file LiteLLM ships, so token counting never downloads (offline, each
+    attempt would otherwise wait for a network timeout). A user's TIKTOKEN_CACHE_DIR wins."""
+    import importlib.util
+    import os
 
-        return len(_encoding(tiktoken).encode(text, disallowed_special=()))
-    except Exception:  # tiktoken missing or its data not cached: fall back to a length estimate
-        return max(1, len(text) // 4)
+    if os.environ.get("TIKTOKEN_CACHE_DIR"):
+        return
+    spec = importlib.util.find_spec("litellm")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        bundled = os.path.join(location, "litellm_core_utils", "tokenizers")
+        if os.path.isdir(bundled):
+            os.environ["TIKTOKEN_CACHE_DIR"] = bundled
+            return
 
 
-_ENCODING = None
+_ENCODING: Any = None  # None: not tried yet; False: unavailable, use the length estimate
 _ENCODING_LOCK = threading.Lock()
 
 
-def _encoding(tiktoken):
+def _encoding():
     global _ENCODING
     with _ENCODING_LOCK:
         if _ENCODING is None:
-            _ENCODING = tiktoken.get_encoding("cl100k_base")
+            use_bundled_tiktoken()
+            try:
+                import tiktoken
+
+                _ENCODING = tiktoken.get_encoding("cl100k_base")
+            except Exception:  # tiktoken missing or its data unreachable: never retry per call
+                _ENCODING = False
     return _ENCODING
+
+
+def approx_tokens(text: str) -> int:
+    """Token count with tiktoken's cl100k encoding when available, else ~4 characters a token."""
+    encoding = _encoding()
+    if encoding is False:
+        return max(1, len(text) // 4)
+    return len(encoding.encode(text, disallowed_special=()))
 
 
 Responder = Callable[[CallContext], "dict[str, Any] | str"]

@@ -11,11 +11,12 @@ import dspy
 
 from ragzoo.engines import CallContext, FunctionEngine
 from ragzoo.retrieval.base import BaseRetriever, Passage
+from ragzoo.usage import TrackedLM, install_usage_tracking
 
 Script = "dict[str, Any] | str | list | Callable[[CallContext], Any]"
 
 
-class ScriptedLM(dspy.LM):
+class ScriptedLM(TrackedLM):
     """A `dspy.LM` whose answers are scripted per predictor name.
 
     `responses` maps a predictor's name in the program (as `named_predictors()` gives it, without the
@@ -32,6 +33,7 @@ class ScriptedLM(dspy.LM):
         self._positions: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
         super().__init__("scripted/ragzoo", engine=FunctionEngine(self._respond), cache=False, num_retries=0)
+        install_usage_tracking(self)
 
     @property
     def calls(self) -> list[CallContext]:

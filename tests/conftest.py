@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# DSPy's response cache must not write into the user's home during tests.
+os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="ragzoo-dspy-cache-")
 
 REPO = Path(__file__).resolve().parent.parent
 

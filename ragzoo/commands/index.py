@@ -1,0 +1,56 @@
+"""`ragzoo index build --corpus FILE [--backend bm25|dense|colbert] [--out DIR]`"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    build = sub.add_parser("build", help="build (or reuse the cached) index of a corpus")
+    build.add_argument("--corpus", required=True, help="corpus JSONL (path, or relative to RAGZOO_DATA)")
+    build.add_argument("--backend", choices=["bm25", "dense", "colbert"], default="bm25")
+    build.add_argument("--out", default=None, help="index folder (default: the cache under RAGZOO_CACHE)")
+    build.add_argument("--model", default=None, help="dense: sentence-transformers model name or path")
+    build.add_argument("--checkpoint", default=None, help="colbert: path to a ColBERTv2 checkpoint")
+    build.add_argument("--rebuild", action="store_true", help="rebuild even if an up-to-date index exists")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from ragzoo.retrieval.index_cache import resolve_corpus
+
+    corpus = resolve_corpus(args.corpus)
+    if corpus.is_dir():
+        from ragzoo.errors import DataError
+
+        raise DataError(f"--corpus must be a JSONL file, {corpus} is a folder")
+    out = Path(args.out).expanduser().resolve() if args.out else None
+    started = time.perf_counter()
+    if args.backend == "bm25":
+        from ragzoo.retrieval.bm25 import ensure_bm25_index
+
+        folder, meta, built = ensure_bm25_index(corpus, out_dir=out, show_progress=not args.quiet,
+                                                rebuild=args.rebuild)
+    elif args.backend == "dense":
+        from ragzoo.retrieval.dense import DEFAULT_MODEL, ensure_dense_index
+
+        folder, meta, built = ensure_dense_index(corpus, args.model or DEFAULT_MODEL, out_dir=out,
+                                                 show_progress=not args.quiet, rebuild=args.rebuild)
+    else:
+        from ragzoo.errors import ConfigError
+        from ragzoo.retrieval.colbert_local import build_colbert_index
+
+        if out is None:
+            raise ConfigError("--backend colbert needs --out DIR")
+        meta = build_colbert_index(corpus, out, args.checkpoint, show_progress=not args.quiet)
+        folder, built = out, True
+    seconds = time.perf_counter() - started
+    state = "built" if built else "up to date (cached)"
+    print(f"{args.backend} index {state}: {folder}")
+    print(f"  {meta['num_docs']:,} passages from {corpus} in {seconds:.1f}s")
+    print(f"  use it with: --retriever {args.backend}:{folder if args.out else args.corpus}")
+    return 0

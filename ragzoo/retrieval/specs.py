@@ -1,0 +1,99 @@
+"""Retrievers from spec strings.
+
+    bm25:<corpus.jsonl | index-dir>[?k1=0.9&b=0.4]   the embedded default (no service needed)
+    dense:<corpus.jsonl | index-dir>[?model=NAME]     sentence-transformers + faiss
+    hybrid:<corpus.jsonl>[?model=NAME]                reciprocal-rank fusion of bm25 and dense
+    colbertv2:http://host:port/path                   the ColBERTv2 REST API (e.g. `ragzoo serve`)
+    colbert:<index-dir>                               a local colbert-ai (PLAID) index, extra [colbert]
+    fixed                                             passages recorded per question (examples=... / by_question=...)
+
+Corpus paths may be relative to RAGZOO_DATA, e.g. `bm25:hotpotqa/corpus_wiki17_abstracts.jsonl`.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from ragzoo.errors import ConfigError
+from ragzoo.retrieval.base import Retriever
+
+DEFAULT_RETRIEVER = "bm25:hotpotqa/corpus_wiki17_abstracts.jsonl"
+
+SPEC_FORMS = ("bm25:<corpus.jsonl>", "dense:<corpus.jsonl>[?model=NAME]", "hybrid:<corpus.jsonl>",
+              "colbertv2:http://host:port/path", "colbert:<index-dir>", "fixed")
+
+
+def _split_options(rest: str) -> tuple[str, dict[str, str]]:
+    target, sep, query = rest.partition("?")
+    return target, dict(parse_qsl(query, keep_blank_values=True)) if sep else {}
+
+
+def _float_options(options: dict[str, str], names: tuple[str, ...], spec: str) -> dict[str, float]:
+    unknown = set(options) - set(names)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {sorted(unknown)} in retriever spec {spec!r}; known: {list(names)}")
+    try:
+        return {name: float(value) for name, value in options.items()}
+    except ValueError:
+        raise ConfigError(f"retriever spec {spec!r}: options must be numbers")
+
+
+def make_retriever(spec: str, **kwargs) -> Retriever:
+    """Build a retriever from `spec`; keyword arguments go to the backend (e.g. `show_progress=False`,
+    `post=True` for colbertv2, `examples=`/`by_question=` for fixed)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"empty retriever spec; valid forms: {', '.join(SPEC_FORMS)}")
+    spec = spec.strip()
+    scheme, sep, rest = spec.partition(":")
+    scheme = scheme.lower()
+    if scheme == "fixed":
+        return _make_fixed(rest, kwargs)
+    if not sep or not rest:
+        raise ConfigError(f"unknown retriever spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+    if scheme == "bm25":
+        from dataclasses import replace
+
+        from ragzoo.retrieval.bm25 import BM25Retriever, BM25Settings
+
+        target, options = _split_options(rest)
+        settings = replace(BM25Settings(), **_float_options(options, ("k1", "b"), spec))
+        return BM25Retriever.from_corpus(target, settings=settings, spec=spec, **kwargs)
+    if scheme == "dense":
+        from ragzoo.retrieval.dense import DenseRetriever
+
+        target, options = _split_options(rest)
+        return DenseRetriever.from_corpus(target, spec=spec, **_model_option(options, spec), **kwargs)
+    if scheme == "hybrid":
+        from ragzoo.retrieval.hybrid import HybridRetriever
+
+        target, options = _split_options(rest)
+        return HybridRetriever.from_corpus(target, spec=spec, **_model_option(options, spec), **kwargs)
+    if scheme == "colbertv2":
+        from ragzoo.retrieval.colbertv2 import ColBERTv2Client
+
+        return ColBERTv2Client(rest, spec=spec, **kwargs)
+    if scheme in ("http", "https"):
+        raise ConfigError(f"a URL needs the colbertv2: prefix: use 'colbertv2:{spec}'")
+    if scheme == "colbert":
+        from ragzoo.retrieval.colbert_local import ColBERTLocalRetriever
+
+        return ColBERTLocalRetriever(rest, spec=spec, **kwargs)
+    raise ConfigError(f"unknown retriever spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+
+
+def _model_option(options: dict[str, str], spec: str) -> dict[str, str]:
+    unknown = set(options) - {"model"}
+    if unknown:
+        raise ConfigError(f"unknown option(s) {sorted(unknown)} in retriever spec {spec!r}; known: ['model']")
+    return {"model": options["model"]} if options.get("model") else {}
+
+
+def _make_fixed(rest: str, kwargs: dict) -> Retriever:
+    from ragzoo.retrieval.fixed import FixedRetriever
+
+    if "by_question" in kwargs:
+        return FixedRetriever(kwargs.pop("by_question"))
+    if "examples" in kwargs:
+        return FixedRetriever.from_examples(kwargs.pop("examples"), field=kwargs.pop("field", rest or "retrieved"))
+    raise ConfigError("the 'fixed' retriever replays passages recorded on a dataset's examples; it needs "
+                      "examples=... (or by_question=...), e.g. from a dataset with a 'retrieved' field")

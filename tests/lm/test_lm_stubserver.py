@@ -1,0 +1,217 @@
+"""The loopback OpenAI-compatible stub server through the real dspy.LM engines and the openai client."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
+
+import dspy
+import pytest
+
+from ragzoo.lm import PLACEHOLDER_TEXT, make_lm
+from ragzoo.stubserver import GARBAGE, Fault, StubLMServer
+from ragzoo.tracing import trace_example
+
+ENGINES = ["auto", "litellm"]
+
+
+class Judge(dspy.Signature):
+    """Judge a claim."""
+
+    claim: str = dspy.InputField()
+    supported: bool = dspy.OutputField()
+    evidence_ids: list[int] = dspy.OutputField()
+    verdict: Literal["true", "false", "unsure"] = dspy.OutputField()
+    answer: str = dspy.OutputField()
+
+
+@pytest.fixture
+def delays(monkeypatch):
+    """Record DSPy's retry back-off (Retry-After or exponential) but do not sleep it."""
+    import dspy.clients.execution as execution
+
+    seen: list[float] = []
+    original = execution._delay
+
+    def record(exc, attempt):
+        seen.append(original(exc, attempt))
+        return 0.0
+
+    monkeypatch.setattr(execution, "_delay", record)
+    return seen
+
+
+def _lm(server, engine, **kw):
+    return dspy.LM("openai/stub", api_base=server.base_url + "/v1", api_key="stub", cache=False, engine=engine, **kw)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_real_dspy_lm_gets_type_valid_answers(engine):
+    with StubLMServer() as server:
+        lm = _lm(server, engine)
+        with dspy.context(lm=lm):
+            prediction = dspy.ChainOfThought(Judge)(claim="water is wet")
+        assert server.requests == 1
+    assert prediction.supported is True and prediction.evidence_ids == [1] and prediction.verdict == "true"
+    assert prediction.answer == PLACEHOLDER_TEXT["answer"] and prediction.reasoning == PLACEHOLDER_TEXT["reasoning"]
+    usage = lm.history[-1]["usage"]
+    assert usage["prompt_tokens"] > 100 and usage["completion_tokens"] > 50
+
+
+def test_json_adapter_prompts_get_json_answers():
+    with StubLMServer() as server, dspy.context(lm=_lm(server, "auto"), adapter=dspy.JSONAdapter()):
+        prediction = dspy.Predict(Judge)(claim="c")
+    assert prediction.verdict == "true" and prediction.evidence_ids == [1]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_env_key_and_make_lm_with_usage_in_trace(monkeypatch, engine):
+    monkeypatch.setenv("OPENAI_API_KEY", "stub-key-from-env")
+
+    def responder(messages, body):
+        return "[[ ## answer ## ]]\nParis\n\n[[ ## completed ## ]]"
+
+    with StubLMServer(responder=responder) as server:
+        lm = make_lm("openai/stub", api_base=server.base_url + "/v1", cache=False, engine=engine)
+        assert "api_key" not in lm.kwargs  # the key stays in the environment
+        with dspy.context(lm=lm), trace_example() as trace:
+            prediction = dspy.Predict("question -> answer")(question="Capital of France?")
+        assert server.requests == 1
+    assert prediction.answer == "Paris"
+    (call,) = trace.lm_calls
+    assert call.model == "openai/stub" and call.prompt_tokens > 0 and call.completion_tokens > 0
+    assert call.signature == "StringSignature" and not call.cached
+    assert lm.usage.calls == 1
+
+
+def test_openai_client_models_and_completions():
+    import openai
+
+    with StubLMServer(responder="hello there", model="stub-7b") as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="stub", max_retries=0)
+        assert [m.id for m in client.models.list()] == ["stub-7b"]
+        reply = client.chat.completions.create(model="stub-7b", messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content == "hello there"
+        assert reply.usage.completion_tokens == 2 and reply.usage.total_tokens > 2
+        # The route without /v1 answers too.
+        with urllib.request.urlopen(urllib.request.Request(
+                server.base_url + "/chat/completions", data=json.dumps({"messages": []}).encode(),
+                headers={"Content-Type": "application/json"})) as response:
+            assert json.load(response)["choices"][0]["message"]["content"] == "hello there"
+        assert server.requests == 2 and server.models_requests == 1
+
+
+def test_openai_client_retries_429_itself():
+    import openai
+
+    with StubLMServer(responder="ok", faults=["429:0", "503:0"]) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="stub", max_retries=2)
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content == "ok"
+        assert server.log == [(0, "429"), (1, "503"), (2, "ok")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("fault", ["429", "500", "502", "503", "reset"])
+def test_transient_faults_are_retried_with_backoff(engine, fault, delays):
+    with StubLMServer(faults=[fault, fault]) as server:
+        with dspy.context(lm=_lm(server, engine, num_retries=3)):
+            prediction = dspy.Predict(Judge)(claim="c")
+        assert server.requests == 3 and server.faults_served == 2
+    assert prediction.verdict == "true"
+    assert delays == [1, 2]  # DSPy's exponential back-off, 2**attempt seconds
+
+
+def test_retry_after_is_honoured_by_the_native_engine(delays):
+    with StubLMServer(faults=["429:0.25"]) as server, dspy.context(lm=_lm(server, "auto", num_retries=2)):
+        dspy.Predict(Judge)(claim="c")
+        assert server.requests == 2
+    assert delays == [0.25]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_retries_are_bounded_and_the_final_fault_is_a_clear_error(engine, delays):
+    from dspy.utils.exceptions import LMError as DSPyLMError
+
+    with StubLMServer(faults=lambda index, body: "503") as server:
+        with dspy.context(lm=_lm(server, engine, num_retries=2)), pytest.raises(DSPyLMError) as info:
+            dspy.Predict(Judge)(claim="c")
+        assert server.requests == 3
+    assert "503" in str(info.value) and "stub" in str(info.value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_read_timeout_is_retried_then_succeeds(engine, delays):
+    with StubLMServer(faults=["timeout:1.0"]) as server:
+        with dspy.context(lm=_lm(server, engine, num_retries=1, timeout=0.3)):
+            prediction = dspy.Predict(Judge)(claim="c")
+        assert server.requests == 2
+    assert prediction.supported is True
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_truncated_json_fails_loudly(engine, delays):
+    from dspy.utils.exceptions import LMError as DSPyLMError
+
+    with StubLMServer(faults=["truncated"] * 3) as server:
+        with dspy.context(lm=_lm(server, engine, num_retries=1)), pytest.raises(DSPyLMError):
+            dspy.Predict(Judge)(claim="c")
+        # lm15 treats a malformed 200 body as a provider error (no retry); LiteLLM as a server error (retried).
+        assert server.requests == (1 if engine == "auto" else 2)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("fault", ["garbage", "empty"])
+def test_unparseable_and_empty_completions_raise_adapter_parse_error(engine, fault):
+    from dspy.utils.exceptions import AdapterParseError
+
+    with StubLMServer(faults=[fault, fault]) as server:
+        with dspy.context(lm=_lm(server, engine)), pytest.raises(AdapterParseError):
+            dspy.Predict(Judge)(claim="c")
+        assert server.requests == 2  # ChatAdapter, then DSPy's JSONAdapter fallback
+        assert server.log == [(0, fault), (1, fault)]
+
+
+def test_sixteen_concurrent_clients_with_latency():
+    import time
+
+    with StubLMServer(latency=0.2) as server:
+        lm = _lm(server, "auto")
+        predictor = dspy.Predict(Judge)
+
+        def ask(i):
+            with dspy.context(lm=lm):
+                return predictor(claim=f"claim {i}").verdict
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(16) as pool:
+            verdicts = list(pool.map(ask, range(32)))
+        elapsed = time.perf_counter() - started
+        assert server.requests == 32
+    assert verdicts == ["true"] * 32
+    assert elapsed < 2.0  # 32 calls x 0.2 s served 16 at a time: ~0.4 s, far from the 6.4 s of serial
+
+
+def test_same_prompt_same_answer_and_fault_parsing():
+    with StubLMServer() as server:
+        client_lm = _lm(server, "auto")
+        outputs = [client_lm("Your output fields are:\n1. `x` (int):\n") for _ in range(2)]
+    assert outputs[0] == outputs[1]
+    assert Fault.parse("429:1.5") == Fault("http", status=429, retry_after=1.5)
+    assert Fault.parse("timeout:2") == Fault("timeout", seconds=2.0)
+    assert Fault.parse(None) is None and Fault.parse(502) == Fault("http", status=502)
+    with pytest.raises(ValueError, match="unknown stub fault"):
+        Fault.parse("explode")
+    assert GARBAGE
+
+
+def test_server_binds_loopback_and_shuts_down():
+    server = StubLMServer().start()
+    port = server.port
+    assert server.base_url == f"http://127.0.0.1:{port}"
+    server.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=0.5)

@@ -1,0 +1,153 @@
+"""BM25 backend: streaming build equals raw bm25s, on-disk cache, staleness, bad input, k bounds."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ragzoo.errors import DataError, RetrieverError
+from ragzoo.retrieval import make_retriever
+from ragzoo.retrieval.bm25 import BM25Retriever, BM25Settings, ensure_bm25_index, make_tokenizer
+
+DOCS = [
+    {"id": "d1", "title": "Apple", "text": "The apple is a fruit that grows on apple trees in orchards."},
+    {"id": "d2", "title": "Banana", "text": "Bananas are long yellow fruits grown in tropical countries."},
+    {"id": "d3", "title": "Paris", "text": "Paris is the capital city of France, on the Seine river."},
+    {"id": "d4", "title": "Seine", "text": "The Seine is a river flowing through Paris to the English Channel."},
+    {"id": "d5", "title": "Orchard", "text": "An orchard is a plantation of fruit trees such as apples or pears."},
+]
+
+
+def write_corpus(path, docs=DOCS):
+    path.write_text("".join(json.dumps(doc) + "\n" for doc in docs))
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path / "small.jsonl")
+
+
+def test_small_corpus_ranking_and_passage_fields(corpus):
+    retriever = make_retriever(f"bm25:{corpus}", show_progress=False)
+    top = retriever("apple trees", 3)
+    assert [p.pid for p in top[:2]] == ["d1", "d5"]
+    assert top[0].title == "Apple" and top[0].long_text.startswith("Apple | The apple")
+    assert top[0].score > top[1].score > 0
+    # "river Paris" matches d3 and d4 only: no zero-score filler
+    assert {p.pid for p in retriever("river Paris", 5)} == {"d3", "d4"}
+    # only stopwords / unknown words: nothing matches, and we say so with an empty list
+    assert retriever("the of and", 5) == []
+    assert retriever("zzyzx", 5) == []
+
+
+def test_same_scores_as_raw_bm25s_on_same_tokens(wiki17_corpus):
+    import bm25s
+    import numpy as np
+
+    from ragzoo.data.corpus import iter_corpus
+
+    ours = make_retriever(f"bm25:{wiki17_corpus}", show_progress=False)
+    passages = list(iter_corpus(wiki17_corpus))
+    tokenizer = make_tokenizer(BM25Settings())
+    ids = tokenizer.tokenize([p.long_text for p in passages], show_progress=False, allow_empty=False)
+    raw = bm25s.BM25(k1=0.9, b=0.4)
+    raw.index((ids, tokenizer.stem_to_sid), show_progress=False)
+    queries = ["Which magazine was started first, Arthur's Magazine or First for Women?",
+               "Russian civil war Bolsheviks", "capital of France river"]
+    raw_ids = tokenizer.tokenize(queries, update_vocab=False, show_progress=False, allow_empty=False)
+    rows, scores = raw.retrieve(raw_ids, k=20, show_progress=False)
+    mine = ours.batch(queries, 20)
+    for q, row in enumerate(rows):
+        assert [p.pid for p in mine[q]] == [passages[i].pid for i in row]
+        assert np.allclose([p.score for p in mine[q]], scores[q], atol=1e-4)
+
+
+def test_hotpotqa_question_finds_gold_titles(wiki17_corpus, data_dir):
+    retriever = make_retriever("bm25:hotpotqa/corpus_wiki17_abstracts.jsonl", show_progress=False)
+    assert len(retriever) == 17_703
+    with open(data_dir / "hotpotqa" / "dev_distractor.jsonl") as handle:
+        first = json.loads(handle.readline())
+    titles = [p.title for p in retriever(first["question"], 10)]
+    assert set(first["supporting_titles"]) <= set(titles)
+
+
+def test_batch_equals_single(wiki17_corpus, data_dir):
+    retriever = make_retriever(f"bm25:{wiki17_corpus}", show_progress=False, n_threads=2)
+    with open(data_dir / "hotpotqa" / "dev_distractor.jsonl") as handle:
+        questions = [json.loads(line)["question"] for _, line in zip(range(40), handle)]
+    questions.append("the of")  # an unanswerable query inside a batch
+    batched = retriever.batch(questions, 7)
+    assert batched[-1] == []
+    assert batched == [retriever(q, 7) for q in questions]
+
+
+def test_k_bounds_and_empty_query(corpus):
+    retriever = make_retriever(f"bm25:{corpus}", show_progress=False)
+    for bad_k in (0, -1, 101, 2.5, True):
+        with pytest.raises(RetrieverError, match="k must"):
+            retriever("apple", bad_k)
+    with pytest.raises(RetrieverError, match="empty"):
+        retriever("   ", 3)
+    with pytest.raises(RetrieverError, match="empty"):
+        retriever.batch(["apple", ""], 3)
+    assert len(retriever("fruit", 100)) == 3  # k above the corpus size is fine: only matches come back
+
+
+def test_cache_hit_on_second_build(tmp_path):
+    # the cache is keyed by content and shared by the session: make this corpus's content unique
+    corpus = write_corpus(tmp_path / "unique.jsonl", DOCS[:4] + [{"id": "u", "title": "U", "text": str(tmp_path)}])
+    folder, meta, built = ensure_bm25_index(corpus, show_progress=False)
+    assert built and meta["num_docs"] == 5 and meta["settings"]["k1"] == 0.9
+    again, _meta, built_again = ensure_bm25_index(corpus, show_progress=False)
+    assert again == folder and not built_again
+    described = json.loads((folder / "meta.json").read_text())
+    assert described["backend"] == "bm25" and described["corpus"]["sha256"] and described["versions"]["bm25s"]
+    # another setting is another index
+    other, _, built_other = ensure_bm25_index(corpus, BM25Settings(k1=1.5, b=0.75), show_progress=False)
+    assert built_other and other != folder
+
+
+def test_changed_corpus_rebuilds_cached_and_refuses_explicit_index(tmp_path, corpus):
+    out = tmp_path / "myindex"
+    ensure_bm25_index(corpus, out_dir=out, show_progress=False)
+    explicit = make_retriever(f"bm25:{out}")
+    assert explicit("Banana", 1)[0].pid == "d2"
+    assert make_retriever(f"bm25:{corpus}", show_progress=False)("Banana", 1)[0].pid == "d2"
+    time.sleep(0.01)
+    write_corpus(corpus, DOCS + [{"id": "d6", "title": "Kiwi", "text": "Kiwi is a bird and a fruit."}])
+    with pytest.raises(RetrieverError, match="stale index"):
+        make_retriever(f"bm25:{out}")
+    fresh = make_retriever(f"bm25:{corpus}", show_progress=False)  # cached by content: a new index
+    assert len(fresh) == 6 and fresh("kiwi bird", 1)[0].pid == "d6"
+
+
+def test_bad_corpora(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        make_retriever(f"bm25:{tmp_path / 'missing.jsonl'}")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(DataError, match="empty"):
+        make_retriever(f"bm25:{tmp_path / 'empty.jsonl'}")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(DOCS[0]) + "\n{not json\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl:2"):
+        make_retriever(f"bm25:{bad}", show_progress=False)
+    dup = write_corpus(tmp_path / "dup.jsonl", [DOCS[0], DOCS[1], DOCS[0]])
+    with pytest.raises(DataError, match="duplicate"):
+        make_retriever(f"bm25:{dup}", show_progress=False)
+    # a failed build leaves no half-written index behind
+    from ragzoo.paths import cache_root
+
+    assert not list((cache_root() / "indexes").glob("bm25-dup-*"))
+    assert not list((cache_root() / "indexes").glob("*.building-*"))
+
+
+def test_sentence_list_format(tmp_path):
+    corpus = tmp_path / "abstracts.jsonl"
+    corpus.write_text(json.dumps({"title": "Ada Lovelace", "text": ["Ada was a mathematician.", " She wrote programs."]})
+                      + "\n" + json.dumps({"title": "Babbage", "text": ["Charles Babbage designed engines."]}) + "\n")
+    retriever = BM25Retriever.from_corpus(corpus, show_progress=False)
+    top = retriever("mathematician programs", 1)[0]
+    assert (top.pid, top.title, top.text) == ("0", "Ada Lovelace", "Ada was a mathematician. She wrote programs.")

