@@ -1,0 +1,64 @@
+"""Single-call baselines of the papers' tables: answer without retrieval (`direct`, `cot`) and answer over
+the top-k passages for the question (`rag`, `cot_rag`).
+
+Papers: Direct prompting (Brown et al. 2020, arXiv:2005.14165) and chain-of-thought prompting (Wei et al.
+2022, arXiv:2201.11903), run with and without retrieval as in BlendFilter (Wang et al. 2024,
+arXiv:2402.11129, Sec. 4.1.3: "Direct", "CoT", "Direct +R", "CoT +R"); `rag` is also the "Vanilla RAG" /
+"RAG" baseline of ActiveRAG, RA-ISF and FILCO (the passages placed before the question, one call).
+
+Choices where the papers are open:
+- k = 5, BlendFilter's setting for all methods (its baselines included).
+- The passages are the top-k for the question, in retrieval order, formatted "Title | text".
+- Chain of thought is DSPy's `ChainOfThought` (a `reasoning` field before the answer); the papers'
+  few-shot demos are what a DSPy optimizer compiles, not hand-written prompt text.
+- `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA); default "short".
+- One class per pair: `chain_of_thought` is fixed per method id, so `direct`/`cot` and `rag`/`cot_rag`
+  share one control flow and differ only in the predictor.
+"""
+
+from __future__ import annotations
+
+import dspy
+
+from ragzoo.programs import register
+from ragzoo.programs.base import RagProgram, passages_as_context
+from ragzoo.signatures.common import AnswerMode, AnswerQuestion, AnswerWithContext, with_answer_mode
+
+
+def _predictor(signature, chain_of_thought: bool) -> dspy.Module:
+    return dspy.ChainOfThought(signature) if chain_of_thought else dspy.Predict(signature)
+
+
+@register("direct", paper="Direct prompting (Brown et al. 2020), BlendFilter's 'Direct' baseline", calls="1",
+          summary="answer from the LM's own knowledge, no retrieval", uses_retrieval=False, chain_of_thought=False)
+@register("cot", paper="Chain-of-thought prompting (Wei et al. 2022), BlendFilter's 'CoT' baseline", calls="1",
+          summary="reason step by step, then answer; no retrieval", uses_retrieval=False, chain_of_thought=True)
+class ClosedBookQA(RagProgram):
+    """Answer the question without retrieval (1 LM call, 0 retrievals)."""
+
+    def __init__(self, chain_of_thought: bool = False, answer_mode: AnswerMode = "short", retriever=None):
+        super().__init__(retriever)
+        self.generate_answer = _predictor(with_answer_mode(AnswerQuestion, answer_mode), chain_of_thought)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        result = self.generate_answer(question=question)
+        return dspy.Prediction(answer=result.answer, passages=[], reasoning=result.get("reasoning"))
+
+
+@register("rag", paper="Retrieve-then-read (Lewis et al. 2020), BlendFilter's 'Direct +R' baseline", calls="1",
+          summary="retrieve k passages for the question, answer over them", chain_of_thought=False)
+@register("cot_rag", paper="Chain-of-thought over retrieved passages, BlendFilter's 'CoT +R' baseline", calls="1",
+          summary="retrieve k passages for the question, reason step by step over them, answer",
+          chain_of_thought=True)
+class RetrieveThenAnswer(RagProgram):
+    """Retrieve the top-k passages for the question and answer over them (1 LM call, 1 retrieval)."""
+
+    def __init__(self, retriever, k: int = 5, chain_of_thought: bool = False, answer_mode: AnswerMode = "short"):
+        super().__init__(retriever)
+        self.k = k
+        self.generate_answer = _predictor(with_answer_mode(AnswerWithContext, answer_mode), chain_of_thought)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        passages = self.retrieve(question, self.k)
+        result = self.generate_answer(context=passages_as_context(passages), question=question)
+        return dspy.Prediction(answer=result.answer, passages=passages, reasoning=result.get("reasoning"))

@@ -1,0 +1,267 @@
+"""BlendFilter: query generation blending + LLM knowledge filtering.
+
+Paper: Wang, Zhao, Gao, "BlendFilter: Advancing Retrieval-Augmented Large Language Models via Query
+Generation Blending and Knowledge Filtering", arXiv 2402.11129 (v1). Algorithm 1, Eq. 1-9, prompts of
+Appendix B. Notes: `seeds/notes/blendfilter.md`.
+
+Control flow (`forward`), one question q:
+
+1. D_q = R(q, k). It serves both as the external-augmentation knowledge (K_ex = K_q, Eq. 1) and as the
+   q set of Eq. 5, so it is retrieved once.
+2. External augmentation (Eq. 1-2): a_ex = CoT(knowledge=D_q, q), the whole reasoning text including
+   "So the answer is X."; q_ex = a_ex ‖ q.
+3. Internal augmentation (Eq. 3-4): a_in = "write a passage that answers q"; q_in = a_in ‖ q.
+4. D_ex = R(q_ex, k), D_in = R(q_in, k) (Eq. 5).
+5. Knowledge filtering (Eq. 7): each set separately, judged against the ORIGINAL q (never q_ex/q_in).
+   Appendix B chains three calls per set for HotPotQA/2Wiki (topic -> relevance analysis -> ids) and two
+   for StrategyQA (analysis -> ids); the same predictors serve all three sets.
+6. Union (Eq. 8), deduplicated by passage id, in the order q, q_ex, q_in (within a set: retrieval order).
+7. Answer (Eq. 9): CoT over the kept knowledge, then a short-answer (or yes/no) extraction call.
+
+LM calls per question (sequence of predictor names, `lm.call_names`), k = 5:
+
+| configuration                         | LM calls                                | retrievals |
+|---------------------------------------|-----------------------------------------|------------|
+| default (HotPotQA / 2Wiki)            | 1 + 1 + 3 sets x 3 + 2 = 13             | 3          |
+| answer_mode="yes_no" (StrategyQA)     | 1 + 1 + 3 sets x 2 + 2 = 10             | 3          |
+| original_query=False     (w/o q)      | 1 + 1 + 2 x 3 + 2 = 10                  | 3          |
+| augmentations=internal   (w/o q_ex)   | 1 + 2 x 3 + 2 = 9                       | 2          |
+| augmentations=external   (w/o q_in)   | 1 + 2 x 3 + 2 = 9                       | 2          |
+| augmentations=() (no blending)        | 3 + 2 = 5                               | 1          |
+| filter=False             (Eq. 6)      | 1 + 1 + 2 = 4                           | 3          |
+| filter_mode="union"      (Remark 2)   | 1 + 1 + 3 + 2 = 7                       | 3          |
+| filter_stages="ids"                   | 1 + 1 + 3 x 1 + 2 = 7                   | 3          |
+| reuse_topic=True                      | 1 + 1 + (1 + 3 x 2) + 2 = 11            | 3          |
+
+Default sequence: external_cot, write_passage, (filter_topic, filter_analysis, filter_ids) x 3,
+answer_cot, extract_answer.
+
+Paper experiments -> knobs (each ablation is one flag):
+- Tables 2-4 (main results): defaults; StrategyQA columns: answer_mode="yes_no" (filter_stages "auto"
+  then follows the StrategyQA prompts: 2 filter calls per set).
+- Table 5 (BM25): not a program knob, a retriever spec (`bm25:<corpus>`).
+- Table 6 "w/o q" / "w/o q_ex" / "w/o q_in": original_query=False / augmentations=("internal",) /
+  augmentations=("external",). Without q, D_q is still retrieved because external augmentation needs it;
+  it just is not a knowledge set.
+- Fig. 4 (sensitivity to K): k.
+- Remark 2 (filter each set, then union, vs union then filter): filter_mode="per_set" | "union".
+- Eq. 6 (blending without filtering; no table in the paper): filter=False.
+- Fig. 5 (sampling with top_p) is an LM decoding setting, not a program knob.
+
+Choices where the paper is open (each documented; the ones that matter are knobs):
+- Knowledge format: "knowledge <i> : Title | text", one per line, ids 0..n-1 (the filter prompt's own
+  labelling); the same string feeds the CoT calls. Empty knowledge is written "(none)".
+- q_ex / q_in: generated text, one space, then q (the paper: a ‖ q, generation first).
+- The topic call depends only on q, yet the paper's structure (13 calls) repeats it per set; we keep
+  that by default and `reuse_topic=True` computes it once.
+- Filter ids: the output is typed `list[int]`. Ids outside 0..n-1 are dropped (not clamped: clamping would
+  keep a passage the model never named) and reported in `invalid_ids`; duplicates are dropped; kept
+  passages stay in retrieval order, not the order the model listed them in.
+- A retrieval that returns no passage gets no filter calls (nothing to judge).
+- If the filter keeps nothing from any set (not discussed in the paper): by default the answer CoT runs
+  with empty knowledge, i.e. from the model's own knowledge (`if_nothing_kept="no_knowledge"`);
+  `if_nothing_kept="unfiltered"` falls back to the unfiltered union instead. `filter_empty` records it.
+- External CoT and answer CoT share one signature but are separate predictors, so an optimizer can give
+  them different demos; the paper uses the same 3-shot prompt for both (compile 3 demos to match).
+- filter_mode="union": one filter chain over the deduplicated union (ids index the union).
+- The CoT calls are `dspy.Predict` with an explicit `reasoning` output rather than `dspy.ChainOfThought`:
+  the paper's a_ex IS the reasoning text (ending in "So the answer is X."), and the answer is extracted by
+  a separate call (Appendix B), so no answer field belongs in the CoT signature.
+- yes/no mode types the final answer `Literal["yes", "no"]` (lowercase; the adapter lists the allowed
+  values). A model that insists on "Yes" fails to parse and the example scores 0, as the brief requires of
+  parse failures; StrategyQA metrics compare lowercased yes/no.
+- A parse failure of any call raises (DSPy's AdapterParseError); the paper has no fallback for it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import dspy
+
+from ragzoo.errors import ConfigError
+from ragzoo.programs import register
+from ragzoo.programs.base import RagProgram, dedup_passages
+from ragzoo.retrieval.base import MAX_K, Passage
+from ragzoo.signatures.blendfilter import (
+    ExtractShortAnswer,
+    ExtractYesNo,
+    FilterTopic,
+    KnowledgeCoT,
+    RelevanceAnalysis,
+    SelectRelevantIds,
+    SelectRelevantIdsDirect,
+    TopicRelevanceAnalysis,
+    WritePassage,
+)
+
+QUERY_ORDER = ("q", "q_ex", "q_in")
+AUGMENTATIONS = {"external": "q_ex", "internal": "q_in"}
+FILTER_STAGES = ("auto", "topic", "analysis", "ids")
+
+
+def format_knowledge(passages: list[Passage]) -> str:
+    """`knowledge 0 : Title | text` per line; ids index `passages`."""
+    if not passages:
+        return "(none)"
+    return "\n".join(f"knowledge {i} : {p.long_text}" for i, p in enumerate(passages))
+
+
+def blend(generated: str, question: str) -> str:
+    """a ‖ q: the generated text first, then the original question (Eq. 2 and 4)."""
+    return f"{generated.strip()} {question}".strip()
+
+
+def clean_ids(ids: list[int] | None, n: int) -> tuple[list[int], list[int]]:
+    """Split model-returned ids into (valid ids in retrieval order, without duplicates; invalid ids)."""
+    ids = list(ids or [])
+    valid = sorted({i for i in ids if 0 <= i < n})
+    invalid = [i for i in ids if not 0 <= i < n]
+    return valid, invalid
+
+
+def _choice(name: str, value, options) -> None:
+    if value not in options:
+        raise ConfigError(f"knob {name}={value!r}: expected one of {', '.join(map(repr, options))}")
+
+
+@register("blendfilter", paper="BlendFilter (Wang et al. 2024, arXiv 2402.11129)", calls="13 (StrategyQA 10)",
+          summary="blend q with external (CoT) and internal (passage) augmentations, retrieve with each, "
+                  "LLM-filter each set against q, answer from the union")
+class BlendFilter(RagProgram):
+    """BlendFilter: query generation blending and LLM knowledge filtering (arXiv 2402.11129)."""
+
+    def __init__(
+        self,
+        retriever=None,
+        k: int = 5,
+        augmentations: tuple[str, ...] = ("external", "internal"),
+        original_query: bool = True,
+        filter: bool = True,  # noqa: A002 - the knob's name on the command line (filter=false)
+        filter_mode: Literal["per_set", "union"] = "per_set",
+        filter_stages: Literal["auto", "topic", "analysis", "ids"] = "auto",
+        reuse_topic: bool = False,
+        answer_mode: Literal["short", "yes_no"] = "short",
+        if_nothing_kept: Literal["no_knowledge", "unfiltered"] = "no_knowledge",
+    ):
+        super().__init__(retriever)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ConfigError(f"knob k={k!r}: expected an integer in 1..{MAX_K}")
+        augmentations = tuple(augmentations)
+        if any(a not in AUGMENTATIONS for a in augmentations) or len(set(augmentations)) != len(augmentations):
+            raise ConfigError(f"knob augmentations={','.join(map(str, augmentations))}: expected distinct names "
+                              f"among {', '.join(AUGMENTATIONS)} (or none)")
+        if not augmentations and not original_query:
+            raise ConfigError("knobs augmentations=() and original_query=false leave no query to retrieve with; "
+                              "keep at least one")
+        _choice("filter_mode", filter_mode, ("per_set", "union"))
+        _choice("filter_stages", filter_stages, FILTER_STAGES)
+        _choice("answer_mode", answer_mode, ("short", "yes_no"))
+        _choice("if_nothing_kept", if_nothing_kept, ("no_knowledge", "unfiltered"))
+
+        self.k = k
+        self.augmentations = tuple(a for a in AUGMENTATIONS if a in augmentations)
+        self.original_query = bool(original_query)
+        # The knowledge sets, in the union order q, q_ex, q_in.
+        used = {"q": self.original_query, **{AUGMENTATIONS[a]: a in augmentations for a in AUGMENTATIONS}}
+        self.queries = tuple(name for name in QUERY_ORDER if used[name])
+        self.filter = bool(filter)
+        self.filter_mode = filter_mode
+        # "auto" follows Appendix B: topic+analysis+ids for short answers, analysis+ids for yes/no.
+        self.filter_stages = ({"short": "topic", "yes_no": "analysis"}[answer_mode]
+                              if filter_stages == "auto" else filter_stages)
+        self.reuse_topic = bool(reuse_topic)
+        self.answer_mode = answer_mode
+        self.if_nothing_kept = if_nothing_kept
+
+        if "q_ex" in self.queries:
+            self.external_cot = dspy.Predict(KnowledgeCoT)
+        if "q_in" in self.queries:
+            self.write_passage = dspy.Predict(WritePassage)
+        if self.filter:
+            if self.filter_stages == "topic":
+                self.filter_topic = dspy.Predict(FilterTopic)
+                self.filter_analysis = dspy.Predict(TopicRelevanceAnalysis)
+            elif self.filter_stages == "analysis":
+                self.filter_analysis = dspy.Predict(RelevanceAnalysis)
+            self.filter_ids = dspy.Predict(SelectRelevantIds if self.filter_stages != "ids"
+                                           else SelectRelevantIdsDirect)
+        self.answer_cot = dspy.Predict(KnowledgeCoT)
+        self.extract_answer = dspy.Predict(ExtractYesNo if answer_mode == "yes_no" else ExtractShortAnswer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        q = question
+        blended = {"q": q}
+        retrieved: dict[str, list[Passage]] = {}
+        external_reasoning = internal_passage = None
+
+        # Query generation blending (Algorithm 1, lines 1-4).
+        if "q" in self.queries or "q_ex" in self.queries:
+            docs_q = self.retrieve(q, self.k)
+            if "q" in self.queries:
+                retrieved["q"] = docs_q
+        if "q_ex" in self.queries:
+            external_reasoning = self.external_cot(knowledge=format_knowledge(docs_q), question=q).reasoning
+            blended["q_ex"] = blend(external_reasoning, q)
+        if "q_in" in self.queries:
+            internal_passage = self.write_passage(question=q).passage
+            blended["q_in"] = blend(internal_passage, q)
+        for name in ("q_ex", "q_in"):
+            if name in self.queries:
+                retrieved[name] = self.retrieve(blended[name], self.k)
+
+        # Knowledge filtering (lines 5-6), always against the original question.
+        sets = [(name, retrieved[name]) for name in self.queries]
+        kept_ids: dict[str, list[int]] = {}
+        invalid_ids: dict[str, list[int]] = {}
+        topic_cache: dict[str, str] = {}
+        if not self.filter:
+            knowledge = dedup_passages(*(docs for _, docs in sets))
+        elif self.filter_mode == "per_set":
+            for name, docs in sets:
+                kept_ids[name], invalid_ids[name] = self._filter(q, docs, topic_cache)
+            knowledge = dedup_passages(*([docs[i] for i in kept_ids[name]] for name, docs in sets))
+        else:
+            union = dedup_passages(*(docs for _, docs in sets))
+            kept_ids["union"], invalid_ids["union"] = self._filter(q, union, topic_cache)
+            knowledge = [union[i] for i in kept_ids["union"]]
+
+        filter_empty = self.filter and not knowledge
+        if filter_empty and self.if_nothing_kept == "unfiltered":
+            knowledge = dedup_passages(*(docs for _, docs in sets))
+
+        # Answer generation (line 7): CoT over the kept knowledge, then a short answer.
+        reasoning = self.answer_cot(knowledge=format_knowledge(knowledge), question=q).reasoning
+        answer = self.extract_answer(context=reasoning, question=q).answer
+        return dspy.Prediction(
+            answer=answer,
+            passages=knowledge,
+            reasoning=reasoning,
+            external_reasoning=external_reasoning,
+            internal_passage=internal_passage,
+            queries=blended,
+            retrieved=retrieved,
+            kept_ids=kept_ids,
+            invalid_ids=invalid_ids,
+            topic=topic_cache.get("topic"),
+            filter_empty=filter_empty,
+        )
+
+    def _filter(self, question: str, docs: list[Passage], topic_cache: dict[str, str]) -> tuple[list[int],
+                                                                                                list[int]]:
+        """One filter chain over one set of passages (Eq. 7): the ids kept, and the invalid ids returned."""
+        if not docs:
+            return [], []
+        knowledge = format_knowledge(docs)
+        if self.filter_stages == "ids":
+            ids = self.filter_ids(question=question, knowledge=knowledge).relevant_ids
+            return clean_ids(ids, len(docs))
+        if self.filter_stages == "topic":
+            if "topic" not in topic_cache or not self.reuse_topic:
+                topic_cache["topic"] = self.filter_topic(question=question).topic
+            analysis = self.filter_analysis(topic=topic_cache["topic"], question=question,
+                                            knowledge=knowledge).relevance_analysis
+        else:
+            analysis = self.filter_analysis(question=question, knowledge=knowledge).relevance_analysis
+        ids = self.filter_ids(context=analysis, question=question, knowledge=knowledge).relevant_ids
+        return clean_ids(ids, len(docs))

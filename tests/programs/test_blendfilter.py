@@ -1,0 +1,288 @@
+"""BlendFilter: call structure (13 / 10 calls, 3 retrievals), what each call sees, union order, filter edge
+cases, knobs, registry, save/load."""
+
+from __future__ import annotations
+
+import typing
+
+import dspy
+import pytest
+
+from ragzoo import programs
+from ragzoo.errors import ConfigError
+from ragzoo.programs.blendfilter import BlendFilter, clean_ids
+from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
+
+Q = "Which doc answers the question?"
+A_EX = "Doc 3 says so. So the answer is three."
+A_IN = "A passage about doc eight."
+Q_EX = f"{A_EX} {Q}"
+Q_IN = f"{A_IN} {Q}"
+
+FILTER_CHAIN = ["filter_topic", "filter_analysis", "filter_ids"]
+FULL = ["external_cot", "write_passage", *FILTER_CHAIN * 3, "answer_cot", "extract_answer"]
+
+
+@pytest.fixture(autouse=True)
+def _offline_token_counts(monkeypatch):
+    # ragzoo.engines.approx_tokens retries downloading tiktoken's encoding on every LM call when it is not
+    # cached (a network attempt, seconds each offline); count tokens by length in these tests.
+    monkeypatch.setattr("ragzoo.engines.approx_tokens", lambda text: max(1, len(text) // 4))
+
+
+@pytest.fixture
+def docs():
+    return make_passages(12)
+
+
+@pytest.fixture
+def retriever(docs):
+    # The three queries retrieve overlapping, known sets: q -> 0..4, q_ex -> 3..7, q_in -> 6..10.
+    return StaticRetriever(docs, by_query={Q: docs[0:5], Q_EX: docs[3:8], Q_IN: docs[6:11]})
+
+
+def script(**overrides):
+    responses = {
+        "external_cot": {"reasoning": A_EX},
+        "write_passage": {"passage": A_IN},
+        "filter_topic": {"topic": "documents"},
+        "filter_analysis": {"relevance_analysis": "knowledge 0 is relevant"},
+        "filter_ids": {"relevant_ids": [0]},
+        "answer_cot": {"reasoning": "So the answer is three."},
+        "extract_answer": {"answer": "three"},
+    }
+    responses.update(overrides)
+    return ScriptedLM(responses)
+
+
+def run(program, lm, question=Q):
+    with dspy.context(lm=lm):
+        return program(question=question)
+
+
+def placeholders(context):
+    """What the dry-run LM answers: type-valid placeholder values for every output field."""
+    values = {}
+    for name, field in context.signature.output_fields.items():
+        annotation = field.annotation
+        if typing.get_origin(annotation) is typing.Literal:
+            values[name] = typing.get_args(annotation)[0]
+        elif annotation == list[int]:
+            values[name] = [0]
+        elif annotation is bool:
+            values[name] = False
+        else:
+            values[name] = "placeholder"
+    return values
+
+
+def test_default_structure_is_13_calls_and_3_retrievals(retriever):
+    lm = script()
+    pred = run(BlendFilter(retriever), lm)
+    assert lm.call_names == FULL
+    assert len(lm.call_names) == 13
+    assert retriever.queries == [(Q, 5), (Q_EX, 5), (Q_IN, 5)]
+    assert pred.queries == {"q": Q, "q_ex": Q_EX, "q_in": Q_IN}
+    assert pred.answer == "three"
+
+
+def test_strategyqa_mode_is_10_calls_with_typed_yes_no(retriever):
+    lm = script(extract_answer={"answer": "yes"})
+    program = BlendFilter(retriever, answer_mode="yes_no")
+    pred = run(program, lm)
+    assert lm.call_names == ["external_cot", "write_passage", *["filter_analysis", "filter_ids"] * 3,
+                             "answer_cot", "extract_answer"]
+    assert len(lm.call_names) == 10
+    assert len(retriever.queries) == 3
+    assert pred.answer == "yes"
+    assert typing.get_args(program.extract_answer.signature.output_fields["answer"].annotation) == ("yes", "no")
+    assert "topic" not in lm.calls_to("filter_analysis")[0].inputs
+
+
+def test_external_augmentation_sees_the_q_retrieval_and_internal_sees_only_q(retriever, docs):
+    lm = script()
+    run(BlendFilter(retriever), lm)
+    external = lm.calls_to("external_cot")[0].inputs
+    assert external["question"] == Q
+    assert external["knowledge"].splitlines() == [f"knowledge {i} : {d.long_text}" for i, d in enumerate(docs[0:5])]
+    assert lm.calls_to("write_passage")[0].inputs == {"question": Q}
+
+
+def test_every_filter_call_sees_the_original_question_and_one_set(retriever, docs):
+    lm = script()
+    run(BlendFilter(retriever), lm)
+    for name in FILTER_CHAIN:
+        calls = lm.calls_to(name)
+        assert len(calls) == 3
+        for call in calls:
+            assert call.inputs["question"] == Q  # never the blended q_ex / q_in
+            assert A_EX not in call.prompt_text.split("[[ ## question ## ]]")[-1]
+    for call, expected in zip(lm.calls_to("filter_ids"), (docs[0:5], docs[3:8], docs[6:11])):
+        assert call.inputs["knowledge"].splitlines() == [f"knowledge {i} : {d.long_text}"
+                                                         for i, d in enumerate(expected)]
+        assert call.inputs["context"] == "knowledge 0 is relevant"  # the analysis feeds the id call
+    assert all(call.inputs["topic"] == "documents" for call in lm.calls_to("filter_analysis"))
+
+
+def test_union_keeps_order_q_qex_qin_and_dedups(retriever, docs):
+    # q set 0..4 keeps ids [4, 0] -> docs 0, 4; q_ex set 3..7 keeps [1, 0, 4] -> docs 3, 4, 7;
+    # q_in set 6..10 keeps [2, 1] -> docs 7, 8. Doc 4 and doc 7 appear twice; the first occurrence wins.
+    lm = script(filter_ids=[{"relevant_ids": [4, 0]}, {"relevant_ids": [1, 0, 4]}, {"relevant_ids": [2, 1]}])
+    pred = run(BlendFilter(retriever), lm)
+    assert pred.kept_ids == {"q": [0, 4], "q_ex": [0, 1, 4], "q_in": [1, 2]}
+    assert [p.pid for p in pred.passages] == ["0", "4", "3", "7", "8"]
+    answer_knowledge = lm.calls_to("answer_cot")[0].inputs["knowledge"]
+    assert answer_knowledge.splitlines() == [f"knowledge {i} : {docs[int(pid)].long_text}"
+                                             for i, pid in enumerate(["0", "4", "3", "7", "8"])]
+    assert lm.calls_to("extract_answer")[0].inputs["context"] == "So the answer is three."
+
+
+def test_invalid_ids_are_dropped_and_reported(retriever, docs):
+    lm = script(filter_ids=[{"relevant_ids": [7, -1, 2, 2]}, {"relevant_ids": []}, {"relevant_ids": [5]}])
+    pred = run(BlendFilter(retriever), lm)
+    assert pred.kept_ids == {"q": [2], "q_ex": [], "q_in": []}
+    assert pred.invalid_ids == {"q": [7, -1], "q_ex": [], "q_in": [5]}
+    assert [p.pid for p in pred.passages] == ["2"]
+    assert clean_ids(None, 5) == ([], [])
+
+
+def test_filter_keeps_nothing_answers_without_knowledge(retriever):
+    lm = script(filter_ids={"relevant_ids": []})
+    pred = run(BlendFilter(retriever), lm)
+    assert pred.filter_empty is True
+    assert pred.passages == []
+    assert lm.calls_to("answer_cot")[0].inputs["knowledge"] == "(none)"
+    assert len(lm.call_names) == 13
+
+
+def test_filter_keeps_nothing_can_fall_back_to_unfiltered(retriever):
+    lm = script(filter_ids={"relevant_ids": []})
+    pred = run(BlendFilter(retriever, if_nothing_kept="unfiltered"), lm)
+    assert pred.filter_empty is True
+    assert [p.pid for p in pred.passages] == [str(i) for i in range(11)]
+
+
+def test_filter_parse_failure_raises():
+    from dspy.utils.exceptions import AdapterParseError
+
+    docs = make_passages(8)
+    lm = script(filter_ids="no ids here, sorry")
+    with pytest.raises(AdapterParseError):
+        run(BlendFilter(StaticRetriever(docs)), lm)
+    # ChatAdapter fails, DSPy retries once with JSONAdapter, then gives up before any answer call.
+    assert lm.call_names[-2:] == ["filter_ids", "filter_ids"]
+    assert "answer_cot" not in lm.call_names
+
+
+@pytest.mark.parametrize("knobs, names, retrievals", [
+    ({"original_query": False},
+     ["external_cot", "write_passage", *FILTER_CHAIN * 2, "answer_cot", "extract_answer"], [Q, Q_EX, Q_IN]),
+    ({"augmentations": ("internal",)}, ["write_passage", *FILTER_CHAIN * 2, "answer_cot", "extract_answer"], [Q, Q_IN]),
+    ({"augmentations": ("external",)}, ["external_cot", *FILTER_CHAIN * 2, "answer_cot", "extract_answer"], [Q, Q_EX]),
+    ({"augmentations": ()}, [*FILTER_CHAIN, "answer_cot", "extract_answer"], [Q]),
+    ({"filter": False}, ["external_cot", "write_passage", "answer_cot", "extract_answer"], [Q, Q_EX, Q_IN]),
+    ({"filter_mode": "union"}, ["external_cot", "write_passage", *FILTER_CHAIN, "answer_cot", "extract_answer"],
+     [Q, Q_EX, Q_IN]),
+    ({"filter_stages": "ids"}, ["external_cot", "write_passage", *["filter_ids"] * 3, "answer_cot", "extract_answer"],
+     [Q, Q_EX, Q_IN]),
+    ({"filter_stages": "analysis"},
+     ["external_cot", "write_passage", *["filter_analysis", "filter_ids"] * 3, "answer_cot", "extract_answer"],
+     [Q, Q_EX, Q_IN]),
+    ({"reuse_topic": True},
+     ["external_cot", "write_passage", *FILTER_CHAIN, *["filter_analysis", "filter_ids"] * 2, "answer_cot",
+      "extract_answer"], [Q, Q_EX, Q_IN]),
+])
+def test_knobs_change_the_call_structure(retriever, knobs, names, retrievals):
+    lm = script()
+    program = BlendFilter(retriever, **knobs)
+    run(program, lm)
+    assert lm.call_names == names
+    assert [query for query, _ in retriever.queries] == retrievals
+    # named_predictors lists exactly the call sites this configuration uses.
+    assert {name for name, _ in program.named_predictors()} == set(names)
+
+
+def test_without_q_the_q_set_is_not_knowledge(retriever):
+    lm = script(filter_ids={"relevant_ids": [0, 1, 2, 3, 4]})
+    pred = run(BlendFilter(retriever, original_query=False), lm)
+    assert set(pred.retrieved) == {"q_ex", "q_in"}
+    assert [p.pid for p in pred.passages] == [str(i) for i in range(3, 11)]
+
+
+def test_no_filter_is_the_plain_union(retriever):
+    lm = script()
+    pred = run(BlendFilter(retriever, filter=False), lm)
+    assert [p.pid for p in pred.passages] == [str(i) for i in range(11)]
+    assert pred.kept_ids == {} and pred.filter_empty is False
+
+
+def test_union_scope_filters_once_over_the_deduplicated_union(retriever, docs):
+    lm = script(filter_ids={"relevant_ids": [10, 3, 0]})
+    pred = run(BlendFilter(retriever, filter_mode="union"), lm)
+    knowledge = lm.calls_to("filter_ids")[0].inputs["knowledge"].splitlines()
+    assert knowledge == [f"knowledge {i} : {docs[i].long_text}" for i in range(11)]
+    assert pred.kept_ids == {"union": [0, 3, 10]}
+    assert [p.pid for p in pred.passages] == ["0", "3", "10"]
+
+
+def test_named_predictors_list_every_call_site(retriever):
+    names = [name for name, _ in BlendFilter(retriever).named_predictors()]
+    assert names == ["external_cot", "write_passage", "filter_topic", "filter_analysis", "filter_ids",
+                     "answer_cot", "extract_answer"]
+    lm = script()
+    run(BlendFilter(retriever), lm)
+    assert set(lm.call_names) == set(names)
+
+
+def test_save_load_round_trip_keeps_demos_and_behaviour(retriever, tmp_path):
+    program = BlendFilter(retriever)
+    program.filter_ids.demos = [dspy.Example(context="knowledge 1 fits", question="demo q",
+                                             knowledge="knowledge 0 : a\nknowledge 1 : b", relevant_ids=[1])]
+    program.answer_cot.signature = program.answer_cot.signature.with_instructions("Compiled instructions.")
+    path = tmp_path / "blendfilter.json"
+    program.save(str(path))
+
+    loaded = BlendFilter(retriever)
+    loaded.load(str(path))
+    first, second = script(), script()
+    before = run(program, first)
+    after = run(loaded, second)
+    assert [c.prompt_text for c in first.calls] == [c.prompt_text for c in second.calls]
+    assert second.calls_to("filter_ids")[0].demos == 1
+    assert "Compiled instructions." in second.calls_to("answer_cot")[0].system
+    assert before.answer == after.answer
+    assert [p.pid for p in before.passages] == [p.pid for p in after.passages]
+
+
+def test_registry_builds_with_knobs(retriever):
+    program = programs.get("blendfilter", retriever=retriever, k=3, augmentations="internal", answer_mode="yes_no",
+                           filter="true")
+    assert program.k == 3 and program.queries == ("q", "q_in") and program.filter is True
+    lm = script(extract_answer={"answer": "no"})
+    run(program, lm)
+    assert retriever.queries == [(Q, 3), (f"{A_IN} {Q}", 3)]
+    assert programs.info("blendfilter").calls == "13 (StrategyQA 10)"
+
+
+@pytest.mark.parametrize("knobs", [
+    {"nope": 1}, {"k": 0}, {"k": "five"}, {"augmentations": "external,bogus"},
+    {"augmentations": "internal,internal"}, {"augmentations": "", "original_query": False},
+    {"filter": "sometimes"}, {"filter_mode": "everything"}, {"filter_stages": "four"}, {"answer_mode": "long"},
+])
+def test_registry_rejects_bad_knobs(retriever, knobs):
+    with pytest.raises(ConfigError):
+        programs.get("blendfilter", retriever=retriever, **knobs)
+
+
+def test_registry_requires_a_retriever():
+    with pytest.raises(ConfigError):
+        programs.get("blendfilter")
+
+
+@pytest.mark.parametrize("knobs", [{}, {"answer_mode": "yes_no"}, {"filter_mode": "union"}])
+def test_runs_end_to_end_on_placeholders(knobs):
+    retriever = StaticRetriever(make_passages(10))
+    lm = ScriptedLM(default=placeholders)
+    pred = run(BlendFilter(retriever, **knobs), lm)
+    assert isinstance(pred.answer, str) and pred.answer
+    assert len(retriever.queries) == 3
