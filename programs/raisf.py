@@ -1,0 +1,305 @@
+"""RA-ISF: Retrieval Augmented Iterative Self-Feedback.
+
+Paper: Liu, Peng, Zhang, Liu, Yin, Cao, Du, "RA-ISF: Learning to Answer and Understand from Retrieval
+Augmentation via Iterative Self-Feedback", arXiv:2403.06840 (ACL Findings 2024). This module is the paper's
+Algorithm 1 ("Problem Iterative Solving", Eqs. 2-4) as a DSPy program. The paper fine-tunes three small
+models for the gates (M_know, M_rel, M_decom); here they are DSPy predictors that optimizers compile, and
+the answering LLM M is three more predictors (direct, from relevant passages, from sub-answers).
+
+    solve(q, depth):
+      depth > max_depth                     -> "unknown", no call          (Alg. 1 lines 2-4)
+      SelfKnowledge(q) says yes             -> DirectAnswer(q)             (lines 5-7, Eq. 2)
+      P = retrieve(q, k); P_rel = [p in P if PassageRelevance(q, p)]       (lines 8-12)
+      P_rel not empty                       -> RelevantPassagesAnswer(q, P_rel)   (lines 13-15, Eq. 3)
+      subs = Decompose(q); a_i = solve(sub_i, depth + 1)                   (lines 16-19)
+      -> SynthesizeAnswer(q, [(sub_i, a_i)])                               (line 20, Eq. 4)
+
+LM calls per (sub-)question: knows 2; relevant passage 2 + k (per-passage judge) or 3 (joint judge);
+decomposition 3 + k plus the sub-questions' own calls. The paper's Table 4 averages 4-7 questions and
+~3 retrievals per input question, i.e. roughly 20-30 calls at k = 5. `Prediction.n_lm_calls` counts the
+predictor calls of one question (a parse retry by DSPy's JSON fallback is a second LM call inside one).
+
+Choices where the paper is open (knobs in brackets):
+- k = 5 [k]: the main runs do not state k; every worked example (App. G) and the k sweep centre use 5.
+- Depth: root at depth 0, nodes at depths 0..max_depth are processed, D_th = 3 [max_depth]. A node past
+  the limit answers "unknown" without any call (Alg. 1 lines 2-4, checked before self-knowledge).
+- At the depth limit [at_depth_limit]: "decompose" (default) follows Alg. 1 literally: a node at
+  depth == max_depth with no relevant passage still decomposes; its children are past the limit and answer
+  "unknown" for free; synthesis then answers from those pairs. "unknown" returns "unknown" at once (the
+  prose reading: a question decomposed D_th times is unanswerable); "passages" answers from all k
+  retrieved passages unfiltered; "direct" answers without passages.
+- Self-knowledge runs at every level (Alg. 1 line 5 is inside the recursive function; Table 13 shows it
+  on sub-questions). It is a classifier; the answer is a separate call to the answering model (Alg. 1
+  line 6: M_know decides, M answers), although some ChatGPT traces in Table 13 answer inline.
+- Relevance is one binary call per passage, judged against the node's own (sub-)question (Alg. 1 and the
+  App. A.2 training data) [relevance="per_passage"]. The App. G examples judge all passages at once as
+  "relevant and sufficient" [relevance="joint": one call returning passage numbers].
+- The answer from relevant passages sees only P_rel (Eq. 3; Alg. 1 line 14 says P, a typo the notes and
+  the code confirm). That answer is returned as is, not checked again (the relevance gate is the paper's
+  "checkpoint", §5.5). [decompose_if_unknown=True] is our option: if that answer is "unknown", go on to
+  decomposition as if no passage were relevant.
+- The retrieval query is the (sub-)question alone (the code prepends an undefined dataset "context").
+- Sub-questions are solved independently, in order, each through the full procedure; a later one does not
+  see earlier sub-answers (as in the paper). Synthesis sees the node's question and one
+  "sub-question -> answer" item per sub-question, including "unknown" answers verbatim.
+- Guards (not in the paper): sub-questions are normalised (lower case, punctuation and extra spaces
+  dropped); empty ones, repeats within one decomposition and those equal to the node's question or any
+  ancestor are skipped (recorded in the node's `skipped`); at most `max_subquestions` (5; the paper's
+  examples have 3-4) are kept per decomposition, in the model's order. A sub-question already solved
+  elsewhere in the same tree reuses that answer without calls (route "reused"). At most `max_questions`
+  (30, ~5x the paper's Table 4 averages) nodes make calls per input question; beyond that a sub-question
+  answers "unknown" (route "budget"). Recursion therefore always terminates: depth is bounded and every
+  level consumes budget.
+- Empty decomposition (nothing left after the guards) [on_empty_decomposition]: Alg. 1 would call
+  M(q, {}, {}), which is the question alone, so the default "direct" answers it with DirectAnswer; "passages"
+  answers from the k retrieved passages unfiltered; "unknown" gives up. ("passages" answers directly when
+  the node retrieved nothing, i.e. with use_relevance=False; the same holds for at_depth_limit.)
+- Ablations of Table 2: [use_self_knowledge=False] = No SKM (every node retrieves);
+  [use_relevance=False] = No PRM (after self-knowledge says no, decompose without retrieving);
+  [use_decomposition=False] = No QDM (no relevant passage -> "unknown").
+- Answers are short (entity/date/number/yes-no) because ragzoo scores exact match; the paper's model wrote
+  sentences and its "EM" is in effect answer containment.
+- An unparseable LM output raises (DSPy's AdapterParseError) and the example scores 0, instead of the
+  code's "treat as Unknow/irrelevant": ragzoo records parse failures rather than hiding them.
+
+The prediction carries `answer`, `passages` (every passage an answer in the tree was written from, in order
+of use, deduplicated), `route` (how the root was answered), `tree` (nested dicts: question, depth, route,
+answer, retrieved_ids, relevant_ids, children, skipped), `depth_reached`, `relevant_ids`, `n_questions`
+(Table 4 "Sub": the question plus sub-questions that made calls), `n_retrievals` and `n_lm_calls`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import dspy
+
+from ragzoo.errors import ConfigError
+from ragzoo.programs import register
+from ragzoo.programs.base import RagProgram, dedup_passages, passages_as_context
+from ragzoo.retrieval.base import Passage, check_k
+from ragzoo.signatures.raisf import (
+    Decompose,
+    DirectAnswer,
+    PassageRelevance,
+    PassagesRelevanceJoint,
+    RelevantPassagesAnswer,
+    SelfKnowledge,
+    SynthesizeAnswer,
+)
+
+UNKNOWN = "unknown"
+
+Fallback = Literal["direct", "passages", "unknown"]
+
+
+def normalize_question(text: str) -> str:
+    """Lower case, punctuation dropped, spaces collapsed: the key for duplicate sub-questions."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def is_unknown(answer: str) -> bool:
+    return normalize_question(answer) in {"", "unknown", "unknow", "i don t know"}
+
+
+@dataclass
+class _SolveState:
+    """Bookkeeping shared by all nodes of one input question's tree."""
+
+    questions: int = 0
+    retrievals: int = 0
+    lm_calls: int = 0
+    depth_reached: int = 0
+    solved: dict[str, str] = field(default_factory=dict)
+    used_passages: list[Passage] = field(default_factory=list)
+
+
+@register(
+    "raisf",
+    paper="RA-ISF (Liu et al., ACL Findings 2024, arXiv:2403.06840)",
+    calls="2 if known; k+2 with a relevant passage; ~20-30 with decomposition (k=5)",
+    summary="recursive self-knowledge -> per-passage relevance -> decomposition, depth limit 3",
+)
+class RAISF(RagProgram):
+    """RA-ISF: self-knowledge gate, per-passage relevance, recursive question decomposition."""
+
+    def __init__(
+        self,
+        retriever=None,
+        k: int = 5,
+        max_depth: int = 3,
+        max_subquestions: int = 5,
+        max_questions: int = 30,
+        relevance: Literal["per_passage", "joint"] = "per_passage",
+        at_depth_limit: Literal["decompose", "unknown", "passages", "direct"] = "decompose",
+        on_empty_decomposition: Fallback = "direct",
+        decompose_if_unknown: bool = False,
+        use_self_knowledge: bool = True,
+        use_relevance: bool = True,
+        use_decomposition: bool = True,
+    ):
+        super().__init__(retriever)
+        try:
+            check_k(k)
+        except Exception as error:
+            raise ConfigError(f"raisf: {error}") from None
+        if max_depth < 0:
+            raise ConfigError(f"raisf: max_depth must be >= 0, got {max_depth}")
+        if max_subquestions < 1:
+            raise ConfigError(f"raisf: max_subquestions must be >= 1, got {max_subquestions}")
+        if max_questions < 1:
+            raise ConfigError(f"raisf: max_questions must be >= 1, got {max_questions}")
+        self.k = k
+        self.max_depth = max_depth
+        self.max_subquestions = max_subquestions
+        self.max_questions = max_questions
+        self.relevance = relevance
+        self.at_depth_limit = at_depth_limit
+        self.on_empty_decomposition = on_empty_decomposition
+        self.decompose_if_unknown = decompose_if_unknown
+        self.use_self_knowledge = use_self_knowledge
+        self.use_relevance = use_relevance
+        self.use_decomposition = use_decomposition
+
+        # M_know, M_rel, M_decom: the paper's three trained gates.
+        self.self_knowledge = dspy.Predict(SelfKnowledge)
+        self.relevance_judge = dspy.Predict(PassageRelevance)
+        self.relevance_joint = dspy.Predict(PassagesRelevanceJoint)
+        self.decompose = dspy.Predict(Decompose)
+        # M: the answering model, in its three uses (Eqs. 2, 3, 4).
+        self.direct_answer = dspy.Predict(DirectAnswer)
+        self.passages_answer = dspy.Predict(RelevantPassagesAnswer)
+        self.synthesize = dspy.Predict(SynthesizeAnswer)
+
+    # ----------------------------------------------------------------------------------------------
+    def forward(self, question: str) -> dspy.Prediction:
+        state = _SolveState()
+        root = self._solve(question, 0, (), state)
+        relevant_ids = list(dict.fromkeys(pid for node in _walk(root) for pid in node["relevant_ids"]))
+        return dspy.Prediction(
+            answer=root["answer"],
+            passages=dedup_passages(state.used_passages),
+            route=root["route"],
+            tree=root,
+            depth_reached=state.depth_reached,
+            relevant_ids=relevant_ids,
+            n_questions=state.questions,
+            n_retrievals=state.retrievals,
+            n_lm_calls=state.lm_calls,
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    def _call(self, predictor: dspy.Predict, state: _SolveState, **inputs) -> dspy.Prediction:
+        state.lm_calls += 1
+        return predictor(**inputs)
+
+    def _solve(self, question: str, depth: int, ancestors: tuple[str, ...], state: _SolveState) -> dict:
+        node: dict[str, Any] = {"question": question, "depth": depth, "route": None, "answer": None,
+                                "retrieved_ids": [], "relevant_ids": [], "children": [], "skipped": []}
+        if depth > self.max_depth:  # Alg. 1 lines 2-4: checked before any call
+            return _finish(node, "past_depth_limit", UNKNOWN)
+        if state.questions >= self.max_questions:
+            return _finish(node, "budget", UNKNOWN)
+        state.questions += 1
+        state.depth_reached = max(state.depth_reached, depth)
+
+        if self.use_self_knowledge and self._call(self.self_knowledge, state, question=question).can_answer:
+            answer = self._call(self.direct_answer, state, question=question).answer
+            return self._solved(node, "self_knowledge", answer, state)
+
+        retrieved: list[Passage] = []
+        if self.use_relevance:
+            retrieved = self.retrieve(question, self.k)
+            state.retrievals += 1
+            relevant = self._judge(question, retrieved, state)
+            node["retrieved_ids"] = [p.pid for p in retrieved]
+            node["relevant_ids"] = [p.pid for p in relevant]
+            if relevant:
+                answer = self._call(self.passages_answer, state, question=question,
+                                    passages=passages_as_context(relevant)).answer
+                state.used_passages.extend(relevant)
+                if not (self.decompose_if_unknown and is_unknown(answer)):
+                    return self._solved(node, "relevant_passages", answer, state)
+                node["unknown_from_passages"] = answer
+
+        if not self.use_decomposition:  # Table 2 "No QDM"
+            return self._solved(node, "no_decomposition", UNKNOWN, state)
+        if depth >= self.max_depth and self.at_depth_limit != "decompose":
+            return self._fallback(node, "depth_limit", self.at_depth_limit, retrieved, state)
+
+        proposed = self._call(self.decompose, state, question=question).sub_questions
+        lineage = (*ancestors, question)
+        sub_questions = self._usable_subquestions(proposed, lineage, node)
+        if not sub_questions:
+            return self._fallback(node, "empty_decomposition", self.on_empty_decomposition, retrieved, state)
+
+        for sub_question in sub_questions:
+            key = normalize_question(sub_question)
+            if key in state.solved:
+                child = _finish({"question": sub_question, "depth": depth + 1, "route": None, "answer": None,
+                                 "retrieved_ids": [], "relevant_ids": [], "children": [], "skipped": []},
+                                "reused", state.solved[key])
+            else:
+                child = self._solve(sub_question, depth + 1, lineage, state)
+            node["children"].append(child)
+        pairs = [f"{child['question']} -> {child['answer']}" for child in node["children"]]
+        answer = self._call(self.synthesize, state, question=question, sub_answers=pairs).answer
+        return self._solved(node, "decomposition", answer, state)
+
+    def _judge(self, question: str, passages: list[Passage], state: _SolveState) -> list[Passage]:
+        """P_rel: the retrieved passages judged relevant to this node's question, in retrieval order."""
+        if not passages:
+            return []
+        if self.relevance == "joint":
+            numbered = [f"[{i}] {text}" for i, text in enumerate(passages_as_context(passages), start=1)]
+            ids = self._call(self.relevance_joint, state, question=question, passages=numbered).relevant_ids
+            chosen = {i for i in ids if 1 <= i <= len(passages)}
+            return [p for i, p in enumerate(passages, start=1) if i in chosen]
+        return [p for p in passages
+                if self._call(self.relevance_judge, state, question=question, passage=p.long_text).relevant]
+
+    def _usable_subquestions(self, proposed: list[str], lineage: tuple[str, ...], node: dict) -> list[str]:
+        """Drop empty sub-questions, repeats and any equal to the question or an ancestor; cap the rest."""
+        blocked = {normalize_question(q) for q in lineage}
+        kept: list[str] = []
+        for sub_question in proposed:
+            text = sub_question.strip()
+            key = normalize_question(text)
+            if not key or key in blocked:
+                node["skipped"].append(text)
+                continue
+            blocked.add(key)
+            kept.append(text)
+        node["skipped"].extend(kept[self.max_subquestions:])
+        return kept[: self.max_subquestions]
+
+    def _fallback(self, node: dict, route: str, mode: str, retrieved: list[Passage], state: _SolveState) -> dict:
+        """Answer a node that cannot (or may not) be decomposed further."""
+        if mode == "passages" and retrieved:
+            answer = self._call(self.passages_answer, state, question=node["question"],
+                                passages=passages_as_context(retrieved)).answer
+            state.used_passages.extend(retrieved)
+            return self._solved(node, f"{route}:passages", answer, state)
+        if mode in ("passages", "direct"):  # "passages" with nothing retrieved (No PRM) answers directly
+            answer = self._call(self.direct_answer, state, question=node["question"]).answer
+            return self._solved(node, f"{route}:direct", answer, state)
+        return self._solved(node, f"{route}:unknown", UNKNOWN, state)
+
+    @staticmethod
+    def _solved(node: dict, route: str, answer: str, state: _SolveState) -> dict:
+        state.solved.setdefault(normalize_question(node["question"]), answer)
+        return _finish(node, route, answer)
+
+
+def _finish(node: dict, route: str, answer: str) -> dict:
+    node["route"] = route
+    node["answer"] = answer
+    return node
+
+
+def _walk(node: dict):
+    yield node
+    for child in node["children"]:
+        yield from _walk(child)

@@ -1,0 +1,353 @@
+"""RA-ISF (programs/raisf.py): every branch of Algorithm 1 driven by a scripted LM, offline."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+from ragzoo import programs
+from ragzoo.errors import ConfigError
+from ragzoo.programs.raisf import RAISF, normalize_question
+from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
+
+K = 5
+JUDGES = ["relevance_judge"] * K
+ROOT = "Who is the mother of the director of Polish-Russian War?"
+
+
+class World:
+    """A scripted LM as a small world of facts: which questions the model knows, which questions the
+    retrieved passages are relevant to (optionally only some passage ids), and how questions decompose."""
+
+    def __init__(self, known=(), grounded=None, decompositions=None, joint=None):
+        self.known = set(known)
+        self.grounded = dict(grounded or {})  # question -> set of relevant pids (None = all)
+        self.decompositions = dict(decompositions or {})
+        self.joint = joint
+
+    def _relevant(self, context):
+        question, passage = context.inputs["question"], context.inputs["passage"]
+        if question not in self.grounded:
+            return {"relevant": False}
+        pids = self.grounded[question]
+        return {"relevant": pids is None or any(passage.startswith(f"Doc {pid} |") for pid in pids)}
+
+    def lm(self, **overrides) -> ScriptedLM:
+        script = {
+            "self_knowledge": lambda c: {"can_answer": c.inputs["question"] in self.known},
+            "direct_answer": lambda c: {"answer": f"direct:{c.inputs['question']}"},
+            "relevance_judge": self._relevant,
+            "relevance_joint": lambda c: {"relevant_ids": self.joint},
+            "passages_answer": lambda c: {"answer": f"rag:{c.inputs['question']}"},
+            "decompose": lambda c: {"sub_questions": self.decompositions.get(c.inputs["question"], [])},
+            "synthesize": lambda c: {"answer": f"synth:{c.inputs['question']}"},
+        }
+        script.update(overrides)
+        return ScriptedLM(script)
+
+
+@pytest.fixture
+def retriever():
+    return StaticRetriever(make_passages(10))
+
+
+def run(program, lm, question=ROOT):
+    with dspy.context(lm=lm):
+        return program(question=question)
+
+
+def per_node(*, decompose=True):
+    """Calls of a node that does not know the answer and finds no relevant passage."""
+    return ["self_knowledge", *JUDGES] + (["decompose"] if decompose else [])
+
+
+# --------------------------------------------------------------------------------------------------- routes
+def test_self_knowledge_yes_answers_directly_without_retrieval(retriever):
+    lm = World(known={ROOT}).lm()
+    pred = run(RAISF(retriever), lm)
+    assert lm.call_names == ["self_knowledge", "direct_answer"]
+    assert retriever.queries == []
+    assert lm.calls_to("direct_answer")[0].inputs == {"question": ROOT}
+    assert (pred.answer, pred.route, pred.passages) == (f"direct:{ROOT}", "self_knowledge", [])
+    assert (pred.n_lm_calls, pred.n_retrievals, pred.n_questions, pred.depth_reached) == (2, 0, 1, 0)
+
+
+def test_relevant_passages_answer_sees_only_the_relevant_ones(retriever):
+    lm = World(grounded={ROOT: {"1", "3"}}).lm()
+    pred = run(RAISF(retriever), lm)
+    assert lm.call_names == ["self_knowledge", *JUDGES, "passages_answer"]
+    assert retriever.queries == [(ROOT, K)]
+    retrieved = [p.long_text for p in retriever(ROOT, K)]
+    # one judge call per passage, in retrieval order, each seeing the question and that passage only
+    judged = [call.inputs for call in lm.calls_to("relevance_judge")]
+    assert judged == [{"question": ROOT, "passage": text} for text in retrieved]
+    answer_inputs = lm.calls_to("passages_answer")[0].inputs
+    assert json.loads(answer_inputs["passages"]) == ["Doc 1 | text of doc 1", "Doc 3 | text of doc 3"]
+    assert pred.answer == f"rag:{ROOT}" and pred.route == "relevant_passages"
+    assert [p.pid for p in pred.passages] == ["1", "3"] and pred.relevant_ids == ["1", "3"]
+    assert pred.tree["retrieved_ids"] == ["0", "1", "2", "3", "4"]
+    assert (pred.n_lm_calls, pred.n_retrievals) == (K + 2, 1)
+
+
+def test_no_relevant_passage_decomposes_solves_each_and_synthesizes(retriever):
+    world = World(known={"Who directed it?"}, grounded={"Who is his mother?": {"2"}},
+                  decompositions={ROOT: ["Who directed it?", "Who is his mother?"]})
+    lm = world.lm()
+    pred = run(RAISF(retriever), lm)
+    assert lm.call_names == [
+        *per_node(),                                                    # root: unknown, nothing relevant
+        "self_knowledge", "direct_answer",                              # sub 1: known
+        "self_knowledge", *JUDGES, "passages_answer",                   # sub 2: relevant passage
+        "synthesize",
+    ]
+    assert [q for q, _ in retriever.queries] == [ROOT, "Who is his mother?"]
+    assert lm.calls_to("decompose")[0].inputs == {"question": ROOT}
+    synth = lm.calls_to("synthesize")[0].inputs
+    assert synth["question"] == ROOT
+    assert json.loads(synth["sub_answers"]) == ["Who directed it? -> direct:Who directed it?",
+                                                "Who is his mother? -> rag:Who is his mother?"]
+    assert pred.answer == f"synth:{ROOT}" and pred.route == "decomposition"
+    assert [child["route"] for child in pred.tree["children"]] == ["self_knowledge", "relevant_passages"]
+    assert [p.pid for p in pred.passages] == ["2"] and pred.relevant_ids == ["2"]
+    assert (pred.n_questions, pred.n_retrievals, pred.depth_reached, pred.n_lm_calls) == (3, 2, 1, 17)
+
+
+def chain(n):
+    """q0 -> [q1] -> [q2] -> ...: each question decomposes into the next."""
+    questions = [f"chain question {i}?" for i in range(n + 1)]
+    return questions, {questions[i]: [questions[i + 1]] for i in range(n)}
+
+
+@pytest.mark.parametrize("answer_depth", [0, 1, 2, 3])
+def test_recursion_stops_at_the_depth_where_a_passage_is_relevant(retriever, answer_depth):
+    questions, decompositions = chain(5)
+    lm = World(grounded={questions[answer_depth]: None}, decompositions=decompositions).lm()
+    pred = run(RAISF(retriever), lm, questions[0])
+    expected = per_node() * answer_depth + ["self_knowledge", *JUDGES, "passages_answer"] \
+        + ["synthesize"] * answer_depth
+    assert lm.call_names == expected
+    assert [q for q, _ in retriever.queries] == questions[: answer_depth + 1]
+    assert pred.depth_reached == answer_depth and pred.n_retrievals == answer_depth + 1
+    # each synthesis sees exactly its child's pair, bottom-up
+    synth_questions = [call.inputs["question"] for call in lm.calls_to("synthesize")]
+    assert synth_questions == list(reversed(questions[:answer_depth]))
+    node = pred.tree
+    for _ in range(answer_depth):
+        node = node["children"][0]
+    assert node["route"] == "relevant_passages" and node["depth"] == answer_depth
+
+
+@pytest.mark.parametrize("max_depth", [0, 1, 2, 3])
+def test_depth_limit_children_past_it_answer_unknown_without_calls(retriever, max_depth):
+    questions, decompositions = chain(6)
+    lm = World(decompositions=decompositions).lm()
+    pred = run(RAISF(retriever, max_depth=max_depth), lm, questions[0])
+    # Alg. 1 literally: nodes at depths 0..max_depth decompose; the child at max_depth+1 is "unknown"
+    assert lm.call_names == per_node() * (max_depth + 1) + ["synthesize"] * (max_depth + 1)
+    assert len(retriever.queries) == max_depth + 1 == pred.n_retrievals
+    assert pred.depth_reached == max_depth
+    deepest = lm.calls_to("synthesize")[0].inputs
+    assert deepest["question"] == questions[max_depth]
+    assert json.loads(deepest["sub_answers"]) == [f"{questions[max_depth + 1]} -> unknown"]
+    node = pred.tree
+    for _ in range(max_depth + 1):
+        node = node["children"][0]
+    assert (node["route"], node["answer"], node["depth"]) == ("past_depth_limit", "unknown", max_depth + 1)
+
+
+@pytest.mark.parametrize("mode, last_calls, route, answer", [
+    ("unknown", [], "depth_limit:unknown", "unknown"),
+    ("direct", ["direct_answer"], "depth_limit:direct", "direct:chain question 1?"),
+    ("passages", ["passages_answer"], "depth_limit:passages", "rag:chain question 1?"),
+])
+def test_at_depth_limit_alternatives(retriever, mode, last_calls, route, answer):
+    questions, decompositions = chain(4)
+    lm = World(decompositions=decompositions).lm()
+    pred = run(RAISF(retriever, max_depth=1, at_depth_limit=mode), lm, questions[0])
+    assert lm.call_names == per_node() + per_node(decompose=False) + last_calls + ["synthesize"]
+    limit_node = pred.tree["children"][0]
+    assert (limit_node["route"], limit_node["answer"]) == (route, answer)
+    if mode == "passages":  # unfiltered: all k retrieved passages
+        assert len(json.loads(lm.calls_to("passages_answer")[0].inputs["passages"])) == K
+
+
+# ------------------------------------------------------------------------------------- guards and edge cases
+@pytest.mark.parametrize("mode, last_calls, answer", [
+    ("direct", ["direct_answer"], f"direct:{ROOT}"),
+    ("passages", ["passages_answer"], f"rag:{ROOT}"),
+    ("unknown", [], "unknown"),
+])
+def test_empty_decomposition(retriever, mode, last_calls, answer):
+    lm = World(decompositions={ROOT: []}).lm()
+    pred = run(RAISF(retriever, on_empty_decomposition=mode), lm)
+    assert lm.call_names == per_node() + last_calls
+    assert pred.answer == answer and pred.route == f"empty_decomposition:{mode}"
+    assert "synthesize" not in lm.call_names
+
+
+def test_duplicate_and_ancestor_subquestions_are_skipped(retriever):
+    world = World(known={"Who directed it?", "Who is his mother?"},
+                  decompositions={ROOT: ["Who directed it?", "  who directed IT ", ROOT.upper(), "",
+                                         "Who is his mother?", "Who directed it"]})
+    lm = world.lm()
+    pred = run(RAISF(retriever), lm)
+    assert lm.call_names == per_node() + ["self_knowledge", "direct_answer"] * 2 + ["synthesize"]
+    assert [child["question"] for child in pred.tree["children"]] == ["Who directed it?", "Who is his mother?"]
+    assert pred.tree["skipped"] == ["who directed IT", ROOT.upper(), "", "Who directed it"]
+    assert len(json.loads(lm.calls_to("synthesize")[0].inputs["sub_answers"])) == 2
+
+
+def test_subquestion_equal_to_a_grandparent_is_skipped(retriever):
+    lm = World(known={"b?"}, decompositions={ROOT: ["a?"], "a?": [ROOT, "b?"]}).lm()
+    pred = run(RAISF(retriever), lm)
+    node_a = pred.tree["children"][0]
+    assert node_a["skipped"] == [ROOT] and [c["question"] for c in node_a["children"]] == ["b?"]
+    assert lm.calls_to("self_knowledge")[0].inputs["question"] == ROOT
+    assert [c.inputs["question"] for c in lm.calls_to("self_knowledge")] == [ROOT, "a?", "b?"]
+
+
+def test_subquestion_solved_elsewhere_in_the_tree_is_reused(retriever):
+    lm = World(known={"c?"}, decompositions={ROOT: ["a?", "b?"], "a?": ["c?"], "b?": ["c?"]}).lm()
+    pred = run(RAISF(retriever), lm)
+    assert [c.inputs["question"] for c in lm.calls_to("self_knowledge")] == [ROOT, "a?", "c?", "b?"]
+    reused = pred.tree["children"][1]["children"][0]
+    assert (reused["route"], reused["answer"]) == ("reused", "direct:c?")
+    assert json.loads(lm.calls_to("synthesize")[1].inputs["sub_answers"]) == ["c? -> direct:c?"]
+
+
+def test_max_subquestions_caps_each_decomposition(retriever):
+    subs = [f"sub {i}?" for i in range(7)]
+    lm = World(known=set(subs), decompositions={ROOT: subs}).lm()
+    pred = run(RAISF(retriever, max_subquestions=3), lm)
+    assert [c["question"] for c in pred.tree["children"]] == subs[:3]
+    assert pred.tree["skipped"] == subs[3:]
+    assert lm.call_names.count("direct_answer") == 3
+
+
+def test_max_questions_budget_answers_unknown_beyond_it(retriever):
+    subs = [f"sub {i}?" for i in range(4)]
+    lm = World(known=set(subs), decompositions={ROOT: subs}).lm()
+    pred = run(RAISF(retriever, max_questions=3), lm)
+    assert [c["route"] for c in pred.tree["children"]] == ["self_knowledge", "self_knowledge", "budget", "budget"]
+    assert pred.n_questions == 3 and lm.call_names.count("self_knowledge") == 3
+
+
+def test_terminates_when_every_gate_says_no_and_decomposition_never_ends(retriever):
+    counter = iter(range(10_000))
+    fresh = {"decompose": lambda c: {"sub_questions": [f"new {next(counter)}?", f"new {next(counter)}?"]}}
+    lm = World().lm(**fresh)
+    pred = run(RAISF(retriever), lm)
+    assert pred.n_questions == 15  # binary tree over depths 0..3
+    assert pred.depth_reached == 3 and len(lm.calls) == pred.n_lm_calls == 15 * (K + 3)
+    lm = World().lm(decompose={"sub_questions": ["same?", "same?"]})  # a model that repeats itself
+    pred = run(RAISF(retriever), lm)
+    assert pred.n_questions == 2 and pred.tree["children"][0]["route"] == "empty_decomposition:direct"
+
+
+def test_joint_relevance_is_one_call_over_numbered_passages(retriever):
+    lm = World(joint=[4, 2, 9, 2]).lm()
+    pred = run(RAISF(retriever, relevance="joint"), lm)
+    assert lm.call_names == ["self_knowledge", "relevance_joint", "passages_answer"]
+    shown = json.loads(lm.calls_to("relevance_joint")[0].inputs["passages"])
+    assert shown[0] == "[1] Doc 0 | text of doc 0" and len(shown) == K
+    assert [p.pid for p in pred.passages] == ["1", "3"]  # out-of-range 9 ignored, retrieval order kept
+
+
+def test_answer_from_passages_is_not_rechecked_unless_asked(retriever):
+    world = World(grounded={ROOT: None}, known={"a?"}, decompositions={ROOT: ["a?"]})
+    unknown = {"passages_answer": {"answer": "Unknown."}}
+    lm = world.lm(**unknown)
+    assert run(RAISF(retriever), lm).answer == "Unknown."
+    lm = world.lm(**unknown)
+    pred = run(RAISF(retriever, decompose_if_unknown=True), lm)
+    assert lm.call_names == ["self_knowledge", *JUDGES, "passages_answer", "decompose",
+                             "self_knowledge", "direct_answer", "synthesize"]
+    assert pred.answer == f"synth:{ROOT}" and pred.tree["unknown_from_passages"] == "Unknown."
+
+
+@pytest.mark.parametrize("knobs, calls, retrievals", [
+    ({"use_self_knowledge": False}, [*JUDGES, "decompose", *JUDGES, "passages_answer", "synthesize"], 2),
+    ({"use_relevance": False}, ["self_knowledge", "decompose", "self_knowledge", "decompose",
+                                "direct_answer", "synthesize"], 0),
+    ({"use_decomposition": False}, ["self_knowledge", *JUDGES], 1),
+])
+def test_table2_ablations(retriever, knobs, calls, retrievals):
+    lm = World(grounded={"a?": None}, decompositions={ROOT: ["a?"]}).lm()
+    pred = run(RAISF(retriever, **knobs), lm)
+    assert lm.call_names == calls and len(retriever.queries) == retrievals
+    if knobs == {"use_decomposition": False}:
+        assert (pred.answer, pred.route) == ("unknown", "no_decomposition")
+
+
+def test_unparseable_output_raises(retriever):
+    lm = World().lm(self_knowledge="no fields here at all")
+    with pytest.raises(dspy.utils.exceptions.AdapterParseError):
+        run(RAISF(retriever), lm)
+
+
+# ------------------------------------------------------------------------------- program surface and state
+def test_named_predictors_cover_every_call_site(retriever):
+    names = [name for name, _ in RAISF(retriever).named_predictors()]
+    assert names == ["self_knowledge", "relevance_judge", "relevance_joint", "decompose",
+                     "direct_answer", "passages_answer", "synthesize"]
+
+
+def test_save_load_json_round_trip(retriever, tmp_path):
+    program = RAISF(retriever)
+    program.self_knowledge.demos = [dspy.Example(question="Capital of France?", can_answer=True)]
+    program.decompose.demos = [dspy.Example(question="q", sub_questions=["a?", "b?"])]
+    program.synthesize.signature = program.synthesize.signature.with_instructions("Combine them.")
+    path = tmp_path / "raisf.json"
+    program.save(str(path))
+    loaded = RAISF(retriever)
+    loaded.load(str(path))
+    assert loaded.dump_state() == program.dump_state()
+    world = World(known={"a?"}, decompositions={ROOT: ["a?"]})
+    first, second = world.lm(), world.lm()
+    assert run(program, first).tree == run(loaded, second).tree
+    assert first.call_names == second.call_names
+    assert [c.demos for c in first.calls] == [c.demos for c in second.calls]
+    assert "Combine them." in second.calls_to("synthesize")[0].system
+
+
+def test_registry_entry_and_knob_validation(retriever):
+    info = programs.info("raisf")
+    assert info.cls is RAISF and info.knobs["k"] == 5 and info.knobs["max_depth"] == 3
+    program = programs.get("raisf", retriever=retriever, max_depth="2", relevance="joint")
+    assert (program.max_depth, program.relevance) == (2, "joint")
+    for bad in ({"max_depth": -1}, {"k": 0}, {"max_subquestions": 0}, {"relevance": "sometimes"}):
+        with pytest.raises(ConfigError):
+            programs.get("raisf", retriever=retriever, **bad)
+
+
+def test_normalize_question():
+    assert normalize_question("  Who  directed IT?! ") == normalize_question("who directed it") == "who directed it"
+
+
+def test_dry_run_lm_takes_the_central_path(retriever):
+    """The real dry-run LM follows the signatures' `dry_run` hints: the model does not know, the passages
+    are relevant -> 1 + k + 1 calls and 1 retrieval."""
+    from ragzoo.lm import make_lm
+
+    pred = run(RAISF(retriever), lm := make_lm("dry-run"))
+    assert pred.route == "relevant_passages" and pred.n_lm_calls == K + 2 == len(lm.history)
+    assert len(retriever.queries) == 1
+
+
+def test_any_placeholders_terminate_even_when_every_bool_is_false(retriever):
+    """A stand-in for a dry-run LM whose bool placeholders are all False: decomposition with the hinted
+    sub-questions, recursion bounded by the guards."""
+
+    def respond(context):
+        values = {}
+        for name, info in context.signature.output_fields.items():
+            hint = (info.json_schema_extra or {}).get("dry_run", "placeholder")
+            values[name] = False if info.annotation is bool else hint
+        return values
+
+    lm = ScriptedLM(default=respond)
+    pred = run(RAISF(retriever), lm)
+    assert pred.route == "decomposition" and pred.n_questions <= 30 and pred.depth_reached <= 3
+    assert len(lm.calls) == pred.n_lm_calls
