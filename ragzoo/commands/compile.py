@@ -1,0 +1,137 @@
+"""`ragzoo compile`: compile a method's prompts with an optimizer preset and save the artifact.
+
+`--dry-run` runs the same compile with the dry-run LM (placeholder answers, real retrieval, counted prompts)
+and prints the LM calls, tokens and estimated cost per stage, then saves nothing. `--max-calls` /
+`--max-cost` stop a real compile cleanly, keeping the best program so far (the manifest says so)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+DEFAULTS = {
+    "method": None, "dataset": None, "split": "train", "dev_split": "dev", "train_n": 50, "dev_n": 50,
+    "optimizer": "bootstrap", "metric": "em", "lm": None, "api_base": None, "retriever": None, "knob": [],
+    "out": None, "dry_run": False, "max_calls": None, "max_cost": None, "seed": 0, "threads": 1,
+    "no_cache": False, "force": False, "optimizer_setting": [],
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ragzoo.commands.evaluate import add_common
+
+    parser.add_argument("--method", help="method id (see ragzoo methods)")
+    parser.add_argument("--dataset", help="dataset name (see ragzoo datasets)")
+    parser.add_argument("--split", help="training split (default train)")
+    parser.add_argument("--dev-split", help="validation split (default dev)")
+    parser.add_argument("--train-n", type=int, help="training questions (default 50)")
+    parser.add_argument("--dev-n", type=int, help="validation questions (default 50; 0 = no validation)")
+    parser.add_argument("--optimizer", help="optimizer preset (default bootstrap; see ragzoo optimizers)")
+    parser.add_argument("--optimizer-setting", action="append", metavar="K=V",
+                        help="override a preset setting, e.g. num_candidate_programs=4")
+    parser.add_argument("--metric", help="metric (em, f1, acc, contains; default em)")
+    parser.add_argument("--out", help="artifact directory to write")
+    parser.add_argument("--dry-run", action="store_true", default=None,
+                        help="estimate LM calls, tokens and cost of the compile without an LM; saves nothing")
+    parser.add_argument("--threads", type=int, help="parallel examples in the optimizer (default 1)")
+    parser.add_argument("--force", action="store_true", default=None, help="replace an existing --out")
+    add_common(parser)
+
+
+def _settings(pairs) -> dict:
+    import json
+
+    from ragzoo.config import knob_dict
+
+    settings = {}
+    for name, value in knob_dict(pairs).items():
+        try:
+            settings[name] = json.loads(value) if isinstance(value, str) else value
+        except json.JSONDecodeError:
+            settings[name] = value
+    return settings
+
+
+def print_stages(result, out=None, estimate: bool = False) -> None:
+    out = out or sys.stdout
+    label = "estimate" if estimate else "used"
+    print(f"{'stage':<12}{'LM calls':>10}{'prompt tok':>12}{'compl. tok':>12}{'cost USD':>11}", file=out)
+    for stage in [*result.stages]:
+        u = stage.usage
+        print(f"{stage.stage:<12}{u.lm_calls:>10}{u.prompt_tokens:>12}{u.completion_tokens:>12}{u.cost:>11.4f}",
+              file=out)
+    t = result.usage
+    print(f"{'total ' + label:<12}{t.lm_calls:>10}{t.prompt_tokens:>12}{t.completion_tokens:>12}{t.cost:>11.4f}",
+          file=out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import dspy
+
+    from ragzoo import data, programs
+    from ragzoo.artifacts import build_program, save
+    from ragzoo.commands.evaluate import build_lm, build_retriever, lm_description
+    from ragzoo.config import knob_dict, resolve
+    from ragzoo.errors import ArtifactError, ConfigError
+    from ragzoo.optimizers import compile_program, get_preset
+
+    config = resolve(args, DEFAULTS)
+    for name in ("method", "dataset"):
+        if not config.get(name):
+            raise ConfigError(f"--{name} is required (see ragzoo {name}s)")
+    lm_is_dry = str(config.get("lm") or "").startswith("dry-run")
+    # `--lm dry-run` without --out means the estimate; with --out it compiles (placeholders) and saves,
+    # which is what an offline demo of the whole pipeline needs
+    dry_run = bool(config["dry_run"]) or (lm_is_dry and not config.get("out"))
+    if not dry_run and not config.get("out"):
+        raise ConfigError("no --out given; name the artifact directory to write (or use --dry-run)")
+    if not dry_run and Path(config["out"]).exists() and not config["force"]:
+        raise ArtifactError(f"{config['out']} already exists; choose another --out or pass --force to replace it")
+    get_preset(config["optimizer"])
+    info = programs.info(config["method"])
+    knobs = knob_dict(config.get("knob"))
+    programs.resolved_knobs(config["method"], **knobs)  # unknown/mistyped knobs fail before any work
+    if dry_run:
+        lm_spec = config.get("lm") or "dry-run"
+        if not lm_spec.startswith("dry-run"):
+            lm_spec = f"dry-run:{lm_spec}"  # price the estimate at the real model's list price
+        lm = build_lm({**config, "lm": lm_spec, "api_base": None})
+    else:
+        lm = build_lm(config)
+    retriever = build_retriever(config.get("retriever"), config["method"], info.uses_retrieval)
+    train = data.load(config["dataset"], config["split"], n=config["train_n"], seed=config["seed"])
+    dev = data.load(config["dataset"], config["dev_split"], n=config["dev_n"], seed=config["seed"]) \
+        if config["dev_n"] else []
+    program = build_program(config["method"], retriever=retriever, **knobs)
+    with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):  # DSPy optimizers print progress
+        result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
+                                 metric=config["metric"], seed=int(config["seed"]), threads=int(config["threads"]),
+                                 settings=_settings(config.get("optimizer_setting")),
+                                 max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
+    if dry_run:
+        priced = getattr(lm, "priced_model", "")
+        print(f"dry run of {config['method']} + {config['optimizer']} on {config['dataset']} "
+              f"(train {len(train)}, dev {len(dev)}), priced as {priced}:")
+        print_stages(result, estimate=True)
+        print("note: placeholder answers rarely pass the metric, so bootstrap-style optimizers try every training "
+              "example: the compile estimate is close to the upper bound")
+        return 0
+    save(result.program, config["out"], overwrite=bool(config["force"]),
+         dataset=config["dataset"], split=config["split"], dev_split=config["dev_split"],
+         sizes={"train": len(train), "dev": len(dev)}, optimizer=config["optimizer"],
+         optimizer_settings=result.settings, metric=result.metric, score=result.score,
+         lm=lm_description(lm), seed=config["seed"], usage=result.usage.to_dict(),
+         stages=[stage.to_dict() for stage in result.stages], cost=round(result.usage.cost, 6),
+         stopped=result.stopped, notes=result.notes,
+         config={k: v for k, v in config.items() if k not in ("force",)})
+    score = "n/a" if result.score is None else f"{result.score:.3f}"
+    print(f"saved {config['out']}: {config['method']} compiled with {config['optimizer']}, "
+          f"dev {result.metric}={score}")
+    print_stages(result)
+    if result.stopped:
+        print(f"stopped early: {result.stopped}; {' '.join(result.notes)}", file=sys.stderr)
+        return 3
+    return 0

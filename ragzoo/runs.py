@@ -1,0 +1,385 @@
+"""Run directories: evaluate a program on examples, writing each finished example at once, so an interrupted
+run (Ctrl-C, SIGKILL, a crash) resumes without losing or repeating an example.
+
+A run directory holds:
+- `config.json`: the resolved configuration (written atomically before the first example);
+- `predictions.jsonl`: one line per finished example (id, question, gold, prediction, every metric, passages
+  used, LM calls, tokens, cost, latency, error kind and message), appended and flushed by a single
+  thread-safe writer as examples finish, in completion order;
+- `summary.json`: metric means over every example (failures score 0), counts, failures by kind, usage
+  (written atomically at the end, from the whole predictions file, so a resumed run's summary covers all).
+
+`resume=True` reads predictions.jsonl, drops a torn last line (a write cut by SIGKILL) by rewriting the file
+with only complete lines, and skips every id already there. Examples run inside
+`ragzoo.tracing.trace_example()`; an exception of one example (parse error, LM error, retriever error) is
+recorded and scored 0 and the run goes on. `threads > 1` uses DSPy's `ParallelExecutor`, which copies the
+caller's DSPy settings (`dspy.context(lm=...)`, adapter, callbacks) into each worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ragzoo.artifacts import atomic_write_json, fsync_dir
+from ragzoo.errors import BudgetExceeded, RunError
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+PREDICTIONS_FILE = "predictions.jsonl"
+SUMMARY_FILE = "summary.json"
+RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE)
+# Config keys that must match to resume a run: the same questions and the same program.
+RESUME_KEYS = ("method", "program", "knobs", "dataset", "split", "n", "seed", "data", "field_map")
+
+
+def example_id(example, position: int) -> str:
+    for key in ("id", "_id", "qid"):
+        value = example.get(key) if hasattr(example, "get") else None
+        if value not in (None, ""):
+            return str(value)
+    return str(position)
+
+
+def _gold(example) -> Any:
+    for key in ("answers", "answer"):
+        value = example.get(key)
+        if value not in (None, ""):
+            return list(value) if isinstance(value, (list, tuple)) else value
+    return None
+
+
+def classify_error(error: BaseException) -> str:
+    """A short kind for the summary's failure counts: parse, lm, retriever, timeout, budget, metric, other."""
+    from ragzoo.errors import LMError, RetrieverError
+
+    names = {cls.__name__ for cls in type(error).__mro__}
+    module = type(error).__module__ or ""
+    if isinstance(error, BudgetExceeded):
+        return "budget"
+    if "AdapterParseError" in names or isinstance(error, (json.JSONDecodeError,)):
+        return "parse"
+    if isinstance(error, RetrieverError):
+        return "retriever"
+    if isinstance(error, TimeoutError) or any("Timeout" in name for name in names):
+        return "timeout"
+    if isinstance(error, LMError) or module.startswith(("litellm", "openai", "httpx", "dspy.clients",
+                                                         "dspy._vendor.lm15")) \
+            or any(name.endswith(("APIError", "RateLimitError", "ConnectionError", "ServiceUnavailableError"))
+                   for name in names):
+        return "lm"
+    return "other"
+
+
+def _passages(prediction) -> list[dict]:
+    passages = prediction.get("passages") if prediction is not None else None
+    result = []
+    for passage in passages or []:
+        pid = getattr(passage, "pid", None)
+        title = getattr(passage, "title", None)
+        if pid is None and isinstance(passage, str):
+            title = passage.partition(" | ")[0]
+        result.append({"pid": pid, "title": title})
+    return result
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+class PredictionWriter:
+    """Appends one JSON line per example, flushed at once; thread-safe; never writes an id twice."""
+
+    def __init__(self, path: Path, done_ids: Iterable[str] = ()):
+        self.path = path
+        self._ids = set(done_ids)
+        self._lock = threading.Lock()
+        self._handle = open(path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> bool:
+        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        with self._lock:
+            if record["id"] in self._ids:
+                return False  # a straggler re-run of an example already written
+            self._handle.write(line)
+            self._handle.flush()  # in the OS page cache now: survives a SIGKILL of this process
+            self._ids.add(record["id"])
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._handle.closed:
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+                self._handle.close()
+
+
+def read_predictions(path: Path, repair: bool = False) -> list[dict]:
+    """Complete records of a predictions file; with `repair`, rewrite it without a torn/invalid line."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    records, seen, dropped = [], set(), 0
+    lines = raw.split(b"\n")
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        complete = index < len(lines) - 1  # the last piece has no newline: a write cut short
+        try:
+            record = json.loads(line.decode("utf-8")) if complete else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        if not isinstance(record, dict) or "id" not in record or record["id"] in seen:
+            dropped += 1
+            continue
+        seen.add(record["id"])
+        records.append(record)
+    if repair and (dropped or (raw and not raw.endswith(b"\n"))):
+        from ragzoo.artifacts import atomic_write_bytes
+
+        text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records)
+        atomic_write_bytes(path, text.encode("utf-8"))
+        logger.warning("%s: dropped %d incomplete line(s) left by an interrupted run", path, dropped)
+    return records
+
+
+def prepare_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = False, force: bool = False) -> Path:
+    """Create or reopen a run directory. Refuses an existing directory that is not a run, or a run without
+    `resume`/`force`, or a resume whose configuration differs (other questions or program)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise RunError(f"{out} exists and is not a directory; choose another --out")
+    existing = out.is_dir() and any(out.iterdir())
+    is_run = (out / CONFIG_FILE).is_file()
+    if existing and not is_run and not force:
+        raise RunError(f"{out} exists and is not a ragzoo run directory; choose another --out (or --force)")
+    if existing and is_run and not resume and not force:
+        raise RunError(f"{out} already holds a run; pass --resume to continue it or --force to start over")
+    out.mkdir(parents=True, exist_ok=True)
+    if force and not resume:
+        for name in RUN_FILES:
+            (out / name).unlink(missing_ok=True)
+    elif resume and is_run:
+        try:
+            previous = json.loads((out / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            raise RunError(f"{out / CONFIG_FILE} is unreadable; start a new run with another --out") from None
+        differing = [key for key in RESUME_KEYS
+                     if key in previous and key in config and _jsonable(previous[key]) != _jsonable(config[key])]
+        if differing:
+            raise RunError(f"cannot resume {out}: {', '.join(differing)} differ from the interrupted run; use the "
+                           f"same flags or another --out")
+    atomic_write_json(out / CONFIG_FILE, _jsonable(config))
+    fsync_dir(out)
+    return out
+
+
+def summarize(records: list[dict], metric_names: list[str], *, total: int | None = None,
+              extra: dict | None = None) -> dict:
+    """Summary of prediction records: metric means (failures count 0), counts, failures by kind, usage."""
+    n = len(records)
+    failures: dict[str, int] = {}
+    for record in records:
+        if record.get("error"):
+            kind = record["error"].get("kind", "other")
+            failures[kind] = failures.get(kind, 0) + 1
+
+    def total_of(key: str) -> float:
+        return sum(float(r.get(key) or 0) for r in records)
+
+    summary = {
+        "n": n,
+        "n_expected": total if total is not None else n,
+        "complete": total is None or n >= total,
+        "metrics": {name: (sum(float(r.get("metrics", {}).get(name) or 0) for r in records) / n if n else 0.0)
+                    for name in metric_names},
+        "failures": sum(failures.values()),
+        "failures_by_kind": dict(sorted(failures.items())),
+        "usage": {
+            "lm_calls": int(total_of("lm_calls")),
+            "prompt_tokens": int(total_of("prompt_tokens")),
+            "completion_tokens": int(total_of("completion_tokens")),
+            "cost": round(total_of("cost"), 6),
+            "retrievals": int(total_of("retrievals")),
+            "lm_calls_per_question": total_of("lm_calls") / n if n else 0.0,
+            "tokens_per_question": (total_of("prompt_tokens") + total_of("completion_tokens")) / n if n else 0.0,
+            "latency_mean": total_of("latency") / n if n else 0.0,
+        },
+    }
+    summary.update(extra or {})
+    return summary
+
+
+def run_example(program, example, position: int, metrics: list[tuple[str, Callable]]) -> dict:
+    """Run one example inside a trace and return its prediction record (exceptions recorded, scored 0).
+    `BudgetExceeded` propagates: the example was not run and must not be recorded."""
+    from ragzoo.optimizers.usage import example_usage
+    from ragzoo.tracing import trace_example
+
+    prediction, error = None, None
+    started = time.perf_counter()
+    with trace_example() as trace, example_usage() as counted:
+        try:
+            prediction = program(**example.inputs())
+        except BudgetExceeded:
+            raise
+        except Exception as exc:  # one example's failure is data, not the end of the run
+            error = {"kind": classify_error(exc), "type": type(exc).__name__, "message": str(exc)[:2000]}
+    latency = time.perf_counter() - started
+    scores = {}
+    for name, metric in metrics:
+        scores[name] = metric(example, prediction) if prediction is not None else 0.0
+    if trace.lm_calls:
+        usage = {"lm_calls": len(trace.lm_calls), "prompt_tokens": trace.prompt_tokens,
+                 "completion_tokens": trace.completion_tokens, "cost": round(trace.cost, 8)}
+    else:
+        usage = {"lm_calls": counted.lm_calls, "prompt_tokens": counted.prompt_tokens,
+                 "completion_tokens": counted.completion_tokens, "cost": round(counted.cost, 8)}
+    answer = prediction.get("answer") if prediction is not None else None
+    return {
+        "id": example_id(example, position),
+        "question": example.get("question"),
+        "gold": _jsonable(_gold(example)),
+        "prediction": _jsonable(answer),
+        "metrics": scores,
+        "passages": _passages(prediction),
+        **usage,
+        "retrievals": len(trace.retrievals),
+        "lm_trace": [{"predictor": c.signature, "prompt_tokens": c.prompt_tokens,
+                      "completion_tokens": c.completion_tokens, "cached": c.cached} for c in trace.lm_calls],
+        "latency": round(latency, 4),
+        "error": error,
+    }
+
+
+def evaluate(program, examples: list, metrics: str | Callable | list = "em", out_dir: str | os.PathLike | None = None,
+             *, threads: int = 1, resume: bool = False, force: bool = False, config: dict | None = None,
+             progress: bool | None = None, max_calls: int | None = None, max_cost: float | None = None) -> dict:
+    """Evaluate `program` on `examples` with the active DSPy LM; write a run directory at `out_dir` (or keep
+    everything in memory when None). Returns the summary (also in summary.json); the records of this call
+    are in `summary["records"]` when `out_dir` is None."""
+    import dspy
+    from dspy.utils.parallelizer import ParallelExecutor
+
+    from ragzoo.optimizers.metric import resolve_metrics, safe_metric
+    from ragzoo.optimizers.usage import UsageMeter, metering
+
+    resolved = [(name, safe_metric(fn)) for name, fn in resolve_metrics(metrics)]
+    metric_names = [name for name, _ in resolved]
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise RunError(f"--threads must be a positive integer, got {threads!r}")
+    ids = [example_id(example, i) for i, example in enumerate(examples)]
+    if len(set(ids)) != len(ids):
+        raise RunError("the examples have duplicate ids; give each question a unique id (--field-map id=...)")
+
+    run_config = dict(config or {})
+    run_config.setdefault("n", len(examples))
+    run_config["metrics"] = metric_names
+    previous: list[dict] = []
+    writer = None
+    out = None
+    if out_dir is not None:
+        out = prepare_run_dir(out_dir, run_config, resume=resume, force=force)
+        previous = read_predictions(out / PREDICTIONS_FILE, repair=True) if resume else []
+        writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
+    done = {r["id"] for r in previous}
+    todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
+    new_records: list[dict] = []
+    lock = threading.Lock()
+    stop: list[str] = []
+    bar = _progress(len(examples), len(done), progress)
+    running = [sum(r.get("metrics", {}).get(metric_names[0], 0) or 0 for r in previous), len(previous)]
+
+    def work(item):
+        position, example = item
+        if stop:
+            return None
+        try:
+            record = run_example(program, example, position, resolved)
+        except BudgetExceeded as error:
+            with lock:
+                if not stop:
+                    stop.append(str(error))
+            return None
+        written = writer.write(record) if writer is not None else True
+        with lock:
+            if written:
+                new_records.append(record)
+                running[0] += record["metrics"].get(metric_names[0], 0) or 0
+                running[1] += 1
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix({metric_names[0]: f"{running[0] / running[1]:.3f}"})
+        return True
+
+    started = time.perf_counter()
+    meter = UsageMeter()
+    try:
+        with metering(meter, max_calls, max_cost):
+            executor = ParallelExecutor(num_threads=threads, max_errors=len(todo) + 1, disable_progress_bar=True,
+                                        timeout=0)
+            if todo:
+                executor.execute(work, todo)
+    finally:
+        if writer is not None:
+            writer.close()
+        if bar is not None:
+            bar.close()
+    records = previous + new_records
+    order = {identifier: i for i, identifier in enumerate(ids)}
+    records.sort(key=lambda r: order.get(r["id"], len(order)))
+    extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads,
+             "stopped": stop[0] if stop else None, "resumed_from": len(previous)}
+    summary = summarize(records, metric_names, total=len(examples), extra=extra)
+    for key in ("method", "program", "dataset", "split", "lm"):
+        if key in run_config:
+            summary[key] = run_config[key]
+    if out is not None:
+        atomic_write_json(out / SUMMARY_FILE, summary)
+    else:
+        summary["records"] = records
+    return summary
+
+
+def _progress(total: int, initial: int, enabled: bool | None):
+    if enabled is False:
+        return None
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc="evaluate", unit="q", file=sys.stderr,
+                disable=None if enabled is None else not enabled, dynamic_ncols=True)
+
+
+def load_run(run_dir: str | os.PathLike) -> tuple[dict, dict, list[dict]]:
+    """(config, summary, records) of a run directory; the summary is recomputed if missing."""
+    run = Path(run_dir)
+    if not (run / CONFIG_FILE).is_file():
+        raise RunError(f"{run} is not a ragzoo run directory (no {CONFIG_FILE}); pass the --out of an evaluate")
+    try:
+        config = json.loads((run / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RunError(f"{run / CONFIG_FILE} is corrupt; rerun the evaluation") from None
+    records = read_predictions(run / PREDICTIONS_FILE)
+    summary = None
+    if (run / SUMMARY_FILE).is_file():
+        try:
+            summary = json.loads((run / SUMMARY_FILE).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            summary = None
+    if summary is None:
+        summary = summarize(records, list(config.get("metrics") or ["em"]), total=config.get("n"))
+    return config, summary, records

@@ -1,0 +1,108 @@
+"""Every damaged or mismatched artifact is refused with ArtifactError and a clear message; nothing half-loads."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+from ragzoo.artifacts import FORMAT_VERSION, build_program, load, save
+from ragzoo.errors import ArtifactError
+
+
+@pytest.fixture
+def artifact(tmp_path, tiny_retriever):
+    program = build_program("_tinyqa", retriever=tiny_retriever, k=3)
+    program.answer.demos = [dspy.Example(context=["c"], question="q?", answer="a")]
+    return save(program, tmp_path / "art", dataset="toy")
+
+
+def _edit_manifest(path, **changes):
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest.update(changes)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_roundtrip_keeps_knobs_and_demos(artifact, tiny_retriever):
+    program = load(artifact, retriever=tiny_retriever)
+    assert program.k == 3 and program.answer.demos[0]["answer"] == "a"
+    assert json.loads((artifact / "manifest.json").read_text())["knobs"] == {"k": 3}
+
+
+def test_other_method_refused(artifact, tiny_retriever):
+    with pytest.raises(ArtifactError, match="holds a compiled '_tinyqa' program, not 'rag'"):
+        load(artifact, retriever=tiny_retriever, method="rag")
+
+
+def test_changed_signature_refused(artifact, tiny_retriever):
+    _edit_manifest(artifact, signature_hashes={"answer": "0" * 64})
+    with pytest.raises(ArtifactError, match="signature of answer changed"):
+        load(artifact, retriever=tiny_retriever)
+
+
+def test_predictor_set_change_refused(artifact, tiny_retriever):
+    _edit_manifest(artifact, signature_hashes={"answer": "0" * 64, "filter": "1" * 64})
+    with pytest.raises(ArtifactError, match="changed since compilation"):
+        load(artifact, retriever=tiny_retriever)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "edit", "garbage"])
+def test_corrupt_program_refused(artifact, tiny_retriever, damage):
+    path = artifact / "program.json"
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) // 2], "edit": data.replace(b'"a"', b'"b"'),
+                      "garbage": b"\x00\xff not json"}[damage])
+    with pytest.raises(ArtifactError, match="sha256"):
+        load(artifact, retriever=tiny_retriever)
+
+
+def test_truncated_manifest_refused(artifact, tiny_retriever):
+    text = (artifact / "manifest.json").read_text()
+    (artifact / "manifest.json").write_text(text[: len(text) // 2])
+    with pytest.raises(ArtifactError, match="corrupt or truncated"):
+        load(artifact, retriever=tiny_retriever)
+
+
+def test_newer_format_refused(artifact, tiny_retriever):
+    _edit_manifest(artifact, format_version=FORMAT_VERSION + 1)
+    with pytest.raises(ArtifactError, match="newer ragzoo"):
+        load(artifact, retriever=tiny_retriever)
+
+
+def test_missing_files_and_fields_refused(artifact, tiny_retriever, tmp_path):
+    with pytest.raises(ArtifactError, match="not a compiled-program directory"):
+        load(tmp_path / "nowhere")
+    _edit_manifest(artifact, method=None)
+    with pytest.raises(ArtifactError, match="lacks a valid 'method'"):
+        load(artifact, retriever=tiny_retriever)
+    (artifact / "manifest.json").unlink()
+    with pytest.raises(ArtifactError, match="manifest.json is missing"):
+        load(artifact, retriever=tiny_retriever)
+
+
+def test_state_of_another_program_refused(artifact, tiny_retriever):
+    import hashlib
+
+    foreign = json.dumps({"other.predict": {"demos": []}}).encode()
+    (artifact / "program.json").write_bytes(foreign)
+    _edit_manifest(artifact, program_sha256=hashlib.sha256(foreign).hexdigest())
+    with pytest.raises(ArtifactError, match="does not fit this method"):
+        load(artifact, retriever=tiny_retriever)
+
+
+def test_knob_mismatch_and_unrebuildable_retriever(artifact, tiny_retriever):
+    with pytest.raises(ArtifactError, match="compiled with k=3, not 5"):
+        load(artifact, retriever=tiny_retriever, knobs={"k": 5})
+    with pytest.raises(ArtifactError, match="cannot be rebuilt"):
+        load(artifact)  # saved with the test's StaticRetriever: no spec to rebuild it from
+
+
+def test_save_refuses_existing_and_leaves_no_partial_dir(artifact, tiny_retriever):
+    program = build_program("_tinyqa", retriever=tiny_retriever)
+    with pytest.raises(ArtifactError, match="already exists"):
+        save(program, artifact)
+    save(program, artifact, overwrite=True)
+    assert load(artifact, retriever=tiny_retriever).answer.demos == []
+    assert sorted(p.name for p in artifact.parent.iterdir()) == ["art"]
+    assert sorted(p.name for p in artifact.iterdir()) == ["manifest.json", "program.json"]
