@@ -11,7 +11,7 @@ import contextlib
 import sys
 
 DEFAULTS = {
-    "method": None, "dataset": None, "split": "train", "dev_split": "dev", "train_n": 50, "dev_n": 50,
+    "method": None, "dataset": None, "split": "train", "dev_split": None, "train_n": 50, "dev_n": 50,
     "optimizer": "bootstrap", "metric": "em", "lm": None, "api_base": None, "retriever": None, "knob": [],
     "out": None, "dry_run": False, "max_calls": None, "max_cost": None, "seed": 0, "threads": 1,
     "no_cache": False, "force": False, "optimizer_setting": [],
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", help="method id (see ragzoo methods)")
     parser.add_argument("--dataset", help="dataset name (see ragzoo datasets)")
     parser.add_argument("--split", help="training split (default train)")
-    parser.add_argument("--dev-split", help="validation split (default dev)")
+    parser.add_argument("--dev-split", help="validation split (default: held out of --split, disjoint from training)")
     parser.add_argument("--train-n", type=int, help="training questions (default 50)")
     parser.add_argument("--dev-n", type=int, help="validation questions (default 50; 0 = no validation)")
     parser.add_argument("--optimizer", help="optimizer preset (default bootstrap; see ragzoo optimizers)")
@@ -66,6 +66,24 @@ def print_stages(result, out=None, estimate: bool = False) -> None:
           file=out)
 
 
+def load_train_dev(config: dict) -> tuple[list, list]:
+    """Training and validation questions. Without --dev-split, validation is held out of the training split
+    (disjoint from the training sample), so compiling never peeks at the dev sets papers report on."""
+    from ragzoo import data
+    from ragzoo.errors import ConfigError
+
+    train_n, dev_n = int(config["train_n"]), int(config["dev_n"] or 0)
+    if train_n < 1 or dev_n < 0:
+        raise ConfigError("--train-n must be at least 1 and --dev-n at least 0")
+    dev_split = config.get("dev_split") or config["split"]
+    if dev_split != config["split"]:
+        train = data.load(config["dataset"], config["split"], n=train_n, seed=config["seed"])
+        dev = data.load(config["dataset"], dev_split, n=dev_n, seed=config["seed"]) if dev_n else []
+        return train, dev
+    pool = data.load(config["dataset"], config["split"], n=train_n + dev_n, seed=config["seed"])
+    return pool[:train_n], pool[train_n:]
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -102,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         lm = build_lm(config)
     retriever = build_retriever(config.get("retriever"), config["method"], info.uses_retrieval)
-    train = data.load(config["dataset"], config["split"], n=config["train_n"], seed=config["seed"])
-    dev = data.load(config["dataset"], config["dev_split"], n=config["dev_n"], seed=config["seed"]) \
-        if config["dev_n"] else []
+    train, dev = load_train_dev(config)
     program = build_program(config["method"], retriever=retriever, **knobs)
     with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):  # DSPy optimizers print progress
         result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
@@ -120,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
               "example: the compile estimate is close to the upper bound")
         return 0
     save(result.program, config["out"], overwrite=bool(config["force"]),
-         dataset=config["dataset"], split=config["split"], dev_split=config["dev_split"],
+         dataset=config["dataset"], split=config["split"], dev_split=config["dev_split"] or f"{config['split']} (held out)",
          sizes={"train": len(train), "dev": len(dev)}, optimizer=config["optimizer"],
          optimizer_settings=result.settings, metric=result.metric, score=result.score,
          lm=lm_description(lm), seed=config["seed"], usage=result.usage.to_dict(),
@@ -128,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
          stopped=result.stopped, notes=result.notes,
          config={k: v for k, v in config.items() if k not in ("force",)})
     score = "n/a" if result.score is None else f"{result.score:.3f}"
+    if lm_is_dry:
+        score = "n/a (dry-run: placeholder answers)"
     print(f"saved {config['out']}: {config['method']} compiled with {config['optimizer']}, "
           f"dev {result.metric}={score}")
     print_stages(result)

@@ -87,7 +87,8 @@ def load_examples(config: dict):
                               **data.parse_field_map(config.get("field_map")))
     if not config.get("dataset"):
         raise ConfigError("no questions given; pass --dataset NAME (see ragzoo datasets) or --data FILE")
-    return data.load(config["dataset"], config.get("split") or "dev", n=config.get("n"), seed=config.get("seed"))
+    split = config.get("split") or data.default_split(config["dataset"])
+    return data.load(config["dataset"], split, n=config.get("n"), seed=config.get("seed"))
 
 
 def build_program(config: dict):
@@ -136,7 +137,10 @@ def run(args: argparse.Namespace) -> int:
         summary = evaluate(program, examples, config["metric"], config["out"], threads=int(config["threads"]),
                            resume=bool(config["resume"]), force=bool(config["force"]), config=run_config,
                            max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
-    metrics = "  ".join(f"{name}={value:.3f}" for name, value in summary["metrics"].items())
+    if run_config["lm"].get("dry_run"):
+        metrics = "metrics n/a (dry-run: placeholder answers)"
+    else:
+        metrics = "  ".join(f"{name}={value:.3f}" for name, value in summary["metrics"].items())
     usage = summary["usage"]
     print(f"{config['out']}: n={summary['n']}/{summary['n_expected']}  {metrics}  "
           f"LM calls/question={usage['lm_calls_per_question']:.2f}  tokens={usage['prompt_tokens']}+"

@@ -25,7 +25,9 @@ def rows(run_dirs: list[str]) -> list[dict]:
         label = config.get("method") or "?"
         if config.get("program"):
             label = f"{label} ({Path(str(config['program'])).name})"
-        table.append({"run": str(run_dir), "method": label, "n": summary.get("n", 0),
+        lm = config.get("lm")
+        dry_run = bool(lm.get("dry_run")) if isinstance(lm, dict) else str(lm or "").startswith("dry-run")
+        table.append({"run": str(run_dir), "method": label, "n": summary.get("n", 0), "dry_run": dry_run,
                       "metrics": summary.get("metrics", {}), "lm_calls_per_question": usage.get("lm_calls_per_question", 0.0),
                       "tokens_per_question": usage.get("tokens_per_question", 0.0), "cost": usage.get("cost", 0.0),
                       "failures": summary.get("failures", 0), "complete": summary.get("complete", True)})
@@ -40,13 +42,16 @@ def format_table(table: list[dict]) -> str:
                 metric_names.append(name)
     header = ["method", "n", *metric_names, "calls/q", "tokens/q", "cost $", "failures"]
     lines = [[str(row["method"]) + ("" if row["complete"] else " (partial)"), str(row["n"]),
-              *[f"{row['metrics'][m]:.3f}" if m in row["metrics"] else "-" for m in metric_names],
+              *[("n/a*" if row.get("dry_run") else f"{row['metrics'][m]:.3f}") if m in row["metrics"] else "-"
+                for m in metric_names],
               f"{row['lm_calls_per_question']:.2f}", f"{row['tokens_per_question']:.0f}", f"{row['cost']:.4f}",
               str(row["failures"])] for row in table]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
     out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
             for line in lines]
+    if any(row.get("dry_run") for row in table):
+        out.append("* dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
     return "\n".join(out)
 
 
@@ -58,6 +63,9 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
 
     from ragzoo.errors import ConfigError
 
+    table = [row for row in table if not row.get("dry_run")]
+    if not table:
+        raise ConfigError("every run is a dry run: their answers are placeholders, so there is no metric to plot")
     metric = metric or next((name for row in table for name in row["metrics"]), None)
     if metric is None or not any(metric in row["metrics"] for row in table):
         raise ConfigError(f"no run has metric {metric!r} to plot; pass --metric with one the runs have")
