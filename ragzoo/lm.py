@@ -40,6 +40,7 @@ from ragzoo.engines import use_bundled_tiktoken  # noqa: E402
 use_bundled_tiktoken()
 
 import enum
+import functools
 import re
 import types
 import typing
@@ -245,20 +246,29 @@ class DryRunEngine(FunctionEngine):
         return cls(state.get("priced_model", DEFAULT_PRICED_MODEL))
 
 
-def price_per_token(model: str) -> tuple[float, float]:
-    """(input, output) USD per token from LiteLLM's bundled price table; ConfigError if not priced."""
+@functools.lru_cache(maxsize=256)
+def _price_lookup(model: str) -> tuple[float, float] | None:
+    # LiteLLM's lookup of an unpriced model is slow (it walks its provider list and prints): remember both
+    # answers, so per-call cost accounting never repeats it.
     import litellm
 
     try:
         prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
-    except Exception as exc:  # LiteLLM raises several types for an unknown model
-        raise ConfigError(f"no price for model {model!r} in LiteLLM's price table; choose a priced model, "
-                          f"e.g. dry-run:{DEFAULT_PRICED_MODEL}") from exc
+    except Exception:  # LiteLLM raises several types for an unknown model
+        return None
     known = model in litellm.model_cost or model.split("/", 1)[-1] in litellm.model_cost
     if not known and not (prompt_cost or completion_cost):
+        return None
+    return float(prompt_cost), float(completion_cost)
+
+
+def price_per_token(model: str) -> tuple[float, float]:
+    """(input, output) USD per token from LiteLLM's bundled price table; ConfigError if not priced."""
+    prices = _price_lookup(model)
+    if prices is None:
         raise ConfigError(f"no price for model {model!r} in LiteLLM's price table; choose a priced model, "
                           f"e.g. dry-run:{DEFAULT_PRICED_MODEL}")
-    return float(prompt_cost), float(completion_cost)
+    return prices
 
 
 def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int) -> float:
