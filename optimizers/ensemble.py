@@ -27,6 +27,10 @@ class EnsembleProgram(dspy.Module):
         if not programs:
             raise ValueError("an ensemble needs at least one program")
         self.programs = list(programs)
+        for program in self.programs:
+            # DSPy hides the predictors of a sub-module marked compiled (named_parameters skips it), so its
+            # demos would be neither optimized further nor saved: the ensemble is the compiled unit.
+            program._compiled = False
 
     @property
     def retriever(self):

@@ -137,6 +137,8 @@ def program_origin(program) -> dict | None:
     origin = getattr(program, _TAG, None)
     if origin is None and getattr(program, "programs", None):  # an ensemble: its members' origin
         origin = getattr(program.programs[0], _TAG, None)
+    if origin is None and hasattr(getattr(program, "program", None), "named_predictors"):  # KNN: the wrapped one
+        origin = getattr(program.program, _TAG, None)
     return origin
 
 
