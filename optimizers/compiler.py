@@ -85,12 +85,28 @@ def score_program(program, examples: list, metric: SafeMetric, threads: int = 1)
     return sum(s or 0.0 for s in scores) / len(examples)
 
 
+def _check_settings(preset_name: str, teleprompter_class, settings: dict, own: set[str]) -> None:
+    """Unknown optimizer settings fail with the valid names, before any LM call."""
+    import inspect
+
+    accepted = {name for name in inspect.signature(teleprompter_class.__init__).parameters if name != "self"}
+    accepted = (accepted | own) - {"metric", "num_threads", "seed"}
+    unknown = sorted(set(settings) - accepted)
+    if unknown:
+        raise ConfigError(f"optimizer {preset_name!r} has no setting {', '.join(map(repr, unknown))}; "
+                          f"its settings: {', '.join(sorted(accepted))}")
+
+
 def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetric, threads: int, seed: int,
                        trainset: list):
     """The DSPy teleprompter object of `preset` with `settings` (constructor signatures of DSPy 3.4.1)."""
     import dspy.teleprompt as tp
 
     name = preset.teleprompter
+    if name and name != "KNNFewShot":
+        own = {"size"} if name == "Ensemble" else set()
+        target = "BootstrapFewShotWithRandomSearch" if name == "Ensemble" else name
+        _check_settings(preset.name, getattr(tp, target), settings, own)
     if name == "LabeledFewShot":
         return tp.LabeledFewShot(k=settings.get("k", 3))
     if name == "BootstrapFewShot":

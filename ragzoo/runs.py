@@ -55,22 +55,37 @@ def _gold(example) -> Any:
     return None
 
 
+def _error_chain(error: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
 def classify_error(error: BaseException) -> str:
-    """A short kind for the summary's failure counts: parse, lm, retriever, timeout, budget, metric, other."""
+    """A short kind for the summary's failure counts: parse, lm, retriever, timeout, budget, metric, other.
+    The whole cause chain counts: DSPy 3.4 wraps provider errors (a read timeout arrives as its own LM error
+    caused by the transport's TimeoutError)."""
+    from dspy.utils.exceptions import LMError as DSPyLMError
+
     from ragzoo.errors import LMError, RetrieverError
 
-    names = {cls.__name__ for cls in type(error).__mro__}
-    module = type(error).__module__ or ""
-    if isinstance(error, BudgetExceeded):
+    chain = _error_chain(error)
+    names = {cls.__name__ for link in chain for cls in type(link).__mro__}
+    modules = [type(link).__module__ or "" for link in chain]
+    if any(isinstance(link, BudgetExceeded) for link in chain):
         return "budget"
-    if "AdapterParseError" in names or isinstance(error, (json.JSONDecodeError,)):
+    if "AdapterParseError" in names or isinstance(error, json.JSONDecodeError):
         return "parse"
-    if isinstance(error, RetrieverError):
+    if any(isinstance(link, RetrieverError) for link in chain):
         return "retriever"
-    if isinstance(error, TimeoutError) or any("Timeout" in name for name in names):
+    if any(isinstance(link, TimeoutError) for link in chain) or any("Timeout" in name for name in names):
         return "timeout"
-    if isinstance(error, LMError) or module.startswith(("litellm", "openai", "httpx", "dspy.clients",
-                                                         "dspy._vendor.lm15")) \
+    if any(isinstance(link, (LMError, DSPyLMError)) for link in chain) \
+            or any(module.startswith(("litellm", "openai", "httpx", "dspy.clients", "dspy._vendor.lm15"))
+                   for module in modules) \
             or any(name.endswith(("APIError", "RateLimitError", "ConnectionError", "ServiceUnavailableError"))
                    for name in names):
         return "lm"

@@ -112,9 +112,10 @@ def build_program(config: dict):
     if not config.get("method"):
         raise ConfigError("pass --program DIR (a compiled program) or --method M (see ragzoo methods)")
     info = programs.info(config["method"])
+    resolved = programs.resolved_knobs(config["method"], **knobs)  # bad knobs fail before the index is built
     retriever = build_retriever(config.get("retriever"), config["method"], info.uses_retrieval)
     program = build(config["method"], retriever=retriever, **knobs)
-    return program, {"method": config["method"], "knobs": programs.resolved_knobs(config["method"], **knobs),
+    return program, {"method": config["method"], "knobs": resolved,
                      "retriever": getattr(retriever, "spec", None)}
 
 

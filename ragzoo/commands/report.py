@@ -69,6 +69,12 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
     metric = metric or next((name for row in table for name in row["metrics"]), None)
     if metric is None or not any(metric in row["metrics"] for row in table):
         raise ConfigError(f"no run has metric {metric!r} to plot; pass --metric with one the runs have")
+    from pathlib import Path
+
+    target = Path(path)
+    if target.parent and not target.parent.is_dir():
+        raise ConfigError(f"cannot write the plot to {path}: folder {target.parent} does not exist; create it "
+                          f"or choose another --plot path")
     figure, axes = plt.subplots(figsize=(6, 4))
     for row in table:
         if metric in row["metrics"]:
