@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, from the CPU build pinned in constraints.txt, so nothing pulls a CUDA build.
 	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dense,test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dense,fast,test]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -27,6 +27,7 @@ VARIANTS: list[tuple[str, dict, str]] = [
     ("blendfilter", {"augmentations": ("external",)}, "external only"),
     ("blendfilter", {"augmentations": ("internal",)}, "internal only"),
     ("blendfilter", {"filter_mode": "union"}, "filter once over union"),
+    ("blendfilter", {"answer_mode": "yes_no"}, "StrategyQA yes/no mode"),
     ("concat", {}, ""),
     ("postfusion", {}, ""),
     ("concat_pf", {}, ""),
@@ -34,11 +35,13 @@ VARIANTS: list[tuple[str, dict, str]] = [
     ("pruning", {}, ""),
     ("summary", {}, ""),
     ("filco", {}, ""),
+    ("filco", {"k": 5}, "top-5 passages"),
     ("filco", {"granularity": "passage"}, "passage granularity"),
     ("activerag", {}, ""),
     ("activerag", {"agents": ("associate", "anchoring", "logician", "cognition")}, "all four agents"),
     ("raisf", {}, ""),
-    ("raisf", {"max_depth": 1}, "depth 1"),
+    ("raisf", {"use_relevance": False}, "no relevance model: decomposes"),
+    ("raisf", {"relevance": "joint"}, "joint relevance call"),
 ]
 
 

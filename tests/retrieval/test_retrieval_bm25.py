@@ -151,3 +151,26 @@ def test_sentence_list_format(tmp_path):
     retriever = BM25Retriever.from_corpus(corpus, show_progress=False)
     top = retriever("mathematician programs", 1)[0]
     assert (top.pid, top.title, top.text) == ("0", "Ada Lovelace", "Ada was a mathematician. She wrote programs.")
+
+
+def test_numba_backend_ranks_like_numpy(tmp_path):
+    from ragzoo.retrieval import make_retriever
+
+    corpus = tmp_path / "corpus.jsonl"
+    topics = ["river", "mountain", "violin", "rocket", "glacier", "opera", "harbor", "falcon"]
+    with open(corpus, "w") as handle:
+        for i in range(200):
+            words = " ".join(topics[(i * j) % len(topics)] for j in range(1, 6))
+            handle.write(json.dumps({"id": f"d{i}", "title": f"Doc {i}", "text": f"{words} number {i}"}) + "\n")
+    queries = ["violin opera", "rocket falcon harbor", "glacier river number 17"]
+    plain = make_retriever(f"bm25:{corpus}")
+    fast = make_retriever(f"bm25:{corpus}?backend=numba")
+    assert fast.backend == "numba" and plain.backend == "numpy"
+    for query in queries:
+        expected, got = plain(query, 10), fast(query, 10)
+        assert [round(p.score, 4) for p in got] == [round(p.score, 4) for p in expected]
+        cutoff = round(expected[-1].score, 4)  # equal scores at the cut-off may be broken either way
+        assert {p.pid for p in got if round(p.score, 4) > cutoff} == \
+            {p.pid for p in expected if round(p.score, 4) > cutoff}
+    with pytest.raises(Exception, match="numpy or numba"):
+        make_retriever(f"bm25:{corpus}?backend=gpu")
