@@ -14,7 +14,7 @@ DEFAULTS = {
     "method": None, "dataset": None, "split": "train", "dev_split": None, "train_n": 50, "dev_n": 50,
     "optimizer": "bootstrap", "metric": "em", "lm": None, "api_base": None, "retriever": None, "knob": [],
     "out": None, "dry_run": False, "max_calls": None, "max_cost": None, "seed": 0, "threads": 1,
-    "no_cache": False, "force": False, "optimizer_setting": [],
+    "no_cache": False, "force": False, "optimizer_setting": [], "search": [], "trials": 10,
 }
 
 
@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="estimate LM calls, tokens and cost of the compile without an LM; saves nothing")
     parser.add_argument("--threads", type=int, help="parallel examples in the optimizer (default 1)")
     parser.add_argument("--force", action="store_true", default=None, help="replace an existing --out")
+    parser.add_argument("--search", action="append", metavar="KNOB=V1,V2",
+                        help="knob search: values to try for a knob (repeatable); Optuna searches them jointly "
+                             "with the optimizers given as --optimizer a,b and saves the best program")
+    parser.add_argument("--trials", type=int, help="knob search trials (default 10)")
     add_common(parser)
 
 
@@ -84,6 +88,51 @@ def load_train_dev(config: dict) -> tuple[list, list]:
     return pool[:train_n], pool[train_n:]
 
 
+def search_space(pairs: list[str]) -> dict[str, list[str]]:
+    """`["k=3,5", "filter=true,false"]` -> `{"k": ["3", "5"], "filter": ["true", "false"]}`."""
+    from ragzoo.config import knob_dict
+
+    return {name: [v.strip() for v in str(values).split(",") if v.strip()]
+            for name, values in knob_dict(pairs).items()}
+
+
+def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict, optimizers: list[str],
+                dry_run: bool) -> int:
+    import dspy
+
+    from ragzoo import programs
+    from ragzoo.artifacts import save
+    from ragzoo.commands.evaluate import lm_description
+    from ragzoo.errors import ConfigError
+    from ragzoo.optimizers import search_knobs
+
+    if knobs:
+        raise ConfigError("--knob and --search cannot be combined; give fixed knobs as a single value, "
+                          "e.g. --search k=5")
+    space = search_space(config["search"])
+    with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):
+        found = search_knobs(config["method"], retriever, space, trainset=train, valset=dev, optimizers=optimizers,
+                             metric=config["metric"], n_trials=int(config["trials"]), seed=int(config["seed"]),
+                             threads=int(config["threads"]), max_calls=config.get("max_calls"))
+    calls = sum(trial.get("lm_calls", 0) for trial in found.trials)
+    best = ", ".join(f"{k}={v}" for k, v in found.best_knobs.items())
+    lm_is_dry = str(config.get("lm") or "").startswith("dry-run") or dry_run
+    score = "n/a (dry-run: placeholder answers)" if lm_is_dry else f"{found.best_score:.3f}"
+    print(f"knob search over {len(found.trials)} trials ({calls} LM calls): best {best} with "
+          f"{found.best_optimizer}, dev {config['metric']}={score}")
+    if dry_run:
+        return 0
+    save(found.best_program, config["out"], method=config["method"], knobs=found.best_knobs,
+         overwrite=bool(config["force"]), dataset=config["dataset"], split=config["split"],
+         dev_split=config["dev_split"] or f"{config['split']} (held out)",
+         sizes={"train": len(train), "dev": len(dev)}, optimizer=found.best_optimizer, metric=config["metric"],
+         score=found.best_score, lm=lm_description(lm), seed=config["seed"],
+         knob_search={"space": space, "optimizers": optimizers, "trials": found.trials},
+         config={k: v for k, v in config.items() if k not in ("force",)})
+    print(f"saved {config['out']}: {config['method']} ({programs.info(config['method']).method_id}) {best}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -108,7 +157,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no --out given; name the artifact directory to write (or use --dry-run)")
     if not dry_run and Path(config["out"]).exists() and not config["force"]:
         raise ArtifactError(f"{config['out']} already exists; choose another --out or pass --force to replace it")
-    get_preset(config["optimizer"])
+    optimizers = [name.strip() for name in str(config["optimizer"]).split(",") if name.strip()]
+    if len(optimizers) > 1 and not config.get("search"):
+        raise ConfigError("several optimizers are only searched with --search KNOB=V1,V2; pass one --optimizer")
+    for name in optimizers:
+        get_preset(name)
     info = programs.info(config["method"])
     knobs = knob_dict(config.get("knob"))
     programs.resolved_knobs(config["method"], **knobs)  # unknown/mistyped knobs fail before any work
@@ -121,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
         lm = build_lm(config)
     retriever = build_retriever(config.get("retriever"), config["method"], info.uses_retrieval)
     train, dev = load_train_dev(config)
+    if config.get("search"):
+        return _run_search(config, lm, retriever, train, dev, knobs, optimizers, dry_run)
     program = build_program(config["method"], retriever=retriever, **knobs)
     with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):  # DSPy optimizers print progress
         result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],

@@ -1,0 +1,36 @@
+"""`ragzoo compile --search`: the knob search from the command line saves the best program with its trials."""
+
+from __future__ import annotations
+
+import json
+
+from ragzoo.cli import main
+
+
+def _corpus(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": f"Title {i}", "text": f"magazine fact {i}"}) + "\n"
+                              for i in range(30)))
+    return corpus
+
+
+def test_search_saves_the_best_program_and_its_trials(tmp_path, capsys):
+    out = tmp_path / "best"
+    code = main(["compile", "--method", "rag", "--dataset", "hotpotqa", "--train-n", "4", "--dev-n", "2",
+                 "--optimizer", "none,labeled", "--search", "k=1,2", "--trials", "3", "--lm", "dry-run",
+                 "--retriever", f"bm25:{_corpus(tmp_path)}", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "knob search over 3 trials" in printed and "n/a (dry-run" in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    trials = manifest["knob_search"]["trials"]
+    assert len(trials) == 3 and {t["optimizer"] for t in trials} <= {"none", "labeled"}
+    assert manifest["knobs"]["k"] in (1, 2) and manifest["optimizer"] in ("none", "labeled")
+
+
+def test_several_optimizers_without_search_are_refused(tmp_path, capsys):
+    code = main(["compile", "--method", "rag", "--dataset", "hotpotqa", "--optimizer", "none,labeled",
+                 "--lm", "dry-run", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--search" in err and err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
