@@ -35,10 +35,11 @@ def in_child(function, *args):
 
 
 def _measured(function, *args):
-    import resource
-
     result = function(*args)
-    return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM is this process's own peak; ru_maxrss of a forked child can report the parent's
+    with open("/proc/self/status") as status:
+        peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return result, peak_kb / 1024
 
 
 def _build_ours(corpus: str, cache: str):

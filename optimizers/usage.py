@@ -48,30 +48,6 @@ class Usage:
         return data
 
 
-_price_cache: dict[str, tuple[float, float] | None] = {}
-
-
-def price_per_token(model: str | None) -> tuple[float, float] | None:
-    """(USD per prompt token, USD per completion token) from LiteLLM's local price table, or None."""
-    if not model:
-        return None
-    if model in _price_cache:
-        return _price_cache[model]
-    price = None
-    try:
-        import litellm
-
-        for name in (model, model.split("/", 1)[-1]):
-            entry = litellm.model_cost.get(name)
-            if entry and entry.get("input_cost_per_token") is not None:
-                price = (float(entry["input_cost_per_token"]), float(entry.get("output_cost_per_token") or 0.0))
-                break
-    except Exception:  # no price table: cost stays unknown (0), calls and tokens are still counted
-        price = None
-    _price_cache[model] = price
-    return price
-
-
 def _text_of(value) -> str:
     if value is None:
         return ""
@@ -186,12 +162,11 @@ class UsageMeter(BaseCallback):
 def _caller_name() -> str:
     from dspy.dsp.utils import settings
 
-    from ragzoo import engines
+    from ragzoo.engines import predictor_name
 
-    name_of = getattr(engines, "predictor_name", None) or getattr(engines, "_predictor_name")
     stack = list(settings.caller_modules or [])
     caller = next((module for module in reversed(stack) if hasattr(module, "signature")), None)
-    return name_of(caller, stack)
+    return predictor_name(caller, stack)
 
 
 def _has_ragzoo_tracker(lm) -> bool:
@@ -210,13 +185,9 @@ def _history_entry(lm, outputs) -> dict | None:
 
 
 def _cost(model: str | None, prompt_tokens: int, completion_tokens: int) -> float:
-    try:
-        from ragzoo.lm import estimate_cost
+    from ragzoo.lm import estimate_cost
 
-        return estimate_cost(model, prompt_tokens, completion_tokens) if model else 0.0
-    except ImportError:
-        price = price_per_token(model)
-        return prompt_tokens * price[0] + completion_tokens * price[1] if price else 0.0
+    return estimate_cost(model, prompt_tokens, completion_tokens) if model else 0.0
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -50,14 +51,41 @@ def _system_text(system) -> str:
     return "".join(getattr(part, "text", "") for part in system)
 
 
+# root module -> {id(predictor): (name, weakref to the predictor)}. Walking `named_predictors()` on every LM
+# call cost as much as the rest of a program's own work, so the names are computed once per root and
+# recomputed only when a caller is missing (a predictor replaced, e.g. by an optimizer).
+_PREDICTOR_NAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PREDICTOR_NAMES_LOCK = threading.Lock()
+
+
+def _names_of(root) -> dict:
+    return {id(predictor): (name[: -len(".predict")] if name.endswith(".predict") else name, weakref.ref(predictor))
+            for name, predictor in root.named_predictors()}
+
+
 def predictor_name(caller, stack) -> str:
+    """The calling predictor's name in the outermost module (as `named_predictors()` gives it, without a
+    trailing `.predict`), or its signature's class name for a bare predictor."""
     if caller is None:
         return "?"
     root = stack[0] if stack else caller
     if root is not caller and hasattr(root, "named_predictors"):
-        for name, predictor in root.named_predictors():
-            if predictor is caller:
-                return name[: -len(".predict")] if name.endswith(".predict") else name
+        with _PREDICTOR_NAMES_LOCK:
+            try:
+                names = _PREDICTOR_NAMES.get(root)
+            except TypeError:  # a root that cannot be weakly referenced: no cache
+                names = None
+        hit = names.get(id(caller)) if names is not None else None
+        if hit is None or hit[1]() is not caller:
+            names = _names_of(root)
+            with _PREDICTOR_NAMES_LOCK:
+                try:
+                    _PREDICTOR_NAMES[root] = names
+                except TypeError:
+                    pass
+            hit = names.get(id(caller))
+        if hit is not None and hit[1]() is caller:
+            return hit[0]
     return getattr(caller.signature, "__name__", type(caller).__name__)
 
 

@@ -177,6 +177,8 @@ Responder = Callable[[list, dict], str]
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out in separate writes; with Nagle on, each reply waits for the client's delayed ACK
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: tests read counters

@@ -76,3 +76,14 @@ def test_static_retriever_ranks_by_overlap_and_records_queries():
     assert retriever.queries == [("text of doc 3", 2)]
     fixed = StaticRetriever([], by_query={"q": make_passages(3)})
     assert [p.pid for p in fixed("q", 2)] == ["0", "1"]
+
+
+def test_predictor_names_follow_a_replaced_predictor():
+    """Names are cached per program; a predictor swapped in (as optimizers do) is still named correctly."""
+    lm = ScriptedLM({"judge": {"reasoning": "r", "relevant": True, "ids": [0]}, "answer": {"answer": "a"}})
+    program = Pipeline()
+    with dspy.context(lm=lm):
+        program(question="q")
+        program.answer = dspy.Predict("question -> answer")
+        program(question="q")
+    assert lm.call_names == ["judge", "answer", "judge", "answer"]
