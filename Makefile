@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo bench clean
+.PHONY: install test demo bench clean test-colbert
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,5 +33,14 @@ demo: install
 bench: install
 	$(BIN)/python -m benchmarks
 
+# The local colbert-ai (PLAID) backend end to end on CPU with a tiny untrained checkpoint. colbert-ai needs
+# transformers < 5, so it gets its own venv; the first run compiles its C++ extensions (~2 min).
+test-colbert:
+	$(PYTHON) -m venv .venv-colbert
+	.venv-colbert/bin/python -m pip install --quiet -c constraints.txt torch==2.13.0
+	.venv-colbert/bin/python -m pip install --quiet -c constraints.txt -e . pytest
+	.venv-colbert/bin/python -m pip install --quiet "colbert-ai==0.2.22" "transformers==4.57.6" ninja faiss-cpu
+	.venv-colbert/bin/python -m pytest -q tests/retrieval/test_retrieval_colbert_local.py
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info demo_out
+	rm -rf $(VENV) .venv-colbert build dist *.egg-info demo_out

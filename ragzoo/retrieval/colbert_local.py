@@ -4,11 +4,26 @@ colbert-ai is imported only when this backend is used. Building an index needs a
 (e.g. a local copy of `colbert-ir/colbertv2.0`); ragzoo never downloads one. The index folder is the one
 colbert-ai's `Indexer` writes (`plan.json`, `metadata.json`, codec and residual files); the collection is
 the TSV (`pid \\t title | text`) written beside it at build time, so answers carry "Title | text".
+
+Runs on CPU: colbert-ai picks the GPU path only when torch sees a CUDA device. On CPU it JIT-compiles four
+small C++ extensions with torch.utils.cpp_extension on first use (gcc + ninja needed; about 25 s each on
+2 cores, cached afterwards under ~/.cache/torch_extensions or $TORCH_EXTENSIONS_DIR).
+colbert-ai 0.2.22 does not work with transformers 5 (its model class calls `init_weights()` before
+`post_init()` and declares `_keys_to_ignore_on_load_unexpected` as a list), so the extra needs transformers<5.
+The index metadata records the checkpoint's path; pass `checkpoint=` to the retriever if it has moved.
+
+`make_random_checkpoint` writes an untrained, tiny BERT checkpoint in colbert-ai's format: its rankings
+mean nothing, it only lets the wiring (index build, load, search) be checked where no real checkpoint can
+be downloaded.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from ragzoo.errors import ConfigError, RetrieverError
@@ -26,6 +41,11 @@ def _import_colbert():
     except ImportError as error:
         raise ConfigError(f"the colbert backend needs colbert-ai ({error}); install it with "
                           f"`pip install 'ragzoo[colbert]'`, or use bm25:/dense:/colbertv2: instead")
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        raise ConfigError(f"colbert-ai does not work with transformers {transformers.__version__}; "
+                          f"install transformers<5 beside it (`pip install 'transformers<5'`)")
     return Indexer, Searcher, ColBERTConfig, Run, RunConfig
 
 
@@ -47,10 +67,15 @@ def build_colbert_index(corpus: Path, out_dir: Path, checkpoint: str, nbits: int
             tsv.write(f"{row}\t{passage.long_text.replace(chr(9), ' ').replace(chr(10), ' ')}\n")
             pids.append(passage.pid)
     (out_dir / PIDS_FILE).write_text(json.dumps(pids))
-    with Run().context(RunConfig(nranks=1, experiment="ragzoo", root=str(out_dir))):
+    # one rank in this process: no spawned workers (which would re-import the caller's __main__)
+    # index_root must sit in the RunConfig: the Indexer lets Run().config override the ColBERTConfig given to it
+    run_config = RunConfig(nranks=1, avoid_fork_if_possible=True, experiment="ragzoo", root=str(out_dir),
+                           index_root=str(out_dir))
+    with Run().context(run_config):
         config = ColBERTConfig(nbits=nbits, doc_maxlen=doc_maxlen, index_root=str(out_dir))
+        # overwrite=True would wait 20 s before deleting an old index; the silent form does not
         Indexer(checkpoint=checkpoint, config=config).index(name="plaid", collection=str(out_dir / COLLECTION_FILE),
-                                                            overwrite=True)
+                                                            overwrite="force_silent_overwrite")
     return {"backend": "colbert", "num_docs": len(pids), "index": str(out_dir / "plaid")}
 
 
@@ -75,3 +100,34 @@ class ColBERTLocalRetriever(BaseRetriever):
             pid = self.pids[row] if self.pids else str(row)
             passages.append(Passage.from_long_text(self.searcher.collection[row], pid=pid, score=float(score)))
         return passages
+
+
+def make_random_checkpoint(folder: str | Path, texts: Iterable[str], dim: int = 32, vocab_size: int = 4000,
+                           seed: int = 0) -> Path:
+    """Write a tiny randomly initialised BERT ColBERT checkpoint (vocab from `texts`) for wiring checks only."""
+    _import_colbert()
+    import torch
+    from colbert.infra import ColBERTConfig
+    from colbert.modeling.hf_colbert import class_factory
+    from transformers import BertConfig, BertTokenizerFast
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    # colbert-ai marks queries and documents with [unused0]/[unused1] and pads queries with [MASK]
+    vocab = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += list(string.punctuation) + list(string.ascii_lowercase + string.digits)
+    vocab += ["##" + char for char in string.ascii_lowercase + string.digits]
+    counts = Counter(word for text in texts for word in re.findall(r"[a-z0-9]+", text.lower()))
+    known = set(vocab)
+    vocab += [word for word, _ in counts.most_common(max(0, vocab_size - len(vocab))) if word not in known]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
+    BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+               intermediate_size=128, max_position_embeddings=512).save_pretrained(folder)
+    colbert_config = ColBERTConfig(dim=dim)
+    torch.manual_seed(seed)
+    # the model class colbert-ai itself loads, so the projection to `dim` is saved too (not re-drawn per load)
+    model = class_factory(str(folder))(BertConfig.from_pretrained(folder), colbert_config)
+    model.save_pretrained(folder)
+    colbert_config.save_for_checkpoint(str(folder))
+    return folder
