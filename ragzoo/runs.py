@@ -285,7 +285,6 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     """Evaluate `program` on `examples` with the active DSPy LM; write a run directory at `out_dir` (or keep
     everything in memory when None). Returns the summary (also in summary.json); the records of this call
     are in `summary["records"]` when `out_dir` is None."""
-    import dspy
     from dspy.utils.parallelizer import ParallelExecutor
 
     from ragzoo.optimizers.metric import resolve_metrics, safe_metric

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-import dspy
 
 from ragzoo.engines import CallContext, FunctionEngine
 from ragzoo.retrieval.base import BaseRetriever, Passage

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     import dspy
 
-    from ragzoo import data, programs
+    from ragzoo import programs
     from ragzoo.artifacts import build_program, save
     from ragzoo.commands.evaluate import build_lm, build_retriever, lm_description
     from ragzoo.config import knob_dict, resolve

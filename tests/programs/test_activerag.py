@@ -18,13 +18,6 @@ QUESTION = "Who produced The Woods?"
 PASSAGES = [Passage(pid=str(i), title=f"Film {i}", text=f"Film {i} was produced by person {i}.") for i in range(6)]
 
 
-@pytest.fixture(autouse=True)
-def _no_tiktoken_download(monkeypatch):
-    """ragzoo.engines.approx_tokens tries to download tiktoken's encoding on every call when it is not
-    cached (a DNS timeout each time, and a network attempt); count tokens by length here instead."""
-    monkeypatch.setattr("ragzoo.engines.approx_tokens", lambda text: max(1, len(text) // 4))
-
-
 def make(**knobs):
     retriever = StaticRetriever(make_passages(3), by_query={QUESTION: PASSAGES})
     return ActiveRag(retriever=retriever, **knobs), retriever

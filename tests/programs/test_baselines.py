@@ -20,13 +20,6 @@ from ragzoo.tracing import trace_example
 QUESTION = "what does doc 7 say"
 
 
-@pytest.fixture(autouse=True)
-def _offline_token_count(monkeypatch):
-    # ragzoo.engines.approx_tokens tries to download tiktoken's BPE file on every call when it is not cached
-    # (a 5 s DNS timeout offline); count tokens by length here so the suite stays fast and offline.
-    monkeypatch.setattr("ragzoo.engines.approx_tokens", lambda text: max(1, len(text) // 4))
-
-
 def run(program, lm, question: str = QUESTION):
     with dspy.context(lm=lm):
         return program(question=question)

@@ -23,13 +23,6 @@ FILTER_CHAIN = ["filter_topic", "filter_analysis", "filter_ids"]
 FULL = ["external_cot", "write_passage", *FILTER_CHAIN * 3, "answer_cot", "extract_answer"]
 
 
-@pytest.fixture(autouse=True)
-def _offline_token_counts(monkeypatch):
-    # ragzoo.engines.approx_tokens retries downloading tiktoken's encoding on every LM call when it is not
-    # cached (a network attempt, seconds each offline); count tokens by length in these tests.
-    monkeypatch.setattr("ragzoo.engines.approx_tokens", lambda text: max(1, len(text) // 4))
-
-
 @pytest.fixture
 def docs():
     return make_passages(12)

@@ -21,13 +21,6 @@ LYON = Passage(pid="p2", title="Lyon", text="Lyon is a city in France. The Rhone
 EMPTY = Passage(pid="p3", title="Blank", text="")
 
 
-@pytest.fixture(autouse=True)
-def _no_tiktoken_download(monkeypatch):
-    """ragzoo.engines.approx_tokens tries to download tiktoken's encoding on every call when it is not
-    cached (a DNS timeout each time, and a network attempt); count tokens by length here instead."""
-    monkeypatch.setattr("ragzoo.engines.approx_tokens", lambda text: max(1, len(text) // 4))
-
-
 def make(k=2, passages=(PARIS, LYON), **knobs):
     retriever = StaticRetriever([PARIS, LYON, EMPTY], by_query={QUESTION: list(passages)})
     return Filco(retriever=retriever, k=k, **knobs), retriever

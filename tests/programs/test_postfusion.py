@@ -17,13 +17,6 @@ Q = "Who wrote doc two?"
 METHODS = ("concat", "postfusion", "concat_pf", "pf_concat", "pruning", "summary")
 
 
-@pytest.fixture(autouse=True)
-def _offline_token_counts(monkeypatch):
-    # ragzoo.engines.approx_tokens retries downloading tiktoken's encoding on every LM call when it is not
-    # cached (a network attempt, seconds each offline); count tokens by length in these tests.
-    monkeypatch.setattr("ragzoo.engines.approx_tokens", lambda text: max(1, len(text) // 4))
-
-
 @pytest.fixture
 def docs():
     return make_passages(8)
