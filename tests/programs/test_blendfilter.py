@@ -11,6 +11,7 @@ import pytest
 from ragzoo import programs
 from ragzoo.errors import ConfigError
 from ragzoo.programs.blendfilter import BlendFilter, clean_ids
+from ragzoo.lm import make_dry_run_lm
 from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
 
 Q = "Which doc answers the question?"
@@ -52,21 +53,6 @@ def run(program, lm, question=Q):
     with dspy.context(lm=lm):
         return program(question=question)
 
-
-def placeholders(context):
-    """What the dry-run LM answers: type-valid placeholder values for every output field."""
-    values = {}
-    for name, field in context.signature.output_fields.items():
-        annotation = field.annotation
-        if typing.get_origin(annotation) is typing.Literal:
-            values[name] = typing.get_args(annotation)[0]
-        elif annotation == list[int]:
-            values[name] = [0]
-        elif annotation is bool:
-            values[name] = False
-        else:
-            values[name] = "placeholder"
-    return values
 
 
 def test_default_structure_is_13_calls_and_3_retrievals(retriever):
@@ -275,7 +261,6 @@ def test_registry_requires_a_retriever():
 @pytest.mark.parametrize("knobs", [{}, {"answer_mode": "yes_no"}, {"filter_mode": "union"}])
 def test_runs_end_to_end_on_placeholders(knobs):
     retriever = StaticRetriever(make_passages(10))
-    lm = ScriptedLM(default=placeholders)
-    pred = run(BlendFilter(retriever, **knobs), lm)
+    pred = run(BlendFilter(retriever, **knobs), make_dry_run_lm())
     assert isinstance(pred.answer, str) and pred.answer
     assert len(retriever.queries) == 3

@@ -3,7 +3,6 @@ sees, votes with unknowns and ties, fallback, distiller, edge cases, registry, s
 
 from __future__ import annotations
 
-import typing
 
 import dspy
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from ragzoo import programs
 from ragzoo.errors import ConfigError
 from ragzoo.programs.postfusion import PostFusionFamily, numbered_passages
+from ragzoo.lm import PLACEHOLDER_TEXT, make_dry_run_lm
 from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
 
 Q = "Who wrote doc two?"
@@ -45,20 +45,6 @@ def run(program, lm, question=Q):
 def build(method, retriever, **knobs):
     return programs.get(method, retriever=retriever, **knobs)
 
-
-def placeholders(context):
-    values = {}
-    for name, field in context.signature.output_fields.items():
-        annotation = field.annotation
-        if typing.get_origin(annotation) is typing.Literal:
-            values[name] = typing.get_args(annotation)[0]
-        elif annotation == list[int]:
-            values[name] = [0]
-        elif annotation is bool:
-            values[name] = False
-        else:
-            values[name] = "placeholder"
-    return values
 
 
 def passage_count(context_text: str) -> int:
@@ -269,8 +255,8 @@ def test_direct_construction_rejects_unknown_mode(retriever):
 @pytest.mark.parametrize("method", METHODS)
 def test_runs_end_to_end_on_placeholders(method):
     retriever = StaticRetriever(make_passages(10))
-    pred = run(build(method, retriever), ScriptedLM(default=placeholders))
-    assert pred.answer == "placeholder"
+    pred = run(build(method, retriever), make_dry_run_lm())
+    assert pred.answer == PLACEHOLDER_TEXT["answer"]
     assert len(retriever.queries) == 1
 
 
