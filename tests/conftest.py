@@ -59,3 +59,19 @@ def static_retriever(passages):
     from ragzoo.testing import StaticRetriever
 
     return StaticRetriever(passages)
+
+
+@pytest.fixture
+def retry_delays(monkeypatch) -> list[float]:
+    """DSPy's retry back-off delays (Retry-After or exponential), recorded instead of slept."""
+    import dspy.clients.execution as execution
+
+    seen: list[float] = []
+    original = execution._delay
+
+    def record(exc, attempt):
+        seen.append(original(exc, attempt))
+        return 0.0
+
+    monkeypatch.setattr(execution, "_delay", record)
+    return seen

@@ -28,22 +28,6 @@ class Judge(dspy.Signature):
     answer: str = dspy.OutputField()
 
 
-@pytest.fixture
-def delays(monkeypatch):
-    """Record DSPy's retry back-off (Retry-After or exponential) but do not sleep it."""
-    import dspy.clients.execution as execution
-
-    seen: list[float] = []
-    original = execution._delay
-
-    def record(exc, attempt):
-        seen.append(original(exc, attempt))
-        return 0.0
-
-    monkeypatch.setattr(execution, "_delay", record)
-    return seen
-
-
 def _lm(server, engine, **kw):
     return dspy.LM("openai/stub", api_base=server.base_url + "/v1", api_key="stub", cache=False, engine=engine, **kw)
 
@@ -116,24 +100,24 @@ def test_openai_client_retries_429_itself():
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("fault", ["429", "500", "502", "503", "reset"])
-def test_transient_faults_are_retried_with_backoff(engine, fault, delays):
+def test_transient_faults_are_retried_with_backoff(engine, fault, retry_delays):
     with StubLMServer(faults=[fault, fault]) as server:
         with dspy.context(lm=_lm(server, engine, num_retries=3)):
             prediction = dspy.Predict(Judge)(claim="c")
         assert server.requests == 3 and server.faults_served == 2
     assert prediction.verdict == "true"
-    assert delays == [1, 2]  # DSPy's exponential back-off, 2**attempt seconds
+    assert retry_delays == [1, 2]  # DSPy's exponential back-off, 2**attempt seconds
 
 
-def test_retry_after_is_honoured_by_the_native_engine(delays):
+def test_retry_after_is_honoured_by_the_native_engine(retry_delays):
     with StubLMServer(faults=["429:0.25"]) as server, dspy.context(lm=_lm(server, "auto", num_retries=2)):
         dspy.Predict(Judge)(claim="c")
         assert server.requests == 2
-    assert delays == [0.25]
+    assert retry_delays == [0.25]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_retries_are_bounded_and_the_final_fault_is_a_clear_error(engine, delays):
+def test_retries_are_bounded_and_the_final_fault_is_a_clear_error(engine, retry_delays):
     from dspy.utils.exceptions import LMError as DSPyLMError
 
     with StubLMServer(faults=lambda index, body: "503") as server:
@@ -144,7 +128,7 @@ def test_retries_are_bounded_and_the_final_fault_is_a_clear_error(engine, delays
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_read_timeout_is_retried_then_succeeds(engine, delays):
+def test_read_timeout_is_retried_then_succeeds(engine, retry_delays):
     with StubLMServer(faults=["timeout:1.0"]) as server:
         with dspy.context(lm=_lm(server, engine, num_retries=1, timeout=0.3)):
             prediction = dspy.Predict(Judge)(claim="c")
@@ -153,7 +137,7 @@ def test_read_timeout_is_retried_then_succeeds(engine, delays):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_truncated_json_fails_loudly(engine, delays):
+def test_truncated_json_fails_loudly(engine, retry_delays):
     from dspy.utils.exceptions import LMError as DSPyLMError
 
     with StubLMServer(faults=["truncated"] * 3) as server:

@@ -43,22 +43,6 @@ def cli(capsys):
     return run
 
 
-@pytest.fixture
-def backoff(monkeypatch):
-    """Record DSPy's retry back-off delays (Retry-After or exponential) without sleeping them."""
-    import dspy.clients.execution as execution
-
-    seen: list[float] = []
-    original = execution._delay
-
-    def record(exc, attempt):
-        seen.append(original(exc, attempt))
-        return 0.0
-
-    monkeypatch.setattr(execution, "_delay", record)
-    return seen
-
-
 def write_questions(path: Path, n: int, prefix: str = "q") -> Path:
     with open(path, "w", encoding="utf-8") as handle:
         for i in range(n):

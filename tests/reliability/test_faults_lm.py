@@ -2,7 +2,7 @@
 
 Each fault: retried where it should be (bounded: 1 + num_retries requests, with the server's Retry-After or
 exponential back-off), recorded per example where it is final (error kind), scored 0, the run goes on, and
-the summary counts failures by kind. DSPy's back-off sleep is recorded, not slept (fixture `backoff`)."""
+the summary counts failures by kind. DSPy's back-off sleep is recorded, not slept (fixture `retry_delays`)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ FINAL_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(FINAL_FAULTS))
-def test_final_fault_is_recorded_scored_zero_and_run_goes_on(fault, backoff):
+def test_final_fault_is_recorded_scored_zero_and_run_goes_on(fault, retry_delays):
     kinds, expected_requests = FINAL_FAULTS[fault]
     server, summary, records, about_bad = _run(fault)
     assert sorted(records) == ["q0", "q1", "q2"]  # every example once; q2 ran after q1 failed
@@ -95,7 +95,7 @@ _FINAL_KIND_CASES = list(FINAL_FAULTS)
 
 
 @pytest.mark.parametrize("fault", _FINAL_KIND_CASES)
-def test_failure_kind_names_the_cause(fault, backoff):
+def test_failure_kind_names_the_cause(fault, retry_delays):
     """The summary's failures_by_kind must tell a rate limit / server failure ('lm') from a read timeout
     ('timeout') from an answer that does not parse ('parse'), never lump them into 'other'."""
     kinds, _ = FINAL_FAULTS[fault]
@@ -106,37 +106,37 @@ def test_failure_kind_names_the_cause(fault, backoff):
 
 
 @pytest.mark.parametrize("fault", ["429", "429:0.25", "503", "502", "reset", "timeout:1"])
-def test_transient_fault_is_retried_and_recovers(fault, backoff):
+def test_transient_fault_is_retried_and_recovers(fault, retry_delays):
     server, summary, records, about_bad = _run(fault, transient=1)
     assert about_bad == 2  # one failure, one successful retry
     assert all(r["error"] is None for r in records.values()) and summary["failures"] == 0
     assert records["q1"]["prediction"] == records["q0"]["prediction"]  # the stub's placeholder answer
-    assert len(backoff) == 1
+    assert len(retry_delays) == 1
 
 
-def test_retry_after_is_honoured_and_backoff_is_bounded(backoff):
+def test_retry_after_is_honoured_and_backoff_is_bounded(retry_delays):
     _run("429:0.25")
-    assert backoff == [0.25, 0.25]  # the server's Retry-After, each retry
-    backoff.clear()
+    assert retry_delays == [0.25, 0.25]  # the server's Retry-After, each retry
+    retry_delays.clear()
     _run("503")
-    assert backoff == [1, 2]  # exponential without Retry-After (DSPy caps it at 60 s)
+    assert retry_delays == [1, 2]  # exponential without Retry-After (DSPy caps it at 60 s)
 
 
-def test_no_retry_for_a_client_error(backoff):
+def test_no_retry_for_a_client_error(retry_delays):
     """A 400 (bad request) is final at once: retrying would only cost money."""
     server, summary, records, about_bad = _run("400")
-    assert about_bad == 1 and backoff == []
+    assert about_bad == 1 and retry_delays == []
     assert records["q1"]["error"] is not None and summary["failures"] == 1
 
 
-def test_faults_under_threads_count_once_per_example(backoff):
+def test_faults_under_threads_count_once_per_example(retry_delays):
     server, summary, records, about_bad = _run("503", n=8, threads=4)
     assert sorted(records) == sorted(f"q{i}" for i in range(8))
     assert about_bad == 1 + NUM_RETRIES
     assert summary["failures"] == 1 and summary["n"] == 8
 
 
-def test_cli_run_records_mixed_faults(tmp_path, cli, monkeypatch, questions_file, backoff):
+def test_cli_run_records_mixed_faults(tmp_path, cli, monkeypatch, questions_file, retry_delays):
     """Through `ragzoo evaluate` (CLI defaults: 3 retries): predictions.jsonl says what failed, summary.json
     counts failures by kind, the run finishes and exits 0."""
     monkeypatch.setenv("OPENAI_API_KEY", "stub")
