@@ -129,7 +129,7 @@ def build_program(method: str, retriever=None, **knobs):
 
 
 def _tag(program, method: str, knobs: dict) -> None:
-    object.__setattr__(program, _TAG, {"method": method, "knobs": _jsonable(knobs)})
+    object.__setattr__(program, _TAG, {"method": method, "knobs": jsonable(knobs)})
 
 
 def program_origin(program) -> dict | None:
@@ -142,13 +142,15 @@ def program_origin(program) -> dict | None:
     return origin
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+def jsonable(value: Any) -> Any:
+    """`value` with every container made JSON-ready: dict keys as strings, tuples and sets as lists, and
+    anything else not JSON-native as its `str`."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
     return str(value)
 
 
@@ -233,14 +235,14 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
         manifest = {
             "format_version": FORMAT_VERSION,
             "method": method,
-            "knobs": _jsonable(resolved),
+            "knobs": jsonable(resolved),
             "structure": structure,
             "signature_hashes": hashes,
             "retriever": retriever_spec,
             "package_versions": package_versions(),
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "program_sha256": hashlib.sha256(data).hexdigest(),
-            **_jsonable(info),
+            **jsonable(info),
         }
         atomic_write_json(staging / MANIFEST_FILE, manifest)
         fsync_dir(staging)
@@ -366,7 +368,7 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
         for name, value in knobs.items():
             want = programs.coerce_knob(saved_method, name, value)
             have = manifest["knobs"].get(name)
-            if _jsonable(want) != have:
+            if jsonable(want) != have:
                 raise ArtifactError(f"{path} was compiled with {name}={have!r}, not {want!r}; knobs of a compiled "
                                     f"program are fixed: recompile with the knob you want")
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ragzoo.artifacts import atomic_write_json, fsync_dir
+from ragzoo.artifacts import atomic_write_json, fsync_dir, jsonable
 from ragzoo.errors import BudgetExceeded, RunError
 
 logger = logging.getLogger(__name__)
@@ -102,16 +102,6 @@ def _passages(prediction) -> list[dict]:
             title = passage.partition(" | ")[0]
         result.append({"pid": pid, "title": title})
     return result
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_jsonable(v) for v in value]
-    return str(value)
 
 
 class PredictionWriter:
@@ -192,11 +182,11 @@ def prepare_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = 
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             raise RunError(f"{out / CONFIG_FILE} is unreadable; start a new run with another --out") from None
         differing = [key for key in RESUME_KEYS
-                     if key in previous and key in config and _jsonable(previous[key]) != _jsonable(config[key])]
+                     if key in previous and key in config and jsonable(previous[key]) != jsonable(config[key])]
         if differing:
             raise RunError(f"cannot resume {out}: {', '.join(differing)} differ from the interrupted run; use the "
                            f"same flags or another --out")
-    atomic_write_json(out / CONFIG_FILE, _jsonable(config))
+    atomic_write_json(out / CONFIG_FILE, jsonable(config))
     fsync_dir(out)
     return out
 
@@ -266,8 +256,8 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
     return {
         "id": example_id(example, position),
         "question": example.get("question"),
-        "gold": _jsonable(_gold(example)),
-        "prediction": _jsonable(answer),
+        "gold": jsonable(_gold(example)),
+        "prediction": jsonable(answer),
         "metrics": scores,
         "passages": _passages(prediction),
         **usage,
