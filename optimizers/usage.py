@@ -23,6 +23,7 @@ from typing import Iterator
 from dspy.utils.callback import BaseCallback
 
 from ragzoo.errors import BudgetExceeded
+from ragzoo.usage import UsageTracker, caller_name, find_history_entry
 
 
 @dataclass
@@ -108,7 +109,7 @@ class UsageMeter(BaseCallback):
     # -- DSPy callback -----------------------------------------------------------------------------------
     def on_lm_start(self, call_id, instance, inputs):
         try:
-            name = _caller_name()
+            name = caller_name()
         except Exception:  # naming is a nicety; counting must never depend on it (DSPy swallows errors here)
             name = "?"
         with self._lock:
@@ -135,7 +136,7 @@ class UsageMeter(BaseCallback):
 
     def _measure(self, lm, inputs, outputs) -> tuple[Usage, bool]:
         """Usage from DSPy's history entry of the call when it has one, else tokens counted on the text."""
-        entry = _history_entry(lm, outputs)
+        entry = find_history_entry(lm, outputs)
         model = self.pricing_model or getattr(lm, "priced_model", None)
         if entry is not None:
             reported = entry.get("usage") or {}
@@ -159,29 +160,8 @@ class UsageMeter(BaseCallback):
         return usage, False
 
 
-def _caller_name() -> str:
-    from dspy.dsp.utils import settings
-
-    from ragzoo.engines import predictor_name
-
-    stack = list(settings.caller_modules or [])
-    caller = next((module for module in reversed(stack) if hasattr(module, "signature")), None)
-    return predictor_name(caller, stack)
-
-
 def _has_ragzoo_tracker(lm) -> bool:
-    return any(type(callback).__name__ == "UsageTracker" for callback in getattr(lm, "callbacks", None) or [])
-
-
-def _history_entry(lm, outputs) -> dict | None:
-    """DSPy's history entry of the call that returned `outputs` (matched by identity: safe across threads)."""
-    from dspy.clients.base_lm import GLOBAL_HISTORY
-
-    for history in (getattr(lm, "history", None) or [], GLOBAL_HISTORY):
-        for entry in reversed(list(history[-256:])):
-            if entry.get("outputs") is outputs or entry.get("response") is outputs:
-                return entry
-    return None
+    return any(isinstance(callback, UsageTracker) for callback in getattr(lm, "callbacks", None) or [])
 
 
 def _cost(model: str | None, prompt_tokens: int, completion_tokens: int) -> float:

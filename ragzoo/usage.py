@@ -122,7 +122,8 @@ class BudgetGuard:
             raise BudgetExceeded(self.exceeded)
 
 
-def _caller_name() -> str:
+def caller_name() -> str:
+    """Name of the predictor making the current LM call (see `ragzoo.engines.predictor_name`)."""
     from dspy.dsp.utils import settings
 
     from ragzoo.engines import predictor_name
@@ -132,7 +133,7 @@ def _caller_name() -> str:
     return predictor_name(caller, stack)
 
 
-def _find_entry(lm, outputs) -> dict | None:
+def find_history_entry(lm, outputs) -> dict | None:
     """The history entry DSPy wrote for the call that returned `outputs` (identity, so thread-safe)."""
     from dspy.clients.base_lm import GLOBAL_HISTORY
 
@@ -163,7 +164,7 @@ class UsageTracker(BaseCallback):
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         with self._lock:
-            self._pending[call_id] = (instance, time.perf_counter(), _caller_name())
+            self._pending[call_id] = (instance, time.perf_counter(), caller_name())
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
         with self._lock:
@@ -184,7 +185,7 @@ class UsageTracker(BaseCallback):
 
     @staticmethod
     def make_record(lm, outputs, name: str, latency: float) -> LMCallRecord:
-        entry = _find_entry(lm, outputs) or {}
+        entry = find_history_entry(lm, outputs) or {}
         usage = entry.get("usage") or {}
         cached = bool(entry) and not usage
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
