@@ -100,7 +100,6 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
                 dry_run: bool) -> int:
     import dspy
 
-    from ragzoo import programs
     from ragzoo.artifacts import save
     from ragzoo.commands.evaluate import lm_description
     from ragzoo.errors import ConfigError
@@ -129,7 +128,7 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
          score=found.best_score, lm=lm_description(lm), seed=config["seed"],
          knob_search={"space": space, "optimizers": optimizers, "trials": found.trials},
          config={k: v for k, v in config.items() if k not in ("force",)})
-    print(f"saved {config['out']}: {config['method']} ({programs.info(config['method']).method_id}) {best}")
+    print(f"saved {config['out']}: {config['method']} with {best}")
     return 0
 
 
