@@ -11,6 +11,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 .PHONY: install test demo bench clean test-colbert
 

@@ -156,7 +156,7 @@ def hand_concat_pf(retrieve, k: int = 5) -> Callable[[str], str]:
 def hand_filco(retrieve, k: int = 1) -> Callable[[str], str]:
     import dspy
 
-    from ragzoo.oracle import split_sentences
+    from ragzoo.programs.filco_oracle import split_sentences
     from ragzoo.signatures.filco import AnswerFromFilteredContext, FilterSentences
 
     select, generate = dspy.Predict(FilterSentences), dspy.Predict(AnswerFromFilteredContext)

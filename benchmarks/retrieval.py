@@ -22,8 +22,10 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+from ragzoo.retrieval.specs import DEFAULT_CORPUS as CORPUS  # the default retriever's corpus
+from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
+
 KS = (2, 5, 10, 20)
-CORPUS = "hotpotqa/corpus_wiki17_abstracts.jsonl"
 QUESTIONS = "hotpotqa/dev_distractor.jsonl"
 
 
@@ -92,7 +94,7 @@ def bench_sparse(data: Path, n_questions: int, rank_bm25_questions: int, tmp: Pa
     import bm25s
     from rank_bm25 import BM25Okapi
 
-    from ragzoo.data.corpus import iter_corpus
+    from ragzoo.retrieval.corpus import iter_corpus
     from ragzoo.retrieval.bm25 import BM25Retriever, BM25Settings, make_tokenizer
 
     corpus = data / CORPUS
@@ -241,7 +243,7 @@ def bench_server(data: Path, tmp: Path, requests_per_level: int = 320) -> list[d
     questions = [json.loads(line)["question"] for line in open(data / QUESTIONS)]
     port = _free_port()
     env = {**os.environ, "RAGZOO_CACHE": str(tmp / "cache")}
-    server = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever", f"bm25:{CORPUS}",
+    server = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever", DEFAULT_RETRIEVER,
                                "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:

@@ -17,7 +17,7 @@ import dspy
 
 import ragzoo
 from ragzoo import data
-from ragzoo.artifacts import build_program
+from ragzoo import programs
 from ragzoo.lm import describe_lm, is_dry_run, make_lm
 from ragzoo.optimizers import compile_program
 from ragzoo.retrieval import make_retriever
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     train, dev = pool[:args.train_n], pool[args.train_n:]
     questions = data.load("hotpotqa", "dev_first500", n=args.eval_n)
 
-    program = build_program(args.method, retriever=retriever)
+    program = programs.get(args.method, retriever=retriever)
     with dspy.context(lm=lm):
         result = compile_program(program, trainset=train, valset=dev, optimizer="bootstrap", metric="em")
     demos = {name: len(predictor.demos) for name, predictor in result.program.named_predictors()}

@@ -8,6 +8,9 @@ object (a failed parse recorded by the evaluator) scores 0.0 and never raises. A
                  all_gold (retrieved titles vs `example.supporting_titles`, from `pred.passages`)
     DIAGNOSTICS  lower is better: unknown (%Unk), vote_miss (%NM)
     get_metric(name_or_callable) -> the metric function (ConfigError listing valid names otherwise)
+
+A dataset's default metric (StrategyQA: acc, the others: em) is data, not a metric: it lives with the
+dataset's other defaults in `ragzoo.data.registry.DEFAULTS` (`ragzoo.data.default_metric(name)`).
 """
 
 from __future__ import annotations
@@ -64,15 +67,6 @@ DIAGNOSTICS: dict[str, Metric] = {
     "vote_miss": vote_miss_metric,
 }
 
-# The metric each paper reports as its headline number, by dataset; everything else uses EM.
-DEFAULT_METRICS: dict[str, str] = {"strategyqa": "acc"}
-
-
-def default_metric(dataset: str | None) -> str:
-    """The headline metric name for a dataset: "acc" for StrategyQA, "em" otherwise."""
-    return DEFAULT_METRICS.get(dataset or "", "em")
-
-
 def get_metric(name_or_callable: str | Metric) -> Metric:
     """A metric by name (METRICS or DIAGNOSTICS), a "package.module:function" path, or a callable as is."""
     if callable(name_or_callable):
@@ -98,8 +92,8 @@ def get_metric(name_or_callable: str | Metric) -> Metric:
 
 
 __all__ = [
-    "DEFAULT_METRICS", "DIAGNOSTICS", "METRICS", "accuracy", "acc", "all_gold_metric", "all_gold_retrieved",
-    "contains", "contains_metric", "default_metric", "em", "exact_match", "f1", "f1_metric", "get_metric",
+    "DIAGNOSTICS", "METRICS", "accuracy", "acc", "all_gold_metric", "all_gold_retrieved",
+    "contains", "contains_metric", "em", "exact_match", "f1", "f1_metric", "get_metric",
     "gold_answers", "gold_titles", "gold_yes_no", "is_unknown", "normalize_answer", "precision_metric",
     "predicted_answer", "predicted_passages", "recall_metric", "retrieval_report", "retrieved_titles",
     "normalize_title", "s_precision", "s_precision_metric", "title_precision", "title_recall", "token_f1", "unknown_metric",

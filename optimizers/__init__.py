@@ -1,5 +1,5 @@
-"""Optimizers: presets of DSPy 3.4's teleprompters, metrics by name or callable, cost metering and budgets,
-and a knob search.
+"""Optimizers: presets of DSPy 3.4's teleprompters, compilation with usage per stage and budgets (metered by
+`ragzoo.usage`), and a knob search. Metrics by name or callable are `ragzoo.metrics.scoring`.
 
     from ragzoo.optimizers import compile_program, presets
     result = compile_program(program, trainset=train, valset=dev, optimizer="bootstrap", metric="em")
@@ -28,9 +28,9 @@ def __getattr__(name: str):
 
         return getattr(compiler, name)
     if name in ("safe_metric", "resolve_metric", "SafeMetric"):
-        from ragzoo.optimizers import metric
+        from ragzoo.metrics import scoring
 
-        return getattr(metric, name)
+        return getattr(scoring, name)
     if name in ("search_knobs", "KnobSearchResult"):
         from ragzoo.optimizers import knob_search
 

@@ -1,8 +1,8 @@
 """Compile a program with an optimizer preset, measure each stage, stop cleanly at a budget.
 
-`compile_program` runs two stages under a `UsageMeter`: `compile` (the teleprompter) and `validation` (the
-compiled program scored on the dev split with the metric). With `max_calls`/`max_cost`, every LM call checks
-the budget first; when it is reached the compile stops and keeps the best program so far:
+`compile_program` runs two stages under one meter (`ragzoo.usage.metering`): `compile` (the teleprompter) and
+`validation` (the compiled program scored on the dev split with the metric). With `max_calls`/`max_cost`,
+every LM call checks the budget first; when it is reached the compile stops and keeps the best program so far:
 - bootstrap: the demos bootstrapped before the stop (DSPy's own `_train` step over the traces collected);
 - bootstrap-rs / ensemble: candidates are tried one at a time (DSPy's `restrict=`), the best fully scored one
   is kept, a candidate cut short by the budget is discarded;
@@ -22,9 +22,9 @@ from typing import Any, Callable
 import dspy
 
 from ragzoo.errors import BudgetExceeded, ConfigError
-from ragzoo.optimizers.metric import SafeMetric, safe_metric
+from ragzoo.metrics.scoring import SafeMetric, safe_metric
 from ragzoo.optimizers.presets import OptimizerPreset, get_preset
-from ragzoo.optimizers.usage import StageUsage, Usage, UsageMeter, metering
+from ragzoo.usage import Budget, StageUsage, Usage, exceeded_budget, metering
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class CompileResult:
     def usage(self) -> Usage:
         total = Usage()
         for stage in self.stages:
-            total.add(stage.usage)
+            total.merge(stage.usage)
         return total
 
     def stage(self, name: str) -> StageUsage | None:
@@ -131,9 +131,10 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
 
 def compile_program(program, *, trainset: list, valset: list | None = None, optimizer: str = "bootstrap",
                     metric: str | Callable = "em", seed: int = 0, threads: int = 1, settings: dict | None = None,
-                    max_calls: int | None = None, max_cost: float | None = None, pricing_model: str | None = None,
+                    max_calls: int | None = None, max_cost: float | None = None,
                     validate: bool = True) -> CompileResult:
     """Compile `program` with the optimizer preset `optimizer` on `trainset`, score it on `valset`."""
+    Budget(max_calls, max_cost)  # a bad budget fails before any work
     preset, preset_settings = get_preset(optimizer)
     preset_settings.update(settings or {})
     safe = safe_metric(metric)
@@ -144,41 +145,40 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
     valset = list(valset or [])
     result = CompileResult(program=program, optimizer=optimizer, settings=_jsonable_settings(preset_settings),
                            metric=safe.name, score=None, val_n=len(valset))
-    meter = UsageMeter(pricing_model)
     random.seed(seed)
-    with metering(meter, max_calls, max_cost):
-        started, before = time.perf_counter(), meter.snapshot()
+    with metering(max_calls, max_cost) as meter:  # nested in a caller's meter, its budget applies too
+        started, before = time.perf_counter(), meter.usage.snapshot()
         try:
             result.program = _run(preset, preset_settings, program, list(trainset), valset, safe, seed, threads,
-                                  meter, result)
+                                  result)
         finally:
-            result.stages.append(StageUsage("compile", meter.snapshot().minus(before), time.perf_counter() - started))
-        if result.stopped is None and meter.exceeded:
+            result.stages.append(StageUsage("compile", meter.usage.minus(before), time.perf_counter() - started))
+        if result.stopped is None and exceeded_budget():
             result.stopped = "budget reached during compile"
         if validate and valset and result.stopped is None:
-            started, before = time.perf_counter(), meter.snapshot()
+            started, before = time.perf_counter(), meter.usage.snapshot()
             try:
                 result.score = score_program(result.program, valset, safe, threads)
             except BudgetExceeded as error:
                 result.stopped = f"{error} during validation; the score is missing"
             finally:
-                result.stages.append(StageUsage("validation", meter.snapshot().minus(before),
+                result.stages.append(StageUsage("validation", meter.usage.minus(before),
                                                 time.perf_counter() - started))
     if safe.failures:
         result.notes.append(f"the metric raised on {safe.failures} call(s); those scored 0")
     return result
 
 
-def _budget_stop(error: Exception, meter: UsageMeter) -> bool:
-    return isinstance(error, BudgetExceeded) or meter.exceeded
+def _budget_stop(error: Exception) -> bool:
+    return isinstance(error, BudgetExceeded) or exceeded_budget() is not None
 
 
-def _run(preset, settings, program, trainset, valset, metric, seed, threads, meter, result):
+def _run(preset, settings, program, trainset, valset, metric, seed, threads, result):
     name = preset.teleprompter
     if not name:
         return program
     if name in ("BootstrapFewShotWithRandomSearch", "Ensemble"):
-        return _random_search(preset, settings, program, trainset, valset, metric, seed, threads, meter, result)
+        return _random_search(preset, settings, program, trainset, valset, metric, seed, threads, result)
     if name == "KNNFewShot":
         from ragzoo.optimizers.knn import KNNProgram
 
@@ -202,7 +202,7 @@ def _run(preset, settings, program, trainset, valset, metric, seed, threads, met
         if name == "SIMBA":
             return teleprompter.compile(program, trainset=trainset, seed=seed)
     except Exception as error:
-        if not _budget_stop(error, meter):
+        if not _budget_stop(error):
             raise
         result.stopped = f"{error if isinstance(error, BudgetExceeded) else 'budget reached'} during compile"
         salvaged = _salvage(teleprompter, program)
@@ -228,7 +228,7 @@ def _salvage(teleprompter, program):
         return None
 
 
-def _random_search(preset, settings, program, trainset, valset, metric, seed, threads, meter, result):
+def _random_search(preset, settings, program, trainset, valset, metric, seed, threads, result):
     """BootstrapFewShotWithRandomSearch one candidate at a time, so a budget stop keeps the best so far."""
     teleprompter = build_teleprompter(preset, settings, metric, threads, seed, trainset)
     candidates: list[tuple[float, int, Any]] = []
@@ -237,11 +237,11 @@ def _random_search(preset, settings, program, trainset, valset, metric, seed, th
             best = teleprompter.compile(program, trainset=trainset, valset=valset or None,
                                         restrict=[candidate_seed])
         except Exception as error:
-            if not _budget_stop(error, meter):
+            if not _budget_stop(error):
                 raise
             result.stopped = "budget reached during compile"
             break
-        if meter.exceeded:  # its score was computed with calls refused: not trustworthy
+        if exceeded_budget():  # its score was computed with calls refused: not trustworthy
             result.stopped = "budget reached during compile"
             break
         score = best.candidate_programs[0]["score"]

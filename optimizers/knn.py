@@ -102,7 +102,7 @@ class KNNProgram(dspy.Module):
         neighbours = self._neighbours(**inputs)
         metric = self._metric
         if metric is None:
-            from ragzoo.optimizers.metric import safe_metric
+            from ragzoo.metrics.scoring import safe_metric
 
             metric = safe_metric(self.bootstrap_settings.get("metric", "em"))
         settings = {k: v for k, v in self.bootstrap_settings.items() if k != "metric"}

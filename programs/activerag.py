@@ -46,25 +46,23 @@ import dspy
 from ragzoo.errors import ConfigError
 from ragzoo.metrics.answer import normalize_answer
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, passages_as_context
-from ragzoo.retrieval.base import check_k
-from ragzoo.signatures.activerag import (AGENTS, KNOWLEDGE_SIGNATURES, NEXUS_SIGNATURES, InitialChainOfThought,
-                                         initial_reply)
+from ragzoo.programs.base import RagProgram, TopK, passages_as_context
+from ragzoo.signatures.activerag import (AGENTS, KNOWLEDGE_SIGNATURES, NEXUS_SIGNATURES, Agent,
+                                         InitialChainOfThought, initial_reply)
 
-SELECT = ("first", "vote")
+# What the `agents` knob lists: agent names, or "all" alone for the four in the paper's order.
+AgentChoice = Literal[Agent, "all"]
 
 
 def resolve_agents(agents: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
-    """Validate the `agents` knob; "all" means the four agents in the paper's order."""
+    """The agents to run for a (type-checked) `agents` knob: "all" means the four in the paper's order;
+    empty, "all" beside other names, and repeats are refused."""
     names = (agents,) if isinstance(agents, str) else tuple(agents)
     if names == ("all",):
         return AGENTS
-    if not names:
-        raise ConfigError(f"activerag knob agents is empty; use some of {', '.join(AGENTS)} or 'all'")
-    for name in names:
-        if name not in AGENTS:
-            raise ConfigError(f"activerag knob agents: unknown agent {name!r}; use some of {', '.join(AGENTS)} "
-                              f"or 'all'")
+    if not names or "all" in names:
+        raise ConfigError(f"activerag knob agents={','.join(names)!r}: name some of {', '.join(AGENTS)}, "
+                          f"or 'all' alone")
     if len(set(names)) != len(names):
         raise ConfigError(f"activerag knob agents lists an agent twice: {', '.join(names)}")
     return names
@@ -80,17 +78,22 @@ def pick_winner(agents: tuple[str, ...], answers: dict[str, str], select: str) -
 
 
 @register("activerag", paper="ActiveRAG: Revealing the Treasures of Knowledge via Active Learning (arXiv 2402.13547)",
-          calls="3 (1 + 2 per agent; 9 with all four agents)",
+          short="ActiveRAG (Xu et al. 2024)", calls="3 (1 + 2 per agent; 9 with all four)",
           summary="initial chain of thought, knowledge construction by an agent, cognitive nexus answers")
 class ActiveRag(RagProgram):
-    """Initial chain of thought + knowledge construction + cognitive nexus (3 LM calls per agent setting)."""
+    """Initial chain of thought + knowledge construction + cognitive nexus (3 LM calls per agent setting).
 
-    def __init__(self, retriever, k: int = 5, agents: tuple[str, ...] = ("associate",),
+    Knobs:
+        k: passages retrieved for the question (Table 2's main setting: 5).
+        agents: knowledge-construction agents to run, in order; "all" runs the four, as the official code
+            does (associate = the paper's reported "ActiveRAG").
+        select: which agent's answer is returned when several run: "first" listed, or "vote" (most common
+            normalized answer; ties to the first listed).
+    """
+
+    def __init__(self, retriever, k: TopK = 5, agents: tuple[AgentChoice, ...] = ("associate",),
                  select: Literal["first", "vote"] = "first"):
         super().__init__(retriever)
-        check_k(k)
-        if select not in SELECT:
-            raise ConfigError(f"activerag knob select={select!r}: expected one of {', '.join(SELECT)}")
         self.k, self.agents, self.select = k, resolve_agents(agents), select
         self.initial_cot = dspy.Predict(InitialChainOfThought)
         for agent in self.agents:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dspy
 
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, passages_as_context
+from ragzoo.programs.base import RagProgram, TopK, passages_as_context
 from ragzoo.signatures.common import AnswerMode, AnswerQuestion, AnswerWithContext, with_answer_mode
 
 
@@ -30,11 +30,18 @@ def _predictor(signature, chain_of_thought: bool) -> dspy.Module:
 
 
 @register("direct", paper="Direct prompting (Brown et al. 2020), BlendFilter's 'Direct' baseline", calls="1",
+          short="Direct prompting (Brown et al. 2020)",
           summary="answer from the LM's own knowledge, no retrieval", uses_retrieval=False, chain_of_thought=False)
 @register("cot", paper="Chain-of-thought prompting (Wei et al. 2022), BlendFilter's 'CoT' baseline", calls="1",
+          short="Chain of thought (Wei et al. 2022)",
           summary="reason step by step, then answer; no retrieval", uses_retrieval=False, chain_of_thought=True)
 class ClosedBookQA(RagProgram):
-    """Answer the question without retrieval (1 LM call, 0 retrievals)."""
+    """Answer the question without retrieval (1 LM call, 0 retrievals).
+
+    Knobs:
+        answer_mode: "short" answers in a few words; "yes_no" types the answer as yes or no (StrategyQA).
+        chain_of_thought: reason step by step before answering (fixed by the id: direct=false, cot=true).
+    """
 
     def __init__(self, chain_of_thought: bool = False, answer_mode: AnswerMode = "short", retriever=None):
         super().__init__(retriever)
@@ -46,14 +53,22 @@ class ClosedBookQA(RagProgram):
 
 
 @register("rag", paper="Retrieve-then-read (Lewis et al. 2020), BlendFilter's 'Direct +R' baseline", calls="1",
+          short="Retrieve-then-read (Lewis et al. 2020)",
           summary="retrieve k passages for the question, answer over them", chain_of_thought=False)
 @register("cot_rag", paper="Chain-of-thought over retrieved passages, BlendFilter's 'CoT +R' baseline", calls="1",
+          short="Chain of thought over retrieved passages",
           summary="retrieve k passages for the question, reason step by step over them, answer",
           chain_of_thought=True)
 class RetrieveThenAnswer(RagProgram):
-    """Retrieve the top-k passages for the question and answer over them (1 LM call, 1 retrieval)."""
+    """Retrieve the top-k passages for the question and answer over them (1 LM call, 1 retrieval).
 
-    def __init__(self, retriever, k: int = 5, chain_of_thought: bool = False, answer_mode: AnswerMode = "short"):
+    Knobs:
+        k: passages retrieved for the question (BlendFilter's setting for every method).
+        answer_mode: "short" answers in a few words; "yes_no" types the answer as yes or no (StrategyQA).
+        chain_of_thought: reason step by step before answering (fixed by the id: rag=false, cot_rag=true).
+    """
+
+    def __init__(self, retriever, k: TopK = 5, chain_of_thought: bool = False, answer_mode: AnswerMode = "short"):
         super().__init__(retriever)
         self.k = k
         self.generate_answer = _predictor(with_answer_mode(AnswerWithContext, answer_mode), chain_of_thought)

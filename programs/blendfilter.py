@@ -81,8 +81,8 @@ import dspy
 
 from ragzoo.errors import ConfigError
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, dedup_passages
-from ragzoo.retrieval.base import MAX_K, Passage
+from ragzoo.programs.base import RagProgram, TopK, dedup_passages
+from ragzoo.retrieval.base import Passage
 from ragzoo.signatures.blendfilter import (
     ExtractShortAnswer,
     ExtractYesNo,
@@ -97,7 +97,7 @@ from ragzoo.signatures.blendfilter import (
 
 QUERY_ORDER = ("q", "q_ex", "q_in")
 AUGMENTATIONS = {"external": "q_ex", "internal": "q_in"}
-FILTER_STAGES = ("auto", "topic", "analysis", "ids")
+Augmentation = Literal["external", "internal"]
 
 
 def format_knowledge(passages: list[Passage]) -> str:
@@ -120,22 +120,34 @@ def clean_ids(ids: list[int] | None, n: int) -> tuple[list[int], list[int]]:
     return valid, invalid
 
 
-def _choice(name: str, value, options) -> None:
-    if value not in options:
-        raise ConfigError(f"knob {name}={value!r}: expected one of {', '.join(map(repr, options))}")
-
-
 @register("blendfilter", paper="BlendFilter (Wang et al. 2024, arXiv 2402.11129)", calls="13 (StrategyQA 10)",
+          short="BlendFilter (Wang et al. 2024)",
           summary="blend q with external (CoT) and internal (passage) augmentations, retrieve with each, "
                   "LLM-filter each set against q, answer from the union")
 class BlendFilter(RagProgram):
-    """BlendFilter: query generation blending and LLM knowledge filtering (arXiv 2402.11129)."""
+    """BlendFilter: query generation blending and LLM knowledge filtering (arXiv 2402.11129).
+
+    Knobs:
+        k: passages retrieved per query (Fig. 4 varies it).
+        augmentations: which blended queries to add: "external" (q_ex, CoT over the passages of q) and/or
+            "internal" (q_in, a passage the model writes); empty = no blending (Table 6 ablations).
+        original_query: keep the passages of q itself as a knowledge set (false = Table 6 "w/o q").
+        filter: LLM knowledge filtering (false = Eq. 6, blending without filtering).
+        filter_mode: "per_set" filters each knowledge set, then unites them; "union" filters the union
+            once (Remark 2).
+        filter_stages: filter calls per set: "auto" follows Appendix B (topic, analysis, ids; analysis,
+            ids for yes/no), or force "topic", "analysis" or "ids" (ids only: one call).
+        reuse_topic: compute the filter's topic once per question instead of once per set.
+        answer_mode: "short" answers in a few words; "yes_no" types the answer as yes or no (StrategyQA).
+        if_nothing_kept: when the filter keeps nothing: "no_knowledge" answers from the model's own
+            knowledge, "unfiltered" answers from the unfiltered union.
+    """
 
     def __init__(
         self,
         retriever=None,
-        k: int = 5,
-        augmentations: tuple[str, ...] = ("external", "internal"),
+        k: TopK = 5,
+        augmentations: tuple[Augmentation, ...] = ("external", "internal"),
         original_query: bool = True,
         filter: bool = True,  # noqa: A002 - the knob's name on the command line (filter=false)
         filter_mode: Literal["per_set", "union"] = "per_set",
@@ -145,32 +157,27 @@ class BlendFilter(RagProgram):
         if_nothing_kept: Literal["no_knowledge", "unfiltered"] = "no_knowledge",
     ):
         super().__init__(retriever)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise ConfigError(f"knob k={k!r}: expected an integer in 1..{MAX_K}")
+        # Single knobs are type-checked by RagProgram; what remains are rules over several values.
         augmentations = tuple(augmentations)
-        if any(a not in AUGMENTATIONS for a in augmentations) or len(set(augmentations)) != len(augmentations):
-            raise ConfigError(f"knob augmentations={','.join(map(str, augmentations))}: expected distinct names "
-                              f"among {', '.join(AUGMENTATIONS)} (or none)")
+        if len(set(augmentations)) != len(augmentations):
+            raise ConfigError(f"BlendFilter knob augmentations={','.join(augmentations)}: lists an augmentation "
+                              f"twice")
         if not augmentations and not original_query:
-            raise ConfigError("knobs augmentations=() and original_query=false leave no query to retrieve with; "
-                              "keep at least one")
-        _choice("filter_mode", filter_mode, ("per_set", "union"))
-        _choice("filter_stages", filter_stages, FILTER_STAGES)
-        _choice("answer_mode", answer_mode, ("short", "yes_no"))
-        _choice("if_nothing_kept", if_nothing_kept, ("no_knowledge", "unfiltered"))
+            raise ConfigError("BlendFilter knobs augmentations=() and original_query=false leave no query to "
+                              "retrieve with; keep at least one")
 
         self.k = k
         self.augmentations = tuple(a for a in AUGMENTATIONS if a in augmentations)
-        self.original_query = bool(original_query)
+        self.original_query = original_query
         # The knowledge sets, in the union order q, q_ex, q_in.
         used = {"q": self.original_query, **{AUGMENTATIONS[a]: a in augmentations for a in AUGMENTATIONS}}
         self.queries = tuple(name for name in QUERY_ORDER if used[name])
-        self.filter = bool(filter)
+        self.filter = filter
         self.filter_mode = filter_mode
         # "auto" follows Appendix B: topic+analysis+ids for short answers, analysis+ids for yes/no.
         self.filter_stages = ({"short": "topic", "yes_no": "analysis"}[answer_mode]
                               if filter_stages == "auto" else filter_stages)
-        self.reuse_topic = bool(reuse_topic)
+        self.reuse_topic = reuse_topic
         self.answer_mode = answer_mode
         self.if_nothing_kept = if_nothing_kept
 

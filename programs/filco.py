@@ -11,10 +11,10 @@ selects; generate the answer from the question and the kept sentences only. LM c
 passage with text + one answer call (2 at the paper's top-1 setting, k + 1 in general); 1 retrieval.
 
 The paper fine-tunes M_ctx on silver labels from an oracle measure. Here the filter is a DSPy predictor,
-compiled the way the paper trains it: `ragzoo.oracle` builds oracle-labelled examples per passage
-(`self.filter_trainset(examples)`, using this program's retriever, k, measure, granularity and thresholds)
-and the metric `ragzoo.oracle.filter_agreement_metric` (F1 between the selected and the oracle sentence
-indices). Any DSPy optimizer can compile `program.filter` with them (e.g.
+compiled the way the paper trains it: `filco_oracle.py` beside this module builds oracle-labelled examples
+per passage (`self.filter_trainset(examples)`, using this program's retriever, k, measure, granularity and
+thresholds) and the metric `ragzoo.programs.filco_oracle.filter_agreement_metric` (F1 between the selected
+and the oracle sentence indices). Any DSPy optimizer can compile `program.filter` with them (e.g.
 `program.filter = BootstrapFewShot(metric=filter_agreement_metric).compile(program.filter, trainset=...)`,
 or `LabeledFewShot` to use the silver labels as demos directly), and the end-to-end metric compiles both.
 
@@ -24,7 +24,8 @@ Choices where the paper is open, or where an LLM predictor replaces a fine-tuned
   It runs per passage, mirroring the silver labels (the single best sentence of each passage: at top-1 the
   paper's argmax over all spans, at top-k the official code's best sentence per passage). More than one
   index is allowed and kept; out-of-range indices are dropped and reported in `ignored_indices`.
-- Sentences come from a regex splitter (`ragzoo.oracle.split_sentences`; the paper uses spaCy, the code NLTK).
+- Sentences come from a regex splitter (`ragzoo.programs.filco_oracle.split_sentences`; the paper uses spaCy,
+  the code NLTK).
   The title is not split: the filter sees it as a separate field and the generator sees each kept passage
   as "Title | kept sentences" (titles carry the entity that sentences refer to by pronoun).
 - `on_empty` (the paper is silent about an empty prediction; the official code falls back to the full
@@ -41,19 +42,16 @@ Choices where the paper is open, or where an LLM predictor replaces a fine-tuned
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal
+from typing import Annotated, Any, Iterable, Literal
 
 import dspy
 
-from ragzoo.errors import ConfigError
-from ragzoo.oracle import (CXMI_THRESHOLD, GRANULARITIES, LEXICAL_THRESHOLD, MEASURES, LogProbFn,
-                           build_filter_trainset, split_sentences)
+from ragzoo.knobs import Range
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, passages_as_context
-from ragzoo.retrieval.base import check_k
+from ragzoo.programs.base import RagProgram, TopK, passages_as_context
+from ragzoo.programs.filco_oracle import (CXMI_THRESHOLD, LEXICAL_THRESHOLD, Granularity, LogProbFn, Measure,
+                                         build_filter_trainset, split_sentences)
 from ragzoo.signatures.filco import AnswerFromFilteredContext, FilterPassage, FilterSentences, format_sentences
-
-ON_EMPTY = ("passage", "none")
 
 
 def _kept_text(passage, text: str) -> str:
@@ -61,21 +59,29 @@ def _kept_text(passage, text: str) -> str:
 
 
 @register("filco", paper="FILCO: Learning to Filter Context for Retrieval-Augmented Generation (arXiv 2311.08377)",
-          calls="k + 1 (one filter call per passage + one answer; 2 at the paper's top-1)",
-          summary="split passages into sentences, an LLM filter keeps the helpful ones, answer from those")
+          short="FILCO (Wang et al. 2023)", calls="k + 1 (2 at the paper's k=1)",
+          summary="split passages into sentences, an LLM filter keeps the helpful ones (one call per passage), "
+                  "answer from those")
 class Filco(RagProgram):
-    """Filter each retrieved passage down to its helpful sentences, then answer from them."""
+    """Filter each retrieved passage down to its helpful sentences, then answer from them.
 
-    def __init__(self, retriever, k: int = 1, granularity: Literal["sentence", "passage"] = "sentence",
-                 on_empty: Literal["passage", "none"] = "passage",
-                 measure: Literal["strinc", "lexical", "cxmi"] = "strinc",
-                 threshold: float = LEXICAL_THRESHOLD, cxmi_threshold: float = CXMI_THRESHOLD):
+    Knobs:
+        k: passages retrieved and filtered (the paper's main runs use the top 1; §4.6 uses 5).
+        granularity: "sentence" keeps selected sentences; "passage" keeps or drops whole passages (the
+            paper's PSG baseline).
+        on_empty: when the filter keeps nothing at all: "passage" answers from the full passages, "none"
+            answers with an empty context.
+        measure: oracle measure for the filter's silver labels and metric: "strinc" (answer string
+            included), "lexical" (unigram F1 > threshold) or "cxmi" (needs log-probabilities).
+        threshold: LEXICAL's F1 threshold λ (strictly greater keeps a sentence).
+        cxmi_threshold: CXMI's threshold on the log-ratio (0.0 = the paper's ratio 1.0).
+    """
+
+    def __init__(self, retriever, k: TopK = 1, granularity: Granularity = "sentence",
+                 on_empty: Literal["passage", "none"] = "passage", measure: Measure = "strinc",
+                 threshold: Annotated[float, Range(0.0, 1.0)] = LEXICAL_THRESHOLD,
+                 cxmi_threshold: float = CXMI_THRESHOLD):
         super().__init__(retriever)
-        check_k(k)
-        for name, value, valid in (("granularity", granularity, GRANULARITIES), ("on_empty", on_empty, ON_EMPTY),
-                                   ("measure", measure, MEASURES)):
-            if value not in valid:
-                raise ConfigError(f"filco knob {name}={value!r}: expected one of {', '.join(valid)}")
         self.k, self.granularity, self.on_empty = k, granularity, on_empty
         self.measure, self.threshold, self.cxmi_threshold = measure, threshold, cxmi_threshold
         self.filter = dspy.Predict(FilterSentences if granularity == "sentence" else FilterPassage)
@@ -119,7 +125,7 @@ class Filco(RagProgram):
                         positives_only: bool = False) -> list[dspy.Example]:
         """Oracle-labelled examples for `self.filter` (one per retrieved passage), built with this program's
         retriever, k, granularity, measure and threshold; compile the filter on them against
-        `ragzoo.oracle.filter_agreement_metric`. CXMI needs `logprob_fn`."""
+        `ragzoo.programs.filco_oracle.filter_agreement_metric`. CXMI needs `logprob_fn`."""
         threshold = {"lexical": self.threshold, "cxmi": self.cxmi_threshold}.get(self.measure)
         return build_filter_trainset(examples, self.retriever, measure=self.measure, k=self.k,
                                      granularity=self.granularity, threshold=threshold, logprob_fn=logprob_fn,

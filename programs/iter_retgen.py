@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import dspy
 
-from ragzoo.errors import ConfigError
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, passages_as_context
+from ragzoo.programs.base import PositiveInt, RagProgram, TopK, passages_as_context
 from ragzoo.signatures.common import AnswerMode, AnswerWithContext, with_answer_mode
 
 
@@ -38,15 +37,20 @@ def generation_text(result: dspy.Prediction) -> str:
 
 
 @register("iter_retgen", paper="ITER-RETGEN (Shao et al. 2023, arXiv:2305.15294), BlendFilter's main baseline",
-          calls="T (3)", summary="T rounds: retrieve with previous generation ‖ question, CoT answer over them")
+          short="ITER-RETGEN (Shao et al. 2023)", calls="T (3)",
+          summary="T rounds: retrieve with previous generation ‖ question, CoT answer over them")
 class IterRetGen(RagProgram):
     """ITER-RETGEN: T rounds of retrieve (previous generation ‖ question) then CoT-generate (T calls, T
-    retrievals)."""
+    retrievals).
 
-    def __init__(self, retriever, T: int = 3, k: int = 5, answer_mode: AnswerMode = "short"):
+    Knobs:
+        T: iterations of retrieve-then-generate (RA-ISF reports ITER-RETGEN at 3).
+        k: passages retrieved per iteration.
+        answer_mode: "short" answers in a few words; "yes_no" types the answer as yes or no (StrategyQA).
+    """
+
+    def __init__(self, retriever, T: PositiveInt = 3, k: TopK = 5, answer_mode: AnswerMode = "short"):
         super().__init__(retriever)
-        if T < 1:
-            raise ConfigError(f"iter_retgen needs T >= 1 iterations, got T={T}")
         self.T = T
         self.k = k
         self.generate = dspy.ChainOfThought(with_answer_mode(AnswerWithContext, answer_mode))

@@ -18,22 +18,26 @@ from __future__ import annotations
 
 import dspy
 
-from ragzoo.errors import ConfigError
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, dedup_passages, passages_as_context
+from ragzoo.programs.base import PositiveInt, RagProgram, TopK, dedup_passages, passages_as_context
 from ragzoo.signatures.common import AnswerMode, AnswerWithContext, GenerateSearchQuery, with_answer_mode
 
 
 @register("multihop", paper="DSPy multi-hop program (Khattab et al. 2023, arXiv:2310.03714, Table 2)",
-          calls="hops + 1 (3)", summary="per hop: CoT query over the context so far, retrieve k; CoT answer")
+          short="DSPy multi-hop (Khattab et al. 2023)", calls="hops + 1 (3)",
+          summary="per hop: CoT query over the context so far, retrieve k; CoT answer")
 class MultiHop(RagProgram):
     """DSPy's BasicMultiHop: H generated queries, k passages each, deduplicated, then a CoT answer
-    (H + 1 calls, H retrievals)."""
+    (H + 1 calls, H retrievals).
 
-    def __init__(self, retriever, hops: int = 2, k: int = 3, answer_mode: AnswerMode = "short"):
+    Knobs:
+        hops: generated search queries, one retrieval each (the DSPy paper's program uses 2).
+        k: passages retrieved per hop (the paper's passages_per_hop=3).
+        answer_mode: "short" answers in a few words; "yes_no" types the answer as yes or no (StrategyQA).
+    """
+
+    def __init__(self, retriever, hops: PositiveInt = 2, k: TopK = 3, answer_mode: AnswerMode = "short"):
         super().__init__(retriever)
-        if hops < 1:
-            raise ConfigError(f"multihop needs hops >= 1, got hops={hops}")
         self.hops = hops
         self.k = k
         self.generate_query = dspy.ChainOfThought(GenerateSearchQuery)

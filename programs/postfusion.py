@@ -59,13 +59,13 @@ import dspy
 
 from ragzoo.errors import ConfigError
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram
+from ragzoo.programs.base import RagProgram, TopK
 from ragzoo.programs.voting import UNKNOWN, distinct_candidates, is_unknown, majority_vote
-from ragzoo.retrieval.base import MAX_K, Passage
+from ragzoo.retrieval.base import Passage
 from ragzoo.signatures.postfusion import DistillAnswer, PassageQA, PruningQA, SummaryQA
 
 PAPER = "Post-Fusion as Fallback (Liu et al. 2023, arXiv 2308.12574)"
-MODES = ("concat", "postfusion", "concat_pf", "pf_concat", "pruning", "summary")
+SHORT = "Post-Fusion as Fallback (Liu et al. 2023)"
 Mode = Literal["concat", "postfusion", "concat_pf", "pf_concat", "pruning", "summary"]
 
 
@@ -76,40 +76,47 @@ def numbered_passages(passages: list[Passage]) -> str:
     return "\n".join(f"[{i}] «{p.long_text}»" for i, p in enumerate(passages, start=1))
 
 
-@register("summary", paper=PAPER, calls="1", mode="summary",
+@register("summary", paper=PAPER, short=SHORT, calls="1", mode="summary",
           summary="one-shot-style CoT that summarizes the relevant sources, then answers")
-@register("pruning", paper=PAPER, calls="1", mode="pruning",
+@register("pruning", paper=PAPER, short=SHORT, calls="1", mode="pruning",
           summary="one-shot-style CoT that eliminates irrelevant sources, then answers")
-@register("pf_concat", paper=PAPER, calls="k + 1 (k if all unknown)", mode="pf_concat",
+@register("pf_concat", paper=PAPER, short=SHORT, calls="k + 1 (k if all unknown)", mode="pf_concat",
           summary="per-passage answers, drop 'unknown' passages, one distilling call over the rest + candidates")
-@register("concat_pf", paper=PAPER, calls="1 + k·P(unknown)", mode="concat_pf",
+@register("concat_pf", paper=PAPER, short=SHORT, calls="1 + k·P(unknown)", mode="concat_pf",
           summary="concatenation; only if it says 'unknown', post-fusion vote (the paper's recommendation)")
-@register("postfusion", paper=PAPER, calls="k", mode="postfusion",
+@register("postfusion", paper=PAPER, short=SHORT, calls="k", mode="postfusion",
           summary="one call per passage, majority vote without 'unknown', ties by retrieval rank")
-@register("concat", paper=PAPER, calls="1", mode="concat",
+@register("concat", paper=PAPER, short=SHORT, calls="1", mode="concat",
           summary="one call over the k concatenated passages; may answer 'unknown'")
 class PostFusionFamily(RagProgram):
-    """Post-Fusion family (arXiv 2308.12574): concat, postfusion, concat_pf, pf_concat, pruning, summary."""
+    """Post-Fusion family (arXiv 2308.12574): concat, postfusion, concat_pf, pf_concat, pruning, summary.
+
+    Knobs:
+        k: passages retrieved for the question (one post-fusion call each).
+        mode: the strategy (fixed by the method id: concat, postfusion, concat_pf, pf_concat, pruning,
+            summary).
+        lenient_unknown: also count refusal phrasings ("not enough context", ...) as "unknown", not only
+            the literal word.
+        skip_distill_if_unanimous: pf_concat only: skip the distilling call when all candidate answers
+            agree (ours, saves a call).
+    """
 
     def __init__(
         self,
         retriever=None,
-        k: int = 5,
+        k: TopK = 5,
         mode: Mode = "concat_pf",
         lenient_unknown: bool = False,
         skip_distill_if_unanimous: bool = False,
     ):
         super().__init__(retriever)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise ConfigError(f"knob k={k!r}: expected an integer in 1..{MAX_K}")
-        if mode not in MODES:
-            raise ConfigError(f"knob mode={mode!r}: expected one of {', '.join(MODES)}")
         if skip_distill_if_unanimous and mode != "pf_concat":
-            raise ConfigError(f"knob skip_distill_if_unanimous applies to pf_concat only, not {mode!r}")
+            raise ConfigError(f"PostFusionFamily knob skip_distill_if_unanimous applies to pf_concat only, "
+                              f"not {mode!r}")
         self.k = k
         self.mode = mode
-        self.lenient_unknown = bool(lenient_unknown)
-        self.skip_distill_if_unanimous = bool(skip_distill_if_unanimous)
+        self.lenient_unknown = lenient_unknown
+        self.skip_distill_if_unanimous = skip_distill_if_unanimous
 
         # Only the call sites this strategy uses, so optimizers and saved state see exactly those.
         if mode in ("concat", "concat_pf"):

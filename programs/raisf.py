@@ -72,14 +72,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import dspy
 
-from ragzoo.errors import ConfigError
+from ragzoo.knobs import Range
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, dedup_passages, passages_as_context
-from ragzoo.retrieval.base import Passage, check_k
+from ragzoo.programs.base import PositiveInt, RagProgram, TopK, dedup_passages, passages_as_context
+from ragzoo.retrieval.base import Passage
 from ragzoo.signatures.raisf import (
     Decompose,
     DirectAnswer,
@@ -119,19 +119,39 @@ class _SolveState:
 @register(
     "raisf",
     paper="RA-ISF (Liu et al., ACL Findings 2024, arXiv:2403.06840)",
-    calls="2 if known; k+2 with a relevant passage; ~20-30 with decomposition (k=5)",
-    summary="recursive self-knowledge -> per-passage relevance -> decomposition, depth limit 3",
+    short="RA-ISF (Liu et al. 2024)",
+    calls="2 .. ~30, recursive",
+    summary="recursive self-knowledge -> per-passage relevance -> decomposition, depth limit 3; LM calls: 2 if "
+            "the model knows, k+2 with a relevant passage, ~20-30 with decomposition (k=5)",
 )
 class RAISF(RagProgram):
-    """RA-ISF: self-knowledge gate, per-passage relevance, recursive question decomposition."""
+    """RA-ISF: self-knowledge gate, per-passage relevance, recursive question decomposition.
+
+    Knobs:
+        k: passages retrieved per (sub-)question (the paper's worked examples use 5).
+        max_depth: deepest level that is processed, the root being 0 (the paper's D_th = 3).
+        max_subquestions: sub-questions kept per decomposition, in the model's order.
+        max_questions: questions (root and sub-questions) that may make calls, per input question.
+        relevance: "per_passage" judges each passage in its own call (Alg. 1); "joint" judges all passages
+            in one call that returns their numbers (the App. G examples).
+        at_depth_limit: what a node at max_depth with no relevant passage does: "decompose" (Alg. 1 as
+            written; its children answer "unknown"), "unknown", "passages" (answer from all retrieved
+            passages) or "direct" (answer without passages).
+        on_empty_decomposition: what a node does when no usable sub-question is left: "direct", "passages"
+            or "unknown".
+        decompose_if_unknown: decompose also when the answer from relevant passages is "unknown" (ours).
+        use_self_knowledge: ask first whether the model knows the answer (false = Table 2's "No SKM").
+        use_relevance: retrieve and judge passages (false = Table 2's "No PRM").
+        use_decomposition: decompose questions no passage answers (false = Table 2's "No QDM").
+    """
 
     def __init__(
         self,
         retriever=None,
-        k: int = 5,
-        max_depth: int = 3,
-        max_subquestions: int = 5,
-        max_questions: int = 30,
+        k: TopK = 5,
+        max_depth: Annotated[int, Range(0)] = 3,
+        max_subquestions: PositiveInt = 5,
+        max_questions: PositiveInt = 30,
         relevance: Literal["per_passage", "joint"] = "per_passage",
         at_depth_limit: Literal["decompose", "unknown", "passages", "direct"] = "decompose",
         on_empty_decomposition: Fallback = "direct",
@@ -141,16 +161,6 @@ class RAISF(RagProgram):
         use_decomposition: bool = True,
     ):
         super().__init__(retriever)
-        try:
-            check_k(k)
-        except Exception as error:
-            raise ConfigError(f"raisf: {error}") from None
-        if max_depth < 0:
-            raise ConfigError(f"raisf: max_depth must be >= 0, got {max_depth}")
-        if max_subquestions < 1:
-            raise ConfigError(f"raisf: max_subquestions must be >= 1, got {max_subquestions}")
-        if max_questions < 1:
-            raise ConfigError(f"raisf: max_questions must be >= 1, got {max_questions}")
         self.k = k
         self.max_depth = max_depth
         self.max_subquestions = max_subquestions

@@ -35,22 +35,24 @@ from __future__ import annotations
 
 import dspy
 
-from ragzoo.errors import ConfigError
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, dedup_passages, passages_as_context
+from ragzoo.programs.base import PositiveInt, RagProgram, TopK, dedup_passages, passages_as_context
 from ragzoo.signatures.common import AnswerWithContext, SelfAskFinalAnswer, SelfAskStep, step_text
 
 
 @register("self_ask", paper="Self-Ask (Press et al. 2022, arXiv:2210.03350) with retrieval, as in BlendFilter",
-          calls="2n+1 for n follow-ups (at most 2·max_steps+1 = 9)",
+          short="Self-Ask (Press et al. 2022)", calls="2n+1 for n follow-ups (at most 9)",
           summary="ask follow-up questions answered from retrieval until done, then answer")
 class SelfAsk(RagProgram):
-    """Self-Ask: follow-up questions answered from retrieval until the model gives the final answer."""
+    """Self-Ask: follow-up questions answered from retrieval until the model gives the final answer.
 
-    def __init__(self, retriever, max_steps: int = 4, k: int = 5):
+    Knobs:
+        max_steps: follow-up questions at most before the final answer is forced (2Wiki needs four).
+        k: passages retrieved per follow-up question.
+    """
+
+    def __init__(self, retriever, max_steps: PositiveInt = 4, k: TopK = 5):
         super().__init__(retriever)
-        if max_steps < 1:
-            raise ConfigError(f"self_ask needs max_steps >= 1, got max_steps={max_steps}")
         self.max_steps = max_steps
         self.k = k
         self.next_step = dspy.Predict(SelfAskStep)

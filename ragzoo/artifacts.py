@@ -18,67 +18,18 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 from ragzoo.errors import ArtifactError, ConfigError
+from ragzoo.files import atomic_write_bytes, atomic_write_json, discard_dir, fsync_dir, jsonable, replace_dir, \
+    staging_dir
 
 FORMAT_VERSION = 1
 PROGRAM_FILE = "program.json"
 MANIFEST_FILE = "manifest.json"
 KNN_TRAINSET_FILE = "knn_trainset.json"
-
-# ---------------------------------------------------------------------------------------------------------
-# Atomic writes (shared with ragzoo.runs)
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some filesystems refuse to open a folder; the rename is atomic all the same
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` so that a reader (or a crash) sees the old file or the new one, never a torn one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Signature hashes
@@ -114,44 +65,7 @@ def signature_hashes(program) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Building programs and remembering what they are
-
-_TAG = "_ragzoo_origin"
-
-
-def build_program(method: str, retriever=None, **knobs):
-    """Build `method` through the registry and remember its id and resolved knobs for `save`."""
-    from ragzoo import programs
-
-    program = programs.get(method, retriever=retriever, **knobs)
-    _tag(program, method, programs.resolved_knobs(method, **knobs))
-    return program
-
-
-def _tag(program, method: str, knobs: dict) -> None:
-    object.__setattr__(program, _TAG, {"method": method, "knobs": jsonable(knobs)})
-
-
-def program_origin(program) -> dict | None:
-    """{"method", "knobs"} for a program built by `build_program` or loaded by `load`, else None."""
-    origin = getattr(program, _TAG, None)
-    if origin is None and getattr(program, "programs", None):  # an ensemble: its members' origin
-        origin = getattr(program.programs[0], _TAG, None)
-    if origin is None and hasattr(getattr(program, "program", None), "named_predictors"):  # KNN: the wrapped one
-        origin = getattr(program.program, _TAG, None)
-    return origin
-
-
-def jsonable(value: Any) -> Any:
-    """`value` with every container made JSON-ready: dict keys as strings, tuples and sets as lists, and
-    anything else not JSON-native as its `str`."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [jsonable(v) for v in value]
-    return str(value)
+# What a program is
 
 
 def _infer_method(program) -> str:
@@ -164,7 +78,7 @@ def _infer_method(program) -> str:
     if len(matches) == 1:
         return matches[0].method_id
     raise ArtifactError(f"cannot tell which method a {type(program).__name__} is; build it with "
-                        f"ragzoo.artifacts.build_program(method, ...) or pass method= to save()")
+                        f"ragzoo.programs.get(method, ...) or pass method= to save()")
 
 
 def package_versions() -> dict[str, str]:
@@ -189,22 +103,19 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
 
     `info` goes into the manifest as is (JSON-serialisable): dataset, split, sizes, optimizer, optimizer
     settings, metric, score, lm (spec without secrets), seed, usage, cost, ... `method` and `knobs` default
-    to what `build_program`/`load` remembered; `retriever_spec` to the program's retriever's `spec`.
+    to what `programs.get`/`load` remembered; `retriever_spec` to the program's retriever's `spec`.
     Refuses to replace an existing directory unless `overwrite=True`.
     """
     from ragzoo import programs
 
     path = Path(path)
-    origin = program_origin(program) or {}
+    origin = programs.origin(program) or {}
     method = method or origin.get("method") or _infer_method(program)
     info_method = programs.info(method)
     if knobs is None:
         knobs = origin.get("knobs") if origin.get("method") == method else None
-    resolved = programs.resolved_knobs(method, **(knobs or {}))
-    if path.exists() and not overwrite:
-        raise ArtifactError(f"{path} already exists; choose another --out or pass --force to replace it")
-    if path.exists() and not path.is_dir():
-        raise ArtifactError(f"{path} exists and is not a directory; choose another --out")
+    resolved = programs.resolve_knobs(method, knobs or {})
+    check_replaceable(path, overwrite)
 
     structure = _structure(program)
     fresh = programs.get(method, retriever=None if not info_method.uses_retrieval else _NoRetriever(),
@@ -221,8 +132,7 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
             getattr(program.programs[0], "retriever", None) if members > 1 else None)
         retriever_spec = getattr(retriever, "spec", None) if retriever is not None else None
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    staging = staging_dir(path)
     try:
         program_file = staging / PROGRAM_FILE
         program.save(str(program_file))  # DSPy JSON state; re-written atomically below after a fsync
@@ -246,11 +156,37 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
         }
         atomic_write_json(staging / MANIFEST_FILE, manifest)
         fsync_dir(staging)
-        _publish(staging, path)
+        replace_dir(staging, path)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard_dir(staging)
         raise
     return path
+
+
+def is_artifact_dir(path: str | os.PathLike) -> bool:
+    """True if `path` is a folder ragzoo wrote as an artifact (its manifest carries a format version)."""
+    manifest = Path(path) / MANIFEST_FILE
+    try:
+        return isinstance(json.loads(manifest.read_text(encoding="utf-8")).get("format_version"), int)
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
+
+
+def check_replaceable(path: str | os.PathLike, overwrite: bool) -> None:
+    """Refuse to write an artifact over anything but nothing, an empty folder, or (with `overwrite`) an
+    artifact: ragzoo replaces only what it wrote itself."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if not path.is_dir() or path.is_symlink():
+        raise ArtifactError(f"{path} exists and is not a directory; choose another --out")
+    if not any(path.iterdir()):
+        return
+    if not is_artifact_dir(path):
+        raise ArtifactError(f"{path} exists and is not a compiled-program artifact; ragzoo never replaces it: "
+                            f"choose another --out")
+    if not overwrite:
+        raise ArtifactError(f"{path} already exists; choose another --out or pass --force to replace it")
 
 
 class _NoRetriever:
@@ -280,24 +216,6 @@ def _expected_predictor_names(hashes: dict[str, str], structure: dict) -> list[s
     if kind == "knn":
         return [f"program.{name}" for name in hashes]
     return list(hashes)
-
-
-def _publish(staging: Path, path: Path) -> None:
-    """Move the finished staging directory to `path`, replacing an old artifact only once the new one is
-    complete (old -> backup, new -> path, drop backup)."""
-    backup = None
-    if path.exists():
-        backup = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, backup)
-    try:
-        os.replace(staging, path)
-    except BaseException:
-        if backup is not None:
-            os.replace(backup, path)
-        raise
-    fsync_dir(path.parent)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -365,9 +283,9 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
         raise ArtifactError(f"{path} holds a program of method {saved_method!r}, which this ragzoo does not "
                             f"know; install the ragzoo version that wrote it") from None
     if knobs:
-        for name, value in knobs.items():
-            want = programs.coerce_knob(saved_method, name, value)
-            have = manifest["knobs"].get(name)
+        wanted = programs.resolve_knobs(saved_method, knobs)
+        for name in knobs:
+            want, have = wanted[name], manifest["knobs"].get(name)
             if jsonable(want) != have:
                 raise ArtifactError(f"{path} was compiled with {name}={have!r}, not {want!r}; knobs of a compiled "
                                     f"program are fixed: recompile with the knob you want")
@@ -388,15 +306,11 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
 
     _check_versions(path, manifest)
 
-    try:
-        saved_knobs = {name: programs.coerce_knob(saved_method, name, value)
-                       for name, value in manifest["knobs"].items()}
+    try:  # a knob added since compilation gets its default, which is what the code would build
+        saved_knobs = programs.resolve_knobs(saved_method, manifest["knobs"])
     except ConfigError as error:
         raise ArtifactError(f"{path}: the manifest's knobs no longer fit method {saved_method!r} ({error}); "
                             f"recompile the program") from None
-    unknown = set(info.knobs) - set(saved_knobs)
-    if unknown:  # a knob added since compilation: its default applies, which is what the code would build
-        pass
 
     if info.uses_retrieval and retriever is None:
         spec = retriever_spec or manifest.get("retriever")
@@ -429,7 +343,7 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
     except Exception as error:
         raise ArtifactError(f"{program_file} does not load into {saved_method!r} ({type(error).__name__}: "
                             f"{error}); recompile the program") from None
-    _tag(program, saved_method, saved_knobs)
+    programs.tag(program, saved_method, saved_knobs)
     object.__setattr__(program, "ragzoo_manifest", manifest)
     return program, manifest
 

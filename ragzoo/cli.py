@@ -1,8 +1,12 @@
 """The `ragzoo` command.
 
 Each subcommand lives in its own module under `ragzoo/commands/` with two functions,
-`add_arguments(parser)` and `run(args) -> int`. Only the module of the subcommand being run is imported,
-so `ragzoo --help` never pays for DSPy, torch or LiteLLM.
+`add_arguments(parser)` and `run(args) -> int`; helpers shared by several subcommands (LM, retriever,
+questions, program, dataset defaults) live in `ragzoo/commands/common.py`. Only the module of the subcommand
+being run is imported, so `ragzoo --help` never pays for DSPy, torch or LiteLLM.
+
+Every parser (top level, subcommands, and their own subparsers) is a `Parser`: no abbreviated flags
+(`--data` is never read as `--dataset`), and `--help` shows each flag's default.
 """
 
 from __future__ import annotations
@@ -33,8 +37,32 @@ def _version() -> str:
     return __version__
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to a flag's help when argparse holds a real default and the help does not
+    already say it. Commands whose defaults depend on other flags (resolved with `--config`) write them in
+    the help text themselves."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default in (None, False, [], argparse.SUPPRESS) or not action.option_strings
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that never accepts abbreviated flags and shows defaults in `--help`. Subparsers
+    (`add_subparsers().add_parser`) are of the same class, so commands' own subcommands inherit both."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ragzoo",
         description="Retrieval-augmented QA methods as compiled DSPy programs.",
     )

@@ -12,26 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from ragzoo.errors import ConfigError
-
-_SECRET_VALUE = re.compile(r"(sk-[A-Za-z0-9_\-]{12,}|sk-ant-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{12,}|"
-                           r"hf_[A-Za-z0-9]{12,}|xai-[A-Za-z0-9]{12,}|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+)")
-_SECRET_NAME = re.compile(r"(api[_-]?key|secret|password|passwd|credential|token)$", re.IGNORECASE)
-SECRET_HINT = "keys are read from the environment only (e.g. export OPENAI_API_KEY=...)"
-
-
-def looks_like_secret(value: Any) -> bool:
-    if isinstance(value, str):
-        return bool(_SECRET_VALUE.search(value))
-    if isinstance(value, (list, tuple)):
-        return any(looks_like_secret(v) for v in value)
-    if isinstance(value, dict):
-        return any(looks_like_secret(v) for v in value.values())
-    return False
+from ragzoo.secrets import SECRET_HINT, is_secret_name, looks_like_secret
 
 
 def add_secret_trap(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +31,7 @@ def refuse_secrets(values: dict[str, Any]) -> None:
     for name, value in values.items():
         if name == "api_key" or value is None:
             continue
-        if _SECRET_NAME.search(name) and value:
+        if is_secret_name(name) and value:
             raise ConfigError(f"refusing {name!r}: {SECRET_HINT}")
         if looks_like_secret(value):
             raise ConfigError(f"refusing --{name.replace('_', '-')}: its value looks like a secret key; {SECRET_HINT}")

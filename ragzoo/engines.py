@@ -1,18 +1,29 @@
-"""LM engines that answer without a model: the base of the dry-run LM and of the scripted LMs tests use.
+"""Engines that answer without a model, and the hints they read: one room for model-free LMs.
 
-DSPy 3.4 builds custom LMs as `dspy.LM(model, engine=...)` where the engine implements
-`complete(Request) -> Response`. Going through `dspy.LM` keeps everything real users get: the adapters,
-history, usage tracking, callbacks. The engine learns which predictor is calling from DSPy's
-`settings.caller_modules` stack, so it can answer with type-valid values for that predictor's signature.
+- `FunctionEngine`: a DSPy 3.4 engine (`dspy.LM(model, engine=...)`, `complete(Request) -> Response`) whose
+  answers come from a Python function of the call context. Going through `dspy.LM` keeps everything real
+  users get: the adapters, history, usage tracking, callbacks. The engine learns which predictor is calling
+  from DSPy's `settings.caller_modules` stack, so it can answer with type-valid values for that
+  predictor's signature. The scripted LMs of `ragzoo.testing` build on it.
+- `DryRunEngine`: answers every predictor with type-valid placeholders for its output fields (the dry-run
+  LM that `ragzoo.lm.make_lm("dry-run")` builds); prompts and completions are counted with tiktoken's
+  cl100k encoding, so a dry run reports realistic tokens.
+- A field's placeholder can be chosen with `json_schema_extra={"dry_run": value}`. DSPy 3.4.1's
+  `dspy.OutputField` drops a user `json_schema_extra`, so set it with `with_dry_run(field, value)`.
+  Signatures import this hint from here: this module has no import-time side effects (no environment
+  change, no DSPy or LiteLLM import).
 """
 
 from __future__ import annotations
 
+import enum
 import re
 import threading
+import types
+import typing
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Union
 
 from ragzoo.errors import LMError
 
@@ -220,3 +231,190 @@ class FunctionEngine:
 
     def close(self) -> None:
         pass
+
+
+DEFAULT_PRICED_MODEL = "openai/gpt-4o-mini"
+DRY_RUN = "dry-run"
+
+# ---------------------------------------------------------------------------------------------------------
+# Placeholder values
+# ---------------------------------------------------------------------------------------------------------
+
+# Placeholder text per output-field name, sized like a real model's answer so that dry-run completion
+# token counts are realistic (cl100k tokens in the comments). Names not listed get `DEFAULT_TEXT`.
+_REASONING = ("The question asks for one specific fact. The first passage names the entity and the second "
+              "passage gives the detail that is needed, so combining the two passages answers the question. "
+              "Nothing in the context contradicts this, so the answer follows directly from those two passages.")
+_PASSAGE = ("This placeholder passage stands in for a paragraph the model would write. It names an entity, "
+            "says when and where it appeared, and adds one or two details a reader would want to know.")
+PLACEHOLDER_TEXT: dict[str, str] = {
+    "reasoning": _REASONING,  # ~60 tokens: chain-of-thought rationale
+    "rationale": _REASONING,  # ~60
+    "answer": "placeholder answer",  # ~3 tokens: short answers are scored by exact match
+    "short_answer": "placeholder answer",  # ~3
+    "final_answer": "placeholder answer",  # ~3
+    "passage": _PASSAGE,  # ~40 tokens: generated pseudo-passages / knowledge
+    "knowledge": _PASSAGE,  # ~40
+    "summary": _PASSAGE,  # ~40
+    "search_query": "placeholder search query terms",  # ~5
+    "query": "placeholder search query terms",  # ~5
+    "follow_up": "what is the placeholder follow-up question?",  # ~8
+    "sub_question": "what is the placeholder sub-question?",  # ~8
+}
+DEFAULT_TEXT = "placeholder text for this output field"  # ~7 tokens
+
+
+def placeholder_text(field_name: str) -> str:
+    return PLACEHOLDER_TEXT.get(field_name, DEFAULT_TEXT)
+
+
+def placeholder_value(annotation: Any, field_name: str = "") -> Any:
+    """A value of type `annotation` (str, bool, int, float, list, tuple, dict, set, Literal, Optional,
+    Union, Enum, Pydantic model, and nests of them) that DSPy's adapters accept."""
+    if annotation is None or annotation is type(None):
+        return None
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return placeholder_value(args[0], field_name)
+    if origin is Literal:
+        return args[0]
+    if origin in (Union, types.UnionType):
+        arms = [arm for arm in args if arm is not type(None)]
+        return placeholder_value(arms[0], field_name) if arms else None
+    if origin in (list, set, frozenset, typing.Sequence) or annotation in (list, set):
+        item = placeholder_value(args[0], field_name) if args else placeholder_text(field_name)
+        return [item]
+    if origin is tuple or annotation is tuple:
+        if not args:
+            return (placeholder_text(field_name),)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return (placeholder_value(args[0], field_name),)
+        return tuple(placeholder_value(arg, field_name) for arg in args)
+    if origin is dict or annotation is dict:
+        key_type, value_type = args if args else (str, str)
+        return {placeholder_value(key_type, "key"): placeholder_value(value_type, field_name)}
+    if isinstance(annotation, type):
+        if issubclass(annotation, bool):
+            return True
+        if issubclass(annotation, enum.Enum):
+            return next(iter(annotation))
+        if issubclass(annotation, int):
+            return 1
+        if issubclass(annotation, float):
+            return 0.5
+        if issubclass(annotation, str):
+            return placeholder_text(field_name)
+        from pydantic import BaseModel
+
+        if issubclass(annotation, BaseModel):
+            values = {name: placeholder_value(info.annotation, name)
+                      for name, info in annotation.model_fields.items() if info.is_required()}
+            return annotation(**values)
+    return placeholder_text(field_name)
+
+
+def field_dry_run_value(field_info) -> tuple[bool, Any]:
+    """(True, value) when the field carries `json_schema_extra={"dry_run": value}`."""
+    extra = getattr(field_info, "json_schema_extra", None)
+    if isinstance(extra, dict) and "dry_run" in extra:
+        return True, extra["dry_run"]
+    return False, None
+
+
+def placeholder_outputs(signature) -> dict[str, Any]:
+    """Placeholder values for every output field of a DSPy signature (the `dry_run` override first)."""
+    values = {}
+    for name, info in signature.output_fields.items():
+        found, value = field_dry_run_value(info)
+        values[name] = value if found else placeholder_value(info.annotation, name)
+    return values
+
+
+def placeholder_from_schema(schema: dict | None, field_name: str = "") -> Any:
+    """A value that satisfies a (simple) JSON schema: what DSPy's adapters print for non-str fields."""
+    if not isinstance(schema, dict):
+        return placeholder_text(field_name)
+    definitions = schema.get("$defs", {})
+
+    def build(node: dict, name: str) -> Any:
+        if "$ref" in node:
+            node = definitions.get(node["$ref"].rsplit("/", 1)[-1], {})
+        if "const" in node:
+            return node["const"]
+        if "enum" in node:
+            return node["enum"][0]
+        for key in ("anyOf", "oneOf", "allOf"):
+            if key in node:
+                arms = [arm for arm in node[key] if arm.get("type") != "null"] or node[key]
+                return build(arms[0], name)
+        kind = node.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), None)
+        if kind == "array":
+            if "prefixItems" in node:
+                return [build(item, name) for item in node["prefixItems"]]
+            return [build(node.get("items", {"type": "string"}), name)]
+        if kind == "object" or "properties" in node:
+            properties = node.get("properties", {})
+            if properties:
+                required = node.get("required", list(properties))
+                return {key: build(properties[key], key) for key in required if key in properties}
+            extra = node.get("additionalProperties")
+            return {"key": build(extra if isinstance(extra, dict) else {"type": "string"}, name)}
+        if kind == "boolean":
+            return True
+        if kind == "integer":
+            return 1
+        if kind == "number":
+            return 0.5
+        if kind == "null":
+            return None
+        return placeholder_text(name)
+
+    return build(schema, field_name)
+
+
+def with_dry_run(field, value: Any):
+    """Set the dry-run placeholder of an existing DSPy field and return the field."""
+    field.json_schema_extra["dry_run"] = value
+    return field
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Dry-run LM
+# ---------------------------------------------------------------------------------------------------------
+
+
+class DryRunEngine(FunctionEngine):
+    """Answers every predictor with placeholder values for its signature's output fields.
+
+    Usage (prompt/completion tokens, counted with cl100k) is reported on each response like a real
+    provider's; `ragzoo.usage` prices it from LiteLLM's price table for `priced_model`.
+    """
+
+    model_name = "dry-run"
+
+    def __init__(self, priced_model: str = DEFAULT_PRICED_MODEL):
+        self.priced_model = priced_model
+        super().__init__(self._respond)
+
+    @staticmethod
+    def _respond(context: CallContext) -> dict[str, Any]:
+        return placeholder_outputs(context.signature)
+
+    def dump_state(self) -> dict:
+        return {"priced_model": self.priced_model}
+
+    @classmethod
+    def load_state(cls, state: dict) -> "DryRunEngine":
+        return cls(state.get("priced_model", DEFAULT_PRICED_MODEL))
+
+
+def is_dry_run(lm) -> bool:
+    return isinstance(getattr(lm, "engine", None), DryRunEngine)
+
+
+def is_dry_run_spec(spec) -> bool:
+    """True for an LM spec that asks for the dry-run LM (`dry-run`, `dry-run:<priced-model>`)."""
+    return isinstance(spec, str) and (spec.strip() == DRY_RUN or spec.strip().startswith((DRY_RUN + ":", DRY_RUN + "/")))

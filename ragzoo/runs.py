@@ -18,16 +18,17 @@ caller's DSPy settings (`dspy.context(lm=...)`, adapter, callbacks) into each wo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
-from ragzoo.artifacts import atomic_write_json, fsync_dir, jsonable
 from ragzoo.errors import BudgetExceeded, RunError
+from ragzoo.files import atomic_write_bytes, atomic_write_json, fsync_dir, jsonable
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +36,12 @@ CONFIG_FILE = "config.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE)
-# Config keys that must match to resume a run: the same questions and the same program.
-RESUME_KEYS = ("method", "program", "knobs", "dataset", "split", "n", "seed", "data", "field_map")
+LOCK_FILE = ".ragzoo-run.lock"
+# What must match to resume a run: the same questions, program, retriever, LM and metrics (the LM's cache
+# and retry options may change).
+RESUME_KEYS = ("method", "program", "knobs", "dataset", "split", "n", "seed", "data", "field_map", "retriever",
+               "metrics")
+RESUME_LM_KEYS = ("model", "api_base", "priced_model", "dry_run")
 
 
 def example_id(example, position: int) -> str:
@@ -152,43 +157,98 @@ def read_predictions(path: Path, repair: bool = False) -> list[dict]:
         seen.add(record["id"])
         records.append(record)
     if repair and (dropped or (raw and not raw.endswith(b"\n"))):
-        from ragzoo.artifacts import atomic_write_bytes
-
         text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records)
         atomic_write_bytes(path, text.encode("utf-8"))
         logger.warning("%s: dropped %d incomplete line(s) left by an interrupted run", path, dropped)
     return records
 
 
-def prepare_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = False, force: bool = False) -> Path:
-    """Create or reopen a run directory. Refuses an existing directory that is not a run, or a run without
-    `resume`/`force`, or a resume whose configuration differs (other questions or program)."""
-    out = Path(out_dir)
+def _resume_view(config: dict) -> dict:
+    view = {key: jsonable(config[key]) for key in RESUME_KEYS if key in config}
+    lm = config.get("lm")
+    if isinstance(lm, dict):
+        view.update({f"lm.{key}": jsonable(lm.get(key)) for key in RESUME_LM_KEYS if key in lm})
+    return view
+
+
+def check_same_questions(records: list[dict], examples: list, ids: list[str], out: Path) -> None:
+    """Every finished record of a resumed run must be one of `examples`, with the same question and gold answer
+    (an edited data file, or another sample, would mix two sets of questions in one run)."""
+    by_id = dict(zip(ids, examples))
+    for record in records:
+        example = by_id.get(record["id"])
+        if example is None:
+            raise RunError(f"cannot resume {out}: question {record['id']!r} of the interrupted run is not among "
+                           f"these questions; use the same data or another --out")
+        if record.get("question") != example.get("question") or record.get("gold") != jsonable(_gold(example)):
+            raise RunError(f"cannot resume {out}: question {record['id']!r} changed since the interrupted run (an "
+                           f"edited data file?); use the same data or another --out")
+
+
+def _check_run_dir(out: Path, config: dict, resume: bool, force: bool) -> bool:
+    """Refusals that need no write. Returns whether `out` already holds a run."""
     if out.exists() and not out.is_dir():
         raise RunError(f"{out} exists and is not a directory; choose another --out")
-    existing = out.is_dir() and any(out.iterdir())
-    is_run = (out / CONFIG_FILE).is_file()
-    if existing and not is_run and not force:
-        raise RunError(f"{out} exists and is not a ragzoo run directory; choose another --out (or --force)")
-    if existing and is_run and not resume and not force:
+    entries = {entry.name for entry in out.iterdir()} - {LOCK_FILE} if out.is_dir() else set()
+    is_run = CONFIG_FILE in entries
+    if entries and not is_run:  # not ours: never write into it, never delete anything in it
+        raise RunError(f"{out} exists and is not a ragzoo run directory; choose another --out")
+    if is_run and not resume and not force:
         raise RunError(f"{out} already holds a run; pass --resume to continue it or --force to start over")
-    out.mkdir(parents=True, exist_ok=True)
-    if force and not resume:
-        for name in RUN_FILES:
-            (out / name).unlink(missing_ok=True)
-    elif resume and is_run:
+    if is_run and resume:
         try:
             previous = json.loads((out / CONFIG_FILE).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             raise RunError(f"{out / CONFIG_FILE} is unreadable; start a new run with another --out") from None
-        differing = [key for key in RESUME_KEYS
-                     if key in previous and key in config and jsonable(previous[key]) != jsonable(config[key])]
+        if not isinstance(previous, dict):
+            raise RunError(f"{out / CONFIG_FILE} is not a run configuration; start a new run with another --out")
+        before, now = _resume_view(previous), _resume_view(config)
+        differing = [key for key in now if key in before and before[key] != now[key]]
         if differing:
             raise RunError(f"cannot resume {out}: {', '.join(differing)} differ from the interrupted run; use the "
                            f"same flags or another --out")
-    atomic_write_json(out / CONFIG_FILE, jsonable(config))
-    fsync_dir(out)
-    return out
+    return is_run
+
+
+@contextlib.contextmanager
+def _run_lock(out: Path) -> Iterator[None]:
+    """Hold `out` for this process. The lock is the kernel's (flock): a crash or kill releases it."""
+    import fcntl
+
+    handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            owner = handle.read().strip() or "?"
+            raise RunError(f"{out} is being written by another ragzoo process (pid {owner}); wait for it to finish "
+                           f"or choose another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
+@contextlib.contextmanager
+def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = False,
+                 force: bool = False) -> Iterator[Path]:
+    """Create or reopen a run directory and own it while the block runs (the caller writes its config). Refuses an existing directory that is
+    not a run (ragzoo never writes into, or deletes from, what it did not write), a run without
+    `resume`/`force`, a resume whose configuration differs (other questions, program, retriever, LM or
+    metrics), and a run another process is writing."""
+    out = Path(out_dir)
+    _check_run_dir(out, config, resume, force)
+    out.mkdir(parents=True, exist_ok=True)
+    with _run_lock(out):
+        is_run = _check_run_dir(out, config, resume, force)  # again, now that no one else can change it
+        if force and not resume:
+            for name in RUN_FILES:
+                (out / name).unlink(missing_ok=True)
+        yield out  # the caller writes config.json once it has checked what it resumes
 
 
 def summarize(records: list[dict], metric_names: list[str], *, total: int | None = None,
@@ -230,12 +290,11 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
 def run_example(program, example, position: int, metrics: list[tuple[str, Callable]]) -> dict:
     """Run one example inside a trace and return its prediction record (exceptions recorded, scored 0).
     `BudgetExceeded` propagates: the example was not run and must not be recorded."""
-    from ragzoo.optimizers.usage import example_usage
     from ragzoo.tracing import trace_example
 
     prediction, error = None, None
     started = time.perf_counter()
-    with trace_example() as trace, example_usage() as counted:
+    with trace_example() as trace:
         try:
             prediction = program(**example.inputs())
         except BudgetExceeded:
@@ -246,12 +305,8 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
     scores = {}
     for name, metric in metrics:
         scores[name] = metric(example, prediction) if prediction is not None else 0.0
-    if trace.lm_calls:
-        usage = {"lm_calls": len(trace.lm_calls), "prompt_tokens": trace.prompt_tokens,
-                 "completion_tokens": trace.completion_tokens, "cost": round(trace.cost, 8)}
-    else:
-        usage = {"lm_calls": counted.lm_calls, "prompt_tokens": counted.prompt_tokens,
-                 "completion_tokens": counted.completion_tokens, "cost": round(counted.cost, 8)}
+    usage = {"lm_calls": len(trace.lm_calls), "prompt_tokens": trace.prompt_tokens,
+             "completion_tokens": trace.completion_tokens, "cost": round(trace.cost, 8)}
     answer = prediction.get("answer") if prediction is not None else None
     return {
         "id": example_id(example, position),
@@ -277,9 +332,10 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     are in `summary["records"]` when `out_dir` is None."""
     from dspy.utils.parallelizer import ParallelExecutor
 
-    from ragzoo.optimizers.metric import resolve_metrics, safe_metric
-    from ragzoo.optimizers.usage import UsageMeter, metering
+    from ragzoo.metrics.scoring import resolve_metrics, safe_metric
+    from ragzoo.usage import Budget, metering
 
+    Budget(max_calls, max_cost)  # a bad budget fails before the run directory is touched
     resolved = [(name, safe_metric(fn)) for name, fn in resolve_metrics(metrics)]
     metric_names = [name for name, _ in resolved]
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
@@ -291,69 +347,72 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     run_config = dict(config or {})
     run_config.setdefault("n", len(examples))
     run_config["metrics"] = metric_names
-    previous: list[dict] = []
-    writer = None
-    out = None
-    if out_dir is not None:
-        out = prepare_run_dir(out_dir, run_config, resume=resume, force=force)
-        previous = read_predictions(out / PREDICTIONS_FILE, repair=True) if resume else []
-        writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
-    done = {r["id"] for r in previous}
-    todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
-    new_records: list[dict] = []
-    lock = threading.Lock()
-    stop: list[str] = []
-    bar = _progress(len(examples), len(done), progress)
-    running = [sum(r.get("metrics", {}).get(metric_names[0], 0) or 0 for r in previous), len(previous)]
+    with contextlib.ExitStack() as stack:  # a run directory is owned by this process until the summary is written
+        previous: list[dict] = []
+        writer = None
+        out = None
+        if out_dir is not None:
+            out = stack.enter_context(open_run_dir(out_dir, run_config, resume=resume, force=force))
+            previous = read_predictions(out / PREDICTIONS_FILE, repair=True) if resume else []
+            check_same_questions(previous, examples, ids, out)
+            atomic_write_json(out / CONFIG_FILE, jsonable(run_config))
+            fsync_dir(out)
+            writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
+        done = {r["id"] for r in previous}
+        todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
+        new_records: list[dict] = []
+        lock = threading.Lock()
+        stop: list[str] = []
+        bar = _progress(len(examples), len(done), progress)
+        running = [sum(r.get("metrics", {}).get(metric_names[0], 0) or 0 for r in previous), len(previous)]
 
-    def work(item):
-        position, example = item
-        if stop:
-            return None
-        try:
-            record = run_example(program, example, position, resolved)
-        except BudgetExceeded as error:
+        def work(item):
+            position, example = item
+            if stop:
+                return None
+            try:
+                record = run_example(program, example, position, resolved)
+            except BudgetExceeded as error:
+                with lock:
+                    if not stop:
+                        stop.append(str(error))
+                return None
+            written = writer.write(record) if writer is not None else True
             with lock:
-                if not stop:
-                    stop.append(str(error))
-            return None
-        written = writer.write(record) if writer is not None else True
-        with lock:
-            if written:
-                new_records.append(record)
-                running[0] += record["metrics"].get(metric_names[0], 0) or 0
-                running[1] += 1
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix({metric_names[0]: f"{running[0] / running[1]:.3f}"})
-        return True
+                if written:
+                    new_records.append(record)
+                    running[0] += record["metrics"].get(metric_names[0], 0) or 0
+                    running[1] += 1
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix({metric_names[0]: f"{running[0] / running[1]:.3f}"})
+            return True
 
-    started = time.perf_counter()
-    meter = UsageMeter()
-    try:
-        with metering(meter, max_calls, max_cost):
-            executor = ParallelExecutor(num_threads=threads, max_errors=len(todo) + 1, disable_progress_bar=True,
-                                        timeout=0)
-            if todo:
-                executor.execute(work, todo)
-    finally:
-        if writer is not None:
-            writer.close()
-        if bar is not None:
-            bar.close()
-    records = previous + new_records
-    order = {identifier: i for i, identifier in enumerate(ids)}
-    records.sort(key=lambda r: order.get(r["id"], len(order)))
-    extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads,
-             "stopped": stop[0] if stop else None, "resumed_from": len(previous)}
-    summary = summarize(records, metric_names, total=len(examples), extra=extra)
-    for key in ("method", "program", "dataset", "split", "lm"):
-        if key in run_config:
-            summary[key] = run_config[key]
-    if out is not None:
-        atomic_write_json(out / SUMMARY_FILE, summary)
-    else:
-        summary["records"] = records
+        started = time.perf_counter()
+        try:
+            with metering(max_calls, max_cost):
+                executor = ParallelExecutor(num_threads=threads, max_errors=len(todo) + 1, disable_progress_bar=True,
+                                            timeout=0)
+                if todo:
+                    executor.execute(work, todo)
+        finally:
+            if writer is not None:
+                writer.close()
+            if bar is not None:
+                bar.close()
+        records = previous + new_records
+        order = {identifier: i for i, identifier in enumerate(ids)}
+        records.sort(key=lambda r: order.get(r["id"], len(order)))
+        extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads,
+                 "stopped": stop[0] if stop else None, "resumed_from": len(previous)}
+        summary = summarize(records, metric_names, total=len(examples), extra=extra)
+        for key in ("method", "program", "dataset", "split", "lm"):
+            if key in run_config:
+                summary[key] = run_config[key]
+        if out is not None:
+            atomic_write_json(out / SUMMARY_FILE, summary)
+        else:
+            summary["records"] = records
     return summary
 
 

@@ -37,14 +37,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping, Sequence, Union
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # DSPy and LiteLLM: no price-map download
-
-from ragzoo.engines import approx_tokens  # noqa: E402
-from ragzoo.lm import use_bundled_tiktoken  # noqa: E402
-
-use_bundled_tiktoken()
+from ragzoo.engines import approx_tokens
 
 # ---------------------------------------------------------------------------------------------------------
 # Faults
@@ -104,7 +97,7 @@ def _output_fields(system: str) -> list[str]:
 
 
 def _value_from_note(name: str, note: str | None) -> Any:
-    from ragzoo.lm import placeholder_from_schema, placeholder_text
+    from ragzoo.engines import placeholder_from_schema, placeholder_text
 
     if not note:
         return placeholder_text(name)

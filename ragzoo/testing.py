@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from ragzoo.engines import CallContext, FunctionEngine
 from ragzoo.retrieval.base import BaseRetriever, Passage
-from ragzoo.usage import TrackedLM, install_usage_tracking
+from ragzoo.usage import TrackedLM
 
 Script = "dict[str, Any] | str | list | Callable[[CallContext], Any]"
 
@@ -32,7 +32,6 @@ class ScriptedLM(TrackedLM):
         self._positions: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
         super().__init__("scripted/ragzoo", engine=FunctionEngine(self._respond), cache=False, num_retries=0)
-        install_usage_tracking(self)
 
     @property
     def calls(self) -> list[CallContext]:

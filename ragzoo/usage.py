@@ -1,31 +1,39 @@
-"""Usage accounting and budgets for LM calls.
+"""The usage meter: every LM call counted once, priced by one rule, and stopped by one budget.
 
 How it works:
-- `UsageTracker` is a DSPy callback (`on_lm_start` / `on_lm_end`). At the start of a call it notes the
-  time and the calling predictor (from `dspy.settings.caller_modules`, named as `ragzoo.engines` and
-  `ScriptedLM` name it); at the end it finds the call's own history entry (the entry whose `outputs` is
-  the object the call returned, so concurrent calls never mix) and reads usage and cost from it. Each call
-  becomes an `LMCallRecord` that goes to the current example's trace (`ragzoo.tracing.record_lm_call`),
-  the tracker's `totals`, and any extra `UsageTotals` sinks.
-- Cost: the cost DSPy reports for the call (LiteLLM's `response_cost` or DSPy's price estimate); else,
-  and always for the dry-run LM, tokens times LiteLLM's list price for the LM's priced model.
-  Cache hits are recorded with `cached=True`, zero tokens and zero cost.
-- `make_lm` attaches one tracker to every LM it builds (`install_usage_tracking`); `lm.usage` is its
-  running `UsageTotals`. Install it on other LMs yourself: `install_usage_tracking(lm)` (idempotent).
-  Do not also register a tracker in `dspy.configure(callbacks=...)`: the call would be counted twice.
-- Budgets: DSPy swallows exceptions raised in callbacks, so a budget cannot be enforced there.
-  `TrackedLM` (the `dspy.LM` subclass `make_lm` returns) asks its trackers' `BudgetGuard`s before every
-  call and the guard raises `BudgetExceeded` before anything is sent. Calls are reserved atomically, so
-  `max_calls=N` allows exactly N calls across threads. Optimizers and `dspy.Evaluate` may catch the
-  error per example; check `guard.exceeded` / call `guard.check()` after they return.
+- `UsageCallback` is the one DSPy callback ragzoo installs (`USAGE_CALLBACK`, a singleton). At the start of
+  a call it notes the time and the calling predictor (`caller_name`, named as `ragzoo.engines` names it);
+  at the end it finds the call's own history entry (the entry whose `outputs` is the object the call
+  returned, so concurrent calls never mix) and turns the call into one `ragzoo.tracing.LMCallRecord`. That
+  record goes to the current example's trace (`ragzoo.tracing.record_lm_call`), to the calling LM's running
+  totals (`lm.usage` on LMs built by `ragzoo.lm.make_lm`), and to every open meter (`metering()`).
+  An LM that keeps no history (a custom `BaseLM`) is measured on the text: tokens counted with
+  `ragzoo.engines.approx_tokens`, the same counter the dry-run LM uses.
+- The callback may be reachable twice for one call (on the LM and in `dspy.settings.callbacks`); it
+  records a call id once.
+- One pricing rule (`call_cost`): an LM with a `priced_model` (the dry-run LM) is priced at that model's
+  list price; otherwise the cost the provider reported (LiteLLM's `response_cost`); otherwise the LM's own
+  model at LiteLLM's list price (0 when the model has no price). Cache hits cost nothing and carry no
+  tokens (`cached=True`).
+- One budget (`Budget`): DSPy swallows exceptions raised in callbacks, so a budget is enforced by the LM
+  itself: `BudgetedCalls.__call__` reserves a call on every open meter's budget before anything is sent
+  and raises `ragzoo.errors.BudgetExceeded` once a budget is reached. `TrackedLM` (what `make_lm` builds)
+  has it; `metering()` swaps any other active LM for a budgeted copy of it. Calls are reserved under a
+  lock, so `max_calls=N` allows exactly N calls across threads. Optimizers and evaluators may catch the
+  error per example: look at `meter.budget.exceeded` after they return.
+- Open meters live in DSPy's settings context, which DSPy's `ParallelExecutor` copies into its worker
+  threads, so a meter opened around a compile or an evaluation sees the calls of every thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
+import os
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import dspy
@@ -34,24 +42,34 @@ from dspy.utils.callback import BaseCallback
 from ragzoo.errors import BudgetExceeded, ConfigError
 from ragzoo.tracing import LMCallRecord, record_lm_call
 
+_METERS_KEY = "ragzoo_meters"
 
-class UsageTotals:
-    """Thread-safe running totals of LM calls: counts, tokens, cost, latency, per predictor."""
 
-    def __init__(self) -> None:
+# ---------------------------------------------------------------------------------------------------------
+# Totals
+
+
+class Usage:
+    """Thread-safe running totals of LM calls: counts, tokens, cost, latency, and per predictor."""
+
+    _COUNTS = ("lm_calls", "cached_calls", "failed_calls", "prompt_tokens", "completion_tokens")
+
+    def __init__(self, lm_calls: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0,
+                 *, cached_calls: int = 0, failed_calls: int = 0, latency: float = 0.0,
+                 by_signature: dict[str, dict[str, Any]] | None = None) -> None:
         self._lock = threading.Lock()
-        self.calls = 0
-        self.cached_calls = 0
-        self.failed_calls = 0
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.cost = 0.0
-        self.latency = 0.0
-        self.by_signature: dict[str, dict[str, Any]] = {}
+        self.lm_calls = lm_calls
+        self.cached_calls = cached_calls
+        self.failed_calls = failed_calls
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.cost = cost
+        self.latency = latency
+        self.by_signature: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (by_signature or {}).items()}
 
     def add(self, record: LMCallRecord) -> None:
         with self._lock:
-            self.calls += 1
+            self.lm_calls += 1
             self.cached_calls += int(record.cached)
             self.prompt_tokens += record.prompt_tokens
             self.completion_tokens += record.completion_tokens
@@ -68,58 +86,208 @@ class UsageTotals:
         with self._lock:
             self.failed_calls += 1
 
-    def as_dict(self) -> dict[str, Any]:
+    def merge(self, other: "Usage") -> None:
+        """Add `other`'s totals to these."""
+        snapshot = other.snapshot()
         with self._lock:
-            return {"calls": self.calls, "cached_calls": self.cached_calls, "failed_calls": self.failed_calls,
+            for name in self._COUNTS:
+                setattr(self, name, getattr(self, name) + getattr(snapshot, name))
+            self.cost += snapshot.cost
+            self.latency += snapshot.latency
+            for name, theirs in snapshot.by_signature.items():
+                mine = self.by_signature.setdefault(name, {"calls": 0, "prompt_tokens": 0,
+                                                           "completion_tokens": 0, "cost": 0.0})
+                for key, value in theirs.items():
+                    mine[key] = mine.get(key, 0) + value
+
+    def snapshot(self) -> "Usage":
+        with self._lock:
+            return Usage(self.lm_calls, self.prompt_tokens, self.completion_tokens, self.cost,
+                         cached_calls=self.cached_calls, failed_calls=self.failed_calls, latency=self.latency,
+                         by_signature=self.by_signature)
+
+    def minus(self, earlier: "Usage") -> "Usage":
+        """What was added since the snapshot `earlier`."""
+        now = self.snapshot()
+        by_signature = {}
+        for name, per in now.by_signature.items():
+            before = earlier.by_signature.get(name, {})
+            delta = {key: value - before.get(key, 0) for key, value in per.items()}
+            if delta.get("calls"):
+                by_signature[name] = delta
+        return Usage(now.lm_calls - earlier.lm_calls, now.prompt_tokens - earlier.prompt_tokens,
+                     now.completion_tokens - earlier.completion_tokens, now.cost - earlier.cost,
+                     cached_calls=now.cached_calls - earlier.cached_calls,
+                     failed_calls=now.failed_calls - earlier.failed_calls, latency=now.latency - earlier.latency,
+                     by_signature=by_signature)
+
+    def to_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {"lm_calls": self.lm_calls, "cached_calls": self.cached_calls, "failed_calls": self.failed_calls,
                     "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                    "cost": self.cost, "latency": self.latency,
+                    "cost": self.cost, "latency": round(self.latency, 4),
                     "by_signature": {name: dict(per) for name, per in self.by_signature.items()}}
 
+    def __deepcopy__(self, memo) -> "Usage":
+        return self.snapshot()
+
     def __repr__(self) -> str:
-        return (f"UsageTotals(calls={self.calls}, prompt_tokens={self.prompt_tokens}, "
+        return (f"Usage(lm_calls={self.lm_calls}, prompt_tokens={self.prompt_tokens}, "
                 f"completion_tokens={self.completion_tokens}, cost={self.cost:.6f})")
 
 
-class BudgetGuard:
-    """Stops LM calls once `max_calls` calls were started or `max_cost` USD was spent.
+@dataclass
+class StageUsage:
+    """Usage of one stage (compile, validation, ...) with its wall time."""
 
-    `before_call()` raises `ragzoo.errors.BudgetExceeded` before a call that would exceed the budget;
-    once tripped, `exceeded` holds the reason and every later call is refused too.
-    """
+    stage: str
+    usage: Usage = field(default_factory=Usage)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        totals = self.usage.to_dict()
+        totals.pop("by_signature")
+        return {"stage": self.stage, **totals, "seconds": round(self.seconds, 3)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pricing
+
+
+def use_local_price_map() -> None:
+    """Make LiteLLM read its bundled price table instead of fetching one at import (offline, the fetch waits
+    for a network timeout). Set before LiteLLM is first imported; a user's own setting wins."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@functools.lru_cache(maxsize=256)
+def _price_lookup(model: str) -> tuple[float, float] | None:
+    # LiteLLM's lookup of an unpriced model is slow (it walks its provider list and prints): remember both
+    # answers, so per-call cost accounting never repeats it.
+    use_local_price_map()
+    import io
+
+    import litellm
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints its provider list for an unknown model
+            prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+    except Exception:  # LiteLLM raises several types for an unknown model
+        return None
+    known = model in litellm.model_cost or model.split("/", 1)[-1] in litellm.model_cost
+    if not known and not (prompt_cost or completion_cost):
+        return None
+    return float(prompt_cost), float(completion_cost)
+
+
+def price_per_token(model: str) -> tuple[float, float]:
+    """(input, output) USD per token from LiteLLM's bundled price table; ConfigError if not priced."""
+    from ragzoo.engines import DEFAULT_PRICED_MODEL
+
+    prices = _price_lookup(model)
+    if prices is None:
+        raise ConfigError(f"no price for model {model!r} in LiteLLM's price table; choose a priced model, "
+                          f"e.g. dry-run:{DEFAULT_PRICED_MODEL}")
+    return prices
+
+
+def estimate_cost(model: str | None, prompt_tokens: int, completion_tokens: int) -> float:
+    """USD for the tokens at LiteLLM's list price for `model` (0.0 if the model is not priced)."""
+    if not model:
+        return 0.0
+    prices = _price_lookup(model)
+    if prices is None:
+        return 0.0
+    return prompt_tokens * prices[0] + completion_tokens * prices[1]
+
+
+def call_cost(lm, prompt_tokens: int, completion_tokens: int, reported: float | None = None) -> float:
+    """The one pricing rule (see the module docstring)."""
+    priced = getattr(lm, "priced_model", None)
+    if priced:
+        return estimate_cost(priced, prompt_tokens, completion_tokens)
+    if reported is not None:
+        return float(reported)
+    return estimate_cost(getattr(lm, "model", None), prompt_tokens, completion_tokens)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Budget
+
+
+class Budget:
+    """At most `max_calls` LM calls started and `max_cost` USD spent; `reserve()` before each call."""
 
     def __init__(self, max_calls: int | None = None, max_cost: float | None = None):
         if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
             raise ConfigError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
-        if max_cost is not None and (not isinstance(max_cost, (int, float)) or max_cost < 0):
+        if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
+                                     or not math.isfinite(max_cost) or max_cost < 0):
             raise ConfigError(f"--max-cost must be a non-negative number of USD, got {max_cost!r}")
         self.max_calls = max_calls
         self.max_cost = None if max_cost is None else float(max_cost)
         self.started = 0
-        self.cost = 0.0
+        self.spent = 0.0
         self.exceeded: str | None = None
         self._lock = threading.Lock()
 
-    def before_call(self) -> None:
+    def reserve(self) -> None:
+        """Count one call about to be sent, or raise `BudgetExceeded` (and stay exceeded) if none is left."""
         with self._lock:
             if self.exceeded is None:
                 if self.max_calls is not None and self.started >= self.max_calls:
                     self.exceeded = (f"LM call budget reached ({self.started} of --max-calls {self.max_calls}); "
                                      "raise --max-calls to continue")
-                elif self.max_cost is not None and self.cost >= self.max_cost:
-                    self.exceeded = (f"LM cost budget reached (${self.cost:.4f} of --max-cost {self.max_cost:g}); "
+                elif self.max_cost is not None and self.spent >= self.max_cost:
+                    self.exceeded = (f"LM cost budget reached (${self.spent:.4f} of --max-cost {self.max_cost:g}); "
                                      "raise --max-cost to continue")
             if self.exceeded is not None:
                 raise BudgetExceeded(self.exceeded)
             self.started += 1
 
-    def record(self, record: LMCallRecord) -> None:
+    def release(self) -> None:
+        """Give back a reservation whose call was never sent."""
         with self._lock:
-            self.cost += record.cost
+            self.started = max(0, self.started - 1)
+
+    def spend(self, cost: float) -> None:
+        with self._lock:
+            self.spent += cost
 
     def check(self) -> None:
         """Raise `BudgetExceeded` if the budget was hit (e.g. after an optimizer swallowed the error)."""
         if self.exceeded is not None:
             raise BudgetExceeded(self.exceeded)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Meters and the callback
+
+
+class Meter:
+    """An open meter: the totals of the calls made while it is open, and an optional budget."""
+
+    def __init__(self, budget: Budget | None = None):
+        self.usage = Usage()
+        self.budget = budget
+
+    @property
+    def exceeded(self) -> str | None:
+        return self.budget.exceeded if self.budget is not None else None
+
+    def record(self, record: LMCallRecord) -> None:
+        self.usage.add(record)
+        if self.budget is not None:
+            self.budget.spend(record.cost)
+
+
+def open_meters() -> list[Meter]:
+    return list(dspy.settings.get(_METERS_KEY, None) or [])
+
+
+def exceeded_budget() -> str | None:
+    """Why a budget of an open meter (this one or one it is nested in) was reached, or None."""
+    return next((meter.exceeded for meter in open_meters() if meter.exceeded), None)
 
 
 def caller_name() -> str:
@@ -144,91 +312,134 @@ def find_history_entry(lm, outputs) -> dict | None:
     return None
 
 
-def _priced_model(lm) -> str:
-    return getattr(lm, "priced_model", None) or getattr(lm, "model", "")
+def _text_of(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "".join(_text_of(v) for k, v in value.items() if k in ("text", "content", "reasoning_content"))
+    if isinstance(value, (list, tuple)):
+        return "\n".join(_text_of(v) for v in value)
+    return str(getattr(value, "text", "") or "")
 
 
-class UsageTracker(BaseCallback):
-    """A DSPy callback that turns every LM call into an `LMCallRecord` (see the module docstring)."""
+def measure_call(lm, inputs: dict, outputs, name: str, latency: float) -> LMCallRecord:
+    """One LM call as a record: tokens from DSPy's history entry (or counted on the text), priced once."""
+    entry = find_history_entry(lm, outputs)
+    reported = None
+    if entry is not None:
+        usage = entry.get("usage") or {}
+        cached = not usage
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        completion_tokens = int(usage.get("completion_tokens") or 0)
+        reported = entry.get("cost")
+    else:
+        from ragzoo.engines import approx_tokens
 
-    def __init__(self, totals: UsageTotals | None = None):
-        self.totals = totals or UsageTotals()
-        self.sinks: list[UsageTotals] = []
-        self.guards: list[BudgetGuard] = []
-        self._pending: dict[str, tuple[Any, float, str]] = {}
+        cached = False
+        prompt = inputs.get("prompt")
+        text = prompt if isinstance(prompt, str) else "\n\n".join(
+            _text_of(m.get("content") if isinstance(m, dict) else m) for m in inputs.get("messages") or [])
+        completion = _text_of(outputs)
+        prompt_tokens = approx_tokens(text) if text else 0
+        completion_tokens = approx_tokens(completion) if completion else 0
+    cost = 0.0 if cached else call_cost(lm, prompt_tokens, completion_tokens, reported)
+    return LMCallRecord(signature=name, model=getattr(lm, "model", ""), prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens, cost=cost, latency=latency, cached=cached)
+
+
+class UsageCallback(BaseCallback):
+    """The DSPy callback behind every meter (see the module docstring). Use the singleton `USAGE_CALLBACK`."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[Any, dict, float, str]] = {}
         self._lock = threading.Lock()
 
-    def before_call(self) -> None:
-        for guard in list(self.guards):
-            guard.before_call()
-
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        try:
+            name = caller_name()
+        except Exception:  # naming is a nicety; counting must never depend on it (DSPy swallows errors here)
+            name = "?"
         with self._lock:
-            self._pending[call_id] = (instance, time.perf_counter(), caller_name())
+            self._pending.setdefault(call_id, (instance, inputs, time.perf_counter(), name))
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
         with self._lock:
             pending = self._pending.pop(call_id, None)
         if pending is None:
-            return
-        lm, started, name = pending
+            return  # not started here, or already recorded through the other place the callback is installed
+        lm, inputs, started, name = pending
+        totals = getattr(lm, "usage", None)
+        totals = totals if isinstance(totals, Usage) else None
+        meters = open_meters()
         if exception is not None:
-            for totals in (self.totals, *self.sinks):
-                totals.add_failure()
+            for sink in ([totals] if totals else []) + [meter.usage for meter in meters]:
+                sink.add_failure()
             return
-        record = self.make_record(lm, outputs, name, time.perf_counter() - started)
+        record = measure_call(lm, inputs, outputs, name, time.perf_counter() - started)
         record_lm_call(record)
-        for totals in (self.totals, *self.sinks):
+        if totals is not None:
             totals.add(record)
-        for guard in list(self.guards):
-            guard.record(record)
+        for meter in meters:
+            meter.record(record)
 
-    @staticmethod
-    def make_record(lm, outputs, name: str, latency: float) -> LMCallRecord:
-        entry = find_history_entry(lm, outputs) or {}
-        usage = entry.get("usage") or {}
-        cached = bool(entry) and not usage
-        prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        completion_tokens = int(usage.get("completion_tokens") or 0)
-        cost = 0.0
-        if not cached:
-            reported = entry.get("cost")
-            if getattr(lm, "priced_model", None) or reported is None:
-                from ragzoo.lm import estimate_cost
+    def __deepcopy__(self, memo) -> "UsageCallback":
+        return self
 
-                cost = estimate_cost(_priced_model(lm), prompt_tokens, completion_tokens)
-            else:
-                cost = float(reported)
-        return LMCallRecord(signature=name, model=getattr(lm, "model", ""), prompt_tokens=prompt_tokens,
-                            completion_tokens=completion_tokens, cost=cost, latency=latency, cached=cached)
+    def __copy__(self) -> "UsageCallback":
+        return self
 
 
-def _trackers(lm) -> list[UsageTracker]:
-    callbacks = list(dspy.settings.get("callbacks", None) or []) + list(getattr(lm, "callbacks", None) or [])
-    return [callback for callback in callbacks if isinstance(callback, UsageTracker)]
+USAGE_CALLBACK = UsageCallback()
 
 
-class TrackedLM(dspy.LM):
-    """`dspy.LM` that checks its trackers' budgets before each call. Otherwise identical: same engines,
-    adapters, cache, history and callbacks. Saved state names plain `dspy.LM` for a string engine so a
-    program saved with it loads without `allow_unsafe_lm_state`."""
+def attach(lm) -> None:
+    """Install the usage callback on `lm` (idempotent); give it running totals `lm.usage` if it has none."""
+    callbacks = getattr(lm, "callbacks", None)
+    if callbacks is None:
+        lm.callbacks = callbacks = []
+    if not any(callback is USAGE_CALLBACK for callback in callbacks):
+        callbacks.append(USAGE_CALLBACK)
+    if not isinstance(getattr(lm, "usage", None), Usage):
+        lm.usage = Usage()
 
-    priced_model: str | None = None
+
+def _reserve_open_budgets() -> None:
+    reserved: list[Budget] = []
+    try:
+        for meter in open_meters():
+            if meter.budget is not None:
+                meter.budget.reserve()
+                reserved.append(meter.budget)
+    except BudgetExceeded:
+        for budget in reserved:
+            budget.release()
+        raise
+
+
+class BudgetedCalls:
+    """Mixin for `dspy.LM` classes: every call reserves itself on the open budgets before it is sent."""
 
     def __call__(self, *args, **kwargs):
-        for tracker in _trackers(self):
-            tracker.before_call()
+        _reserve_open_budgets()
         return super().__call__(*args, **kwargs)
 
     async def acall(self, *args, **kwargs):
-        for tracker in _trackers(self):
-            tracker.before_call()
+        _reserve_open_budgets()
         return await super().acall(*args, **kwargs)
 
-    @property
-    def usage(self) -> UsageTotals | None:
-        trackers = [callback for callback in self.callbacks if isinstance(callback, UsageTracker)]
-        return trackers[0].totals if trackers else None
+
+class TrackedLM(BudgetedCalls, dspy.LM):
+    """`dspy.LM` with the usage callback, running totals (`usage`) and budget checks. Otherwise identical:
+    same engines, adapters, cache, history and callbacks. Saved state names plain `dspy.LM` for a string
+    engine so a program saved with it loads without `allow_unsafe_lm_state`."""
+
+    priced_model: str | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        attach(self)
 
     def dump_state(self) -> dict[str, Any]:
         from dspy.clients.base_lm import _BUILTIN_LM_CLASS_PATH, LM_CLASS_STATE_KEY
@@ -239,37 +450,38 @@ class TrackedLM(dspy.LM):
         return state
 
 
-def install_usage_tracking(lm, totals: UsageTotals | None = None, guard: BudgetGuard | None = None) -> UsageTracker:
-    """Attach (once) a `UsageTracker` to `lm`; add `totals` as an extra sink and `guard` as a budget.
+_BUDGETED_CLASSES: dict[type, type] = {}
 
-    Budgets need a `TrackedLM` (what `make_lm` returns): other LMs cannot be stopped before a call.
-    """
-    if guard is not None and not isinstance(lm, TrackedLM):
-        raise ConfigError(f"a budget needs an LM built by ragzoo.lm.make_lm (got {type(lm).__name__})")
-    tracker = next((callback for callback in lm.callbacks if isinstance(callback, UsageTracker)), None)
-    if tracker is None:
-        tracker = UsageTracker()
-        lm.callbacks.append(tracker)
-    if totals is not None and totals is not tracker.totals and totals not in tracker.sinks:
-        tracker.sinks.append(totals)
-    if guard is not None and guard not in tracker.guards:
-        tracker.guards.append(guard)
-    return tracker
+
+def budgeted(lm):
+    """`lm` itself if its calls check budgets, else a copy of it whose class adds the check (copies made
+    later, e.g. by optimizers, keep the class and so the check)."""
+    if isinstance(lm, BudgetedCalls):
+        return lm
+    base = type(lm)
+    cls = _BUDGETED_CLASSES.get(base)
+    if cls is None:
+        cls = _BUDGETED_CLASSES[base] = type(f"Budgeted{base.__name__}", (BudgetedCalls, base),
+                                             {"__module__": base.__module__})
+    copy = lm.copy() if hasattr(lm, "copy") else lm
+    copy.__class__ = cls
+    return copy
 
 
 @contextlib.contextmanager
-def tracking(lm, totals: UsageTotals | None = None, guard: BudgetGuard | None = None) -> Iterator[UsageTotals]:
-    """Count the LM's calls made inside the block into `totals` (new if not given), under `guard`."""
-    totals = totals or UsageTotals()
-    tracker = install_usage_tracking(lm, totals, guard)
-    try:
-        yield totals
-    finally:
-        if totals in tracker.sinks:
-            tracker.sinks.remove(totals)
-        if guard is not None and guard in tracker.guards:
-            tracker.guards.remove(guard)
+def metering(max_calls: int | None = None, max_cost: float | None = None) -> Iterator[Meter]:
+    """Open a meter over every LM call made inside the block, in every thread DSPy starts for it.
 
-
-def record_as_dict(record: LMCallRecord) -> dict[str, Any]:
-    return asdict(record)
+    With `max_calls`/`max_cost`, a call past the budget raises `BudgetExceeded` before it is sent (the
+    active LM is swapped for a budgeted copy if it is not a `TrackedLM`). Meters nest: each sees the calls
+    made while it is open."""
+    budget = None if max_calls is None and max_cost is None else Budget(max_calls, max_cost)
+    meter = Meter(budget)
+    callbacks = list(dspy.settings.get("callbacks", None) or [])
+    if not any(callback is USAGE_CALLBACK for callback in callbacks):
+        callbacks.append(USAGE_CALLBACK)
+    overrides: dict[str, Any] = {_METERS_KEY: [*open_meters(), meter], "callbacks": callbacks}
+    if budget is not None and dspy.settings.lm is not None:
+        overrides["lm"] = budgeted(dspy.settings.lm)
+    with dspy.context(**overrides):
+        yield meter

@@ -12,6 +12,9 @@ the agent's constructed knowledge.
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import dspy
 
 SHORT_ANSWER = "a short answer of a few words (a name, date, number or short phrase), not a sentence"
@@ -113,7 +116,8 @@ class CognitionNexus(_NexusFields):
     reasoning so it avoids confident errors. Answer from the improved reasoning."""
 
 
-AGENTS: tuple[str, ...] = ("associate", "anchoring", "logician", "cognition")
+Agent = Literal["associate", "anchoring", "logician", "cognition"]
+AGENTS: tuple[str, ...] = typing.get_args(Agent)
 KNOWLEDGE_SIGNATURES = {"associate": AssociateKnowledge, "anchoring": AnchoringKnowledge,
                         "logician": LogicianKnowledge, "cognition": CognitionKnowledge}
 NEXUS_SIGNATURES = {"associate": AssociateNexus, "anchoring": AnchoringNexus,

@@ -11,7 +11,7 @@ from typing import Literal
 
 import dspy
 
-from ragzoo.lm import with_dry_run  # dspy.OutputField drops a user json_schema_extra
+from ragzoo.engines import with_dry_run  # dspy.OutputField drops a user json_schema_extra
 
 SHORT_ANSWER = "a short answer of a few words (a name, date, number or short phrase), not a sentence"
 CONTEXT = "retrieved passages, each 'Title | text'"
@@ -73,16 +73,13 @@ def step_text(follow_up: str, intermediate_answer: str) -> str:
 
 
 AnswerMode = Literal["short", "yes_no"]
-ANSWER_MODES = ("short", "yes_no")
 
 
-def with_answer_mode(signature: type[dspy.Signature], answer_mode: str, field: str = "answer") -> type[dspy.Signature]:
+def with_answer_mode(signature: type[dspy.Signature], answer_mode: AnswerMode,
+                     field: str = "answer") -> type[dspy.Signature]:
     """The signature unchanged for "short" answers, or with `field` typed `Literal["yes", "no"]` for "yes_no"
-    (StrategyQA). The knob is named `answer_mode` in every method, so one flag switches a whole comparison."""
-    if answer_mode not in ANSWER_MODES:
-        from ragzoo.errors import ConfigError
-
-        raise ConfigError(f"answer_mode={answer_mode!r}: expected one of {', '.join(ANSWER_MODES)}")
+    (StrategyQA). The knob is named `answer_mode` in every method, so one flag switches a whole comparison;
+    programs validate it as a knob (see `ragzoo.programs.base`), so it is not re-checked here."""
     if answer_mode == "short":
         return signature
     return signature.with_updated_fields(field, type_=Literal["yes", "no"], desc="yes or no")

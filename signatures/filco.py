@@ -1,7 +1,7 @@
 """Signatures of FILCO (Wang et al. 2023, arXiv 2311.08377): the context filter M_ctx and the generator M_gen.
 
 The paper fine-tunes both; here they are DSPy predictors that an optimizer compiles, with demos built from
-the paper's oracle measures (`ragzoo.oracle`). Instructions are our own words.
+the paper's oracle measures (`ragzoo.programs.filco_oracle`). Instructions are our own words.
 
 - `FilterSentences` is the sentence-level filter (FILCO proper): it sees the question and ONE passage split
   into numbered sentences, and returns the indices of the helpful sentences. The paper's M_ctx generates
@@ -17,15 +17,15 @@ from typing import Sequence
 
 import dspy
 
-from ragzoo.lm import with_dry_run  # dspy.OutputField drops a user json_schema_extra
+from ragzoo.engines import with_dry_run  # dspy.OutputField drops a user json_schema_extra
 
 SHORT_ANSWER = "a short answer of a few words (a name, date, number or short phrase), not a sentence"
 
 
 def format_sentences(sentences: Sequence[str]) -> str:
     """How a passage's sentences are shown to the filter: one per line, prefixed with its 0-based index.
-    The program and the oracle labels (`ragzoo.oracle.oracle_labels`) both use this, so compiled demos and
-    live calls look the same."""
+    The program and the oracle labels (`ragzoo.programs.filco_oracle.oracle_labels`) both use this, so
+    compiled demos and live calls look the same."""
     return "\n".join(f"[{index}] {sentence}" for index, sentence in enumerate(sentences))
 
 

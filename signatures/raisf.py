@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dspy
 
-from ragzoo.lm import with_dry_run  # dspy.OutputField drops a user json_schema_extra
+from ragzoo.engines import with_dry_run  # dspy.OutputField drops a user json_schema_extra
 
 
 SHORT_ANSWER = ("a short answer: an entity, a date, a number, a short phrase, or yes/no; "

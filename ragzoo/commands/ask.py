@@ -1,23 +1,48 @@
 """`ragzoo ask`: answer one question with a method or a compiled program; print the answer, the passages
-used and a trace of every LM call (predictor, tokens) and retrieval."""
+used and a trace of every LM call (predictor, tokens) and retrieval. `--max-calls`/`--max-cost` hold: the
+call past the budget is never sent (one line on stderr, exit 3). `--retriever fixed` replays the passages
+recorded with this question in `--dataset/--split` (or `--data`)."""
 
 from __future__ import annotations
 
 import argparse
 
-DEFAULTS = {"program": None, "method": None, "knob": [], "lm": None, "api_base": None, "retriever": None,
-            "no_cache": False, "max_calls": None, "max_cost": None, "seed": 0, "json": False}
+from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, add_lm_args
+
+DEFAULTS = {"program": None, "method": None, **{k: v for k, v in DATA_DEFAULTS.items() if k != "n"},
+            **LM_DEFAULTS, "json": False}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ragzoo.commands.evaluate import add_common
-
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--program", help="a compiled-program directory")
     source.add_argument("--method", help="a method id (see ragzoo methods)")
     parser.add_argument("question", help="the question to answer")
     parser.add_argument("--json", action="store_true", default=None, help="print one JSON object")
-    add_common(parser)
+    add_data_args(parser, n=False, split_help="with --retriever fixed: the split whose recorded passages to "
+                                              "replay (default: the dataset's evaluation split)")
+    add_lm_args(parser)
+
+
+def _recorded_questions(config: dict, question: str) -> list:
+    """The examples that hold the recorded passages a `fixed` retriever replays for `question`."""
+    from ragzoo.commands.common import FIXED_NEEDS_QUESTIONS, apply_dataset_defaults, load_examples
+    from ragzoo.errors import ConfigError
+
+    if not config.get("dataset") and not config.get("data"):
+        raise ConfigError(FIXED_NEEDS_QUESTIONS)
+    apply_dataset_defaults(config, split_kind="eval", metric_kind=None)
+    wanted = " ".join(question.split())
+    examples = [example for example in load_examples(config, n=None)
+                if " ".join(str(example.get("question", "")).split()) == wanted]
+    source = config.get("data") or f"{config['dataset']}/{config['split']}"
+    if not examples:
+        raise ConfigError(f"the fixed retriever has no recorded passages for this question: it is not in "
+                          f"{source}; ask one of its questions or use another --retriever")
+    if not any(example.get("retrieved") for example in examples):
+        raise ConfigError(f"{source} records no passages ('retrieved' field) for this question; "
+                          f"use another --retriever")
+    return examples
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,27 +50,43 @@ def run(args: argparse.Namespace) -> int:
 
     import dspy
 
-    from ragzoo.commands.evaluate import build_lm, build_program
+    from ragzoo.commands.common import (budget_stop, build_lm, check_question_source, find_budget_error,
+                                        is_fixed_spec, program_from_config)
     from ragzoo.config import refuse_secrets, resolve
     from ragzoo.errors import ConfigError
     from ragzoo.runs import classify_error
     from ragzoo.tracing import trace_example
+    from ragzoo.usage import metering
 
     config = resolve(args, DEFAULTS)
     question = (args.question or "").strip()
     if not question:
         raise ConfigError("the question is empty")
     refuse_secrets({"question": question})
+    check_question_source(config, required=False)
     lm = build_lm(config)
-    program, description = build_program(config)
-    with dspy.context(lm=lm), trace_example() as trace:
+    examples = None
+    spec = config.get("retriever")
+    if spec is None and config.get("program"):
+        from ragzoo.artifacts import read_manifest
+
+        spec = read_manifest(config["program"]).get("retriever")
+    if is_fixed_spec(spec):
+        examples = _recorded_questions(config, question)
+    program, description = program_from_config(config, examples)
+    budget = None
+    with dspy.context(lm=lm), metering(max_calls=config.get("max_calls"), max_cost=config.get("max_cost")), \
+            trace_example() as trace:
         try:
             prediction = program(question=question)
             error = None
         except Exception as exc:  # show what failed, as evaluate would record it
             if isinstance(exc, ConfigError):
                 raise
+            budget = find_budget_error(exc)
             prediction, error = None, f"{classify_error(exc)}: {type(exc).__name__}: {exc}"
+    if budget is not None:
+        return budget_stop("ask", budget)
     passages = list(prediction.get("passages") or []) if prediction is not None else []
     calls = [{"predictor": c.signature, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
               "cost": c.cost, "cached": c.cached, "latency": round(c.latency, 3)} for c in trace.lm_calls]

@@ -2,7 +2,10 @@
 
 `--dry-run` runs the same compile with the dry-run LM (placeholder answers, real retrieval, counted prompts)
 and prints the LM calls, tokens and estimated cost per stage, then saves nothing. `--max-calls` /
-`--max-cost` stop a real compile cleanly, keeping the best program so far (the manifest says so)."""
+`--max-cost` stop a real compile cleanly, keeping the best program so far (the manifest says so); with
+`--search` they are totals over all trials. Questions come from `--dataset [--split]` or `--data FILE`;
+without `--split`/`--metric` the dataset's defaults apply (a training split on disk, disjoint from its
+evaluation split where possible), recorded in the manifest (`defaults_used`) and named on stderr."""
 
 from __future__ import annotations
 
@@ -10,27 +13,29 @@ import argparse
 import contextlib
 import sys
 
+from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, add_lm_args
+
 DEFAULTS = {
-    "method": None, "dataset": None, "split": "train", "dev_split": None, "train_n": 50, "dev_n": 50,
-    "optimizer": "bootstrap", "metric": "em", "lm": None, "api_base": None, "retriever": None, "knob": [],
-    "out": None, "dry_run": False, "max_calls": None, "max_cost": None, "seed": 0, "threads": 1,
-    "no_cache": False, "force": False, "optimizer_setting": [], "search": [], "trials": 10,
+    "method": None, **{k: v for k, v in DATA_DEFAULTS.items() if k != "n"}, "dev_split": None, "train_n": 50,
+    "dev_n": 50, "optimizer": "bootstrap", "metric": None, **LM_DEFAULTS, "out": None, "dry_run": False,
+    "threads": 1, "force": False, "optimizer_setting": [], "search": [], "trials": 10,
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ragzoo.commands.evaluate import add_common
-
     parser.add_argument("--method", help="method id (see ragzoo methods)")
-    parser.add_argument("--dataset", help="dataset name (see ragzoo datasets)")
-    parser.add_argument("--split", help="training split (default train)")
-    parser.add_argument("--dev-split", help="validation split (default: held out of --split, disjoint from training)")
+    add_data_args(parser, n=False, split_help="training split (default: the dataset's, always on disk and "
+                                              "disjoint from its evaluation split where possible, e.g. "
+                                              "hotpotqa: train, nq_open: efficientqa_dev; see ragzoo datasets)")
+    parser.add_argument("--dev-split", help="validation split (default: held out of --split or --data, disjoint "
+                                            "from training)")
     parser.add_argument("--train-n", type=int, help="training questions (default 50)")
     parser.add_argument("--dev-n", type=int, help="validation questions (default 50; 0 = no validation)")
     parser.add_argument("--optimizer", help="optimizer preset (default bootstrap; see ragzoo optimizers)")
     parser.add_argument("--optimizer-setting", action="append", metavar="K=V",
                         help="override a preset setting, e.g. num_candidate_programs=4")
-    parser.add_argument("--metric", help="metric (em, f1, acc, contains; default em)")
+    parser.add_argument("--metric", help="metric: em, f1, acc, contains (default: the dataset's: em; "
+                                         "strategyqa: acc)")
     parser.add_argument("--out", help="artifact directory to write")
     parser.add_argument("--dry-run", action="store_true", default=None,
                         help="estimate LM calls, tokens and cost of the compile without an LM; saves nothing")
@@ -40,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="knob search: values to try for a knob (repeatable); Optuna searches them jointly "
                              "with the optimizers given as --optimizer a,b and saves the best program")
     parser.add_argument("--trials", type=int, help="knob search trials (default 10)")
-    add_common(parser)
+    add_lm_args(parser)
 
 
 def _settings(pairs) -> dict:
@@ -72,19 +77,27 @@ def print_stages(result, out=None, estimate: bool = False) -> None:
 
 def load_train_dev(config: dict) -> tuple[list, list]:
     """Training and validation questions. Without --dev-split, validation is held out of the training split
-    (disjoint from the training sample), so compiling never peeks at the dev sets papers report on."""
+    (or the --data file), disjoint from the training sample, so compiling never peeks at the dev sets papers
+    report on. A defaulted split that overlaps the dataset's evaluation split drops those questions."""
     from ragzoo import data
+    from ragzoo.commands.common import load_examples
     from ragzoo.errors import ConfigError
 
     train_n, dev_n = int(config["train_n"]), int(config["dev_n"] or 0)
     if train_n < 1 or dev_n < 0:
         raise ConfigError("--train-n must be at least 1 and --dev-n at least 0")
-    dev_split = config.get("dev_split") or config["split"]
-    if dev_split != config["split"]:
-        train = data.load(config["dataset"], config["split"], n=train_n, seed=config["seed"])
+    exclude = (config.get("defaults_used") or {}).get("excluded_split")
+    options = {"exclude_split": exclude} if exclude else {}
+    dev_split = config.get("dev_split") or config.get("split")
+    if config.get("data"):
+        if config.get("dev_split"):
+            raise ConfigError("--dev-split names a split of --dataset; with --data the validation questions are "
+                              "held out of the file")
+    elif dev_split != config["split"]:
+        train = load_examples(config, n=train_n, **options)
         dev = data.load(config["dataset"], dev_split, n=dev_n, seed=config["seed"]) if dev_n else []
         return train, dev
-    pool = data.load(config["dataset"], config["split"], n=train_n + dev_n, seed=config["seed"])
+    pool = load_examples(config, n=train_n + dev_n, **options)
     return pool[:train_n], pool[train_n:]
 
 
@@ -101,7 +114,8 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
     import dspy
 
     from ragzoo.artifacts import save
-    from ragzoo.commands.evaluate import lm_description
+    from ragzoo.commands.common import EXIT_STOPPED, lm_description, say_defaults
+    from ragzoo.engines import is_dry_run
     from ragzoo.errors import ConfigError
     from ragzoo.optimizers import search_knobs
 
@@ -112,24 +126,38 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
     with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):
         found = search_knobs(config["method"], retriever, space, trainset=train, valset=dev, optimizers=optimizers,
                              metric=config["metric"], n_trials=int(config["trials"]), seed=int(config["seed"]),
-                             threads=int(config["threads"]), max_calls=config.get("max_calls"))
+                             threads=int(config["threads"]),
+                             # budgets are totals over all trials (search_knobs meters the whole search)
+                             max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
     calls = sum(trial.get("lm_calls", 0) for trial in found.trials)
     best = ", ".join(f"{k}={v}" for k, v in found.best_knobs.items())
-    lm_is_dry = str(config.get("lm") or "").startswith("dry-run") or dry_run
-    score = "n/a (dry-run: placeholder answers)" if lm_is_dry else f"{found.best_score:.3f}"
+    score = "n/a (dry-run: placeholder answers)" if is_dry_run(lm) else f"{found.best_score:.3f}"
     print(f"knob search over {len(found.trials)} trials ({calls} LM calls): best {best} with "
           f"{found.best_optimizer}, dev {config['metric']}={score}")
+    stopped = getattr(found, "stopped", None)
     if dry_run:
+        say_defaults("compile", config)
         return 0
     save(found.best_program, config["out"], method=config["method"], knobs=found.best_knobs,
          overwrite=bool(config["force"]), dataset=config["dataset"], split=config["split"],
-         dev_split=config["dev_split"] or f"{config['split']} (held out)",
+         data=config.get("data"), dev_split=_dev_split_label(config),
          sizes={"train": len(train), "dev": len(dev)}, optimizer=found.best_optimizer, metric=config["metric"],
          score=found.best_score, lm=lm_description(lm), seed=config["seed"],
          knob_search={"space": space, "optimizers": optimizers, "trials": found.trials},
+         defaults_used=config.get("defaults_used"), stopped=stopped,
          config={k: v for k, v in config.items() if k not in ("force",)})
     print(f"saved {config['out']}: {config['method']} with {best}")
+    say_defaults("compile", config)
+    if stopped:
+        print(f"ragzoo compile: stopped early: {stopped}; the best program so far is saved", file=sys.stderr)
+        return EXIT_STOPPED
     return 0
+
+
+def _dev_split_label(config: dict) -> str:
+    if config.get("dev_split"):
+        return config["dev_split"]
+    return f"{config.get('split') or config.get('data')} (held out)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,20 +166,22 @@ def run(args: argparse.Namespace) -> int:
     import dspy
 
     from ragzoo import programs
-    from ragzoo.artifacts import build_program, save
-    from ragzoo.commands.evaluate import build_lm, build_retriever, lm_description
+    from ragzoo.artifacts import save
+    from ragzoo.commands.common import (EXIT_STOPPED, apply_dataset_defaults, budget_stop, build_lm,
+                                        build_retriever, check_metrics, check_question_source,
+                                        find_budget_error, lm_description, say_defaults)
     from ragzoo.config import knob_dict, resolve
+    from ragzoo.engines import is_dry_run, is_dry_run_spec
     from ragzoo.errors import ArtifactError, ConfigError
     from ragzoo.optimizers import compile_program, get_preset
 
     config = resolve(args, DEFAULTS)
-    for name in ("method", "dataset"):
-        if not config.get(name):
-            raise ConfigError(f"--{name} is required (see ragzoo {name}s)")
-    lm_is_dry = str(config.get("lm") or "").startswith("dry-run")
+    if not config.get("method"):
+        raise ConfigError("--method is required (see ragzoo methods)")
+    check_question_source(config)
     # `--lm dry-run` without --out means the estimate; with --out it compiles (placeholders) and saves,
     # which is what an offline demo of the whole pipeline needs
-    dry_run = bool(config["dry_run"]) or (lm_is_dry and not config.get("out"))
+    dry_run = bool(config["dry_run"]) or (is_dry_run_spec(config.get("lm")) and not config.get("out"))
     if not dry_run and not config.get("out"):
         raise ConfigError("no --out given; name the artifact directory to write (or use --dry-run)")
     if not dry_run and Path(config["out"]).exists() and not config["force"]:
@@ -161,36 +191,48 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("several optimizers are only searched with --search KNOB=V1,V2; pass one --optimizer")
     for name in optimizers:
         get_preset(name)
+    apply_dataset_defaults(config, split_kind="train", metric_kind="headline")
+    check_metrics(config["metric"])
     info = programs.info(config["method"])
     knobs = knob_dict(config.get("knob"))
-    programs.resolved_knobs(config["method"], **knobs)  # unknown/mistyped knobs fail before any work
+    resolved = programs.resolve_knobs(config["method"], knobs)  # unknown/mistyped knobs fail before any work
     if dry_run:
         lm_spec = config.get("lm") or "dry-run"
-        if not lm_spec.startswith("dry-run"):
+        if not is_dry_run_spec(lm_spec):
             lm_spec = f"dry-run:{lm_spec}"  # price the estimate at the real model's list price
         lm = build_lm({**config, "lm": lm_spec, "api_base": None})
     else:
         lm = build_lm(config)
-    retriever = build_retriever(config.get("retriever"), config["method"], info.uses_retrieval)
     train, dev = load_train_dev(config)
+    # after the questions: a `fixed` retriever replays the passages recorded with them
+    retriever = build_retriever(config.get("retriever"), examples=[*train, *dev]) if info.uses_retrieval else None
     if config.get("search"):
-        return _run_search(config, lm, retriever, train, dev, knobs, optimizers, dry_run)
-    program = build_program(config["method"], retriever=retriever, **knobs)
+        try:
+            return _run_search(config, lm, retriever, train, dev, knobs, optimizers, dry_run)
+        except Exception as error:
+            budget = find_budget_error(error)
+            if budget is None:
+                raise
+            return budget_stop("compile", budget)
+    program = programs.get(config["method"], retriever=retriever, **resolved)
     with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):  # DSPy optimizers print progress
         result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
                                  metric=config["metric"], seed=int(config["seed"]), threads=int(config["threads"]),
                                  settings=_settings(config.get("optimizer_setting")),
                                  max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
+    source = config.get("dataset") or config.get("data")
     if dry_run:
         priced = getattr(lm, "priced_model", "")
-        print(f"dry run of {config['method']} + {config['optimizer']} on {config['dataset']} "
+        print(f"dry run of {config['method']} + {config['optimizer']} on {source} "
               f"(train {len(train)}, dev {len(dev)}), priced as {priced}:")
         print_stages(result, estimate=True)
         print("note: placeholder answers rarely pass the metric, so bootstrap-style optimizers try every training "
               "example: the compile estimate is close to the upper bound")
+        say_defaults("compile", config)
         return 0
     save(result.program, config["out"], overwrite=bool(config["force"]),
-         dataset=config["dataset"], split=config["split"], dev_split=config["dev_split"] or f"{config['split']} (held out)",
+         dataset=config["dataset"], data=config.get("data"), split=config.get("split"),
+         dev_split=_dev_split_label(config), defaults_used=config.get("defaults_used"),
          sizes={"train": len(train), "dev": len(dev)}, optimizer=config["optimizer"],
          optimizer_settings=result.settings, metric=result.metric, score=result.score,
          lm=lm_description(lm), seed=config["seed"], usage=result.usage.to_dict(),
@@ -198,12 +240,13 @@ def run(args: argparse.Namespace) -> int:
          stopped=result.stopped, notes=result.notes,
          config={k: v for k, v in config.items() if k not in ("force",)})
     score = "n/a" if result.score is None else f"{result.score:.3f}"
-    if lm_is_dry:
+    if is_dry_run(lm):
         score = "n/a (dry-run: placeholder answers)"
     print(f"saved {config['out']}: {config['method']} compiled with {config['optimizer']}, "
           f"dev {result.metric}={score}")
     print_stages(result)
+    say_defaults("compile", config)
     if result.stopped:
         print(f"stopped early: {result.stopped}; {' '.join(result.notes)}", file=sys.stderr)
-        return 3
+        return EXIT_STOPPED
     return 0

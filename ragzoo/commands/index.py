@@ -1,27 +1,60 @@
-"""`ragzoo index build --corpus FILE [--backend bm25|dense|colbert] [--out DIR]`"""
+"""`ragzoo index build --corpus FILE [--backend bm25|dense|colbert] [--out DIR]`
+
+`--out` replaces only what ragzoo wrote: a path that does not exist yet, an empty folder, or an index folder
+ragzoo built (its `meta.json` says so); anything else is refused (exit 2) and left as it is. A SIGTERM
+during a build removes the unfinished staging folder, as Ctrl-C does; folders left by a build killed outright
+(SIGKILL) are removed by the next build of the same target.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="index_command", metavar="ACTION", required=True)
-    build = sub.add_parser("build", help="build (or reuse the cached) index of a corpus")
+    build = sub.add_parser("build", help="build (or reuse the cached) index of a corpus",
+                           description="Build (or reuse the cached) index of a corpus.",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     build.add_argument("--corpus", required=True, help="corpus JSONL (path, or relative to RAGZOO_DATA)")
-    build.add_argument("--backend", choices=["bm25", "dense", "colbert"], default="bm25")
-    build.add_argument("--out", default=None, help="index folder (default: the cache under RAGZOO_CACHE)")
-    build.add_argument("--model", default=None, help="dense: sentence-transformers model name or path")
+    build.add_argument("--backend", choices=["bm25", "dense", "colbert"], default="bm25", help="index kind")
+    build.add_argument("--out", default=None,
+                       help="index folder: a new or empty folder, or an index ragzoo built (replaced); "
+                            "anything else is refused. None: the cache under RAGZOO_CACHE")
+    build.add_argument("--model", default=None,
+                       help="dense: sentence-transformers model name or path (None: all-MiniLM-L6-v2)")
     build.add_argument("--checkpoint", default=None, help="colbert: path to a ColBERTv2 checkpoint")
     build.add_argument("--rebuild", action="store_true", help="rebuild even if an up-to-date index exists")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """Turn SIGTERM into SystemExit(143) while a build runs, so its cleanup (`except BaseException:` removing
+    the staging folder) runs as it does for Ctrl-C. Only the main thread can install handlers."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _handler(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from ragzoo.retrieval.index_cache import resolve_corpus
+    from ragzoo.retrieval.index_cache import check_replaceable, resolve_corpus
 
     corpus = resolve_corpus(args.corpus)
     if corpus.is_dir():
@@ -29,25 +62,28 @@ def run(args: argparse.Namespace) -> int:
 
         raise DataError(f"--corpus must be a JSONL file, {corpus} is a folder")
     out = Path(args.out).expanduser().resolve() if args.out else None
+    if out is not None:
+        check_replaceable(out)  # before anything is read or built
     started = time.perf_counter()
-    if args.backend == "bm25":
-        from ragzoo.retrieval.bm25 import ensure_bm25_index
+    with _sigterm_unwinds():
+        if args.backend == "bm25":
+            from ragzoo.retrieval.bm25 import ensure_bm25_index
 
-        folder, meta, built = ensure_bm25_index(corpus, out_dir=out, show_progress=not args.quiet,
-                                                rebuild=args.rebuild)
-    elif args.backend == "dense":
-        from ragzoo.retrieval.dense import DEFAULT_MODEL, ensure_dense_index
+            folder, meta, built = ensure_bm25_index(corpus, out_dir=out, show_progress=not args.quiet,
+                                                    rebuild=args.rebuild)
+        elif args.backend == "dense":
+            from ragzoo.retrieval.dense import DEFAULT_MODEL, ensure_dense_index
 
-        folder, meta, built = ensure_dense_index(corpus, args.model or DEFAULT_MODEL, out_dir=out,
-                                                 show_progress=not args.quiet, rebuild=args.rebuild)
-    else:
-        from ragzoo.errors import ConfigError
-        from ragzoo.retrieval.colbert_local import build_colbert_index
+            folder, meta, built = ensure_dense_index(corpus, args.model or DEFAULT_MODEL, out_dir=out,
+                                                     show_progress=not args.quiet, rebuild=args.rebuild)
+        else:
+            from ragzoo.errors import ConfigError
+            from ragzoo.retrieval.colbert_local import build_colbert_index
 
-        if out is None:
-            raise ConfigError("--backend colbert needs --out DIR")
-        meta = build_colbert_index(corpus, out, args.checkpoint, show_progress=not args.quiet)
-        folder, built = out, True
+            if out is None:
+                raise ConfigError("--backend colbert needs --out DIR")
+            meta = build_colbert_index(corpus, out, args.checkpoint, show_progress=not args.quiet)
+            folder, built = out, True
     seconds = time.perf_counter() - started
     state = "built" if built else "up to date (cached)"
     print(f"{args.backend} index {state}: {folder}")

@@ -13,6 +13,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
+def _recorded_dry_run(lm) -> bool:
+    """Whether a run's recorded LM was the dry-run LM: the flag `describe_lm` wrote, or (older runs that
+    saved the spec string) the spec itself, read by `ragzoo.engines.is_dry_run_spec`."""
+    from ragzoo.engines import is_dry_run_spec
+
+    if isinstance(lm, dict):
+        return bool(lm.get("dry_run"))
+    return is_dry_run_spec(lm)
+
+
 def rows(run_dirs: list[str]) -> list[dict]:
     from pathlib import Path
 
@@ -25,8 +35,7 @@ def rows(run_dirs: list[str]) -> list[dict]:
         label = config.get("method") or "?"
         if config.get("program"):
             label = f"{label} ({Path(str(config['program'])).name})"
-        lm = config.get("lm")
-        dry_run = bool(lm.get("dry_run")) if isinstance(lm, dict) else str(lm or "").startswith("dry-run")
+        dry_run = _recorded_dry_run(config.get("lm"))
         table.append({"run": str(run_dir), "method": label, "n": summary.get("n", 0), "dry_run": dry_run,
                       "metrics": summary.get("metrics", {}), "lm_calls_per_question": usage.get("lm_calls_per_question", 0.0),
                       "tokens_per_question": usage.get("tokens_per_question", 0.0), "cost": usage.get("cost", 0.0),

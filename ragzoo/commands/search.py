@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ragzoo.retrieval.base import MAX_K
+
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.add_argument("query", help="the search query")
-    parser.add_argument("-k", type=int, default=5, help="how many passages (1..100, default 5)")
-    parser.add_argument("--retriever", default=None,
-                        help="retriever spec (default: bm25 over the shipped wiki17 abstracts sample)")
+    parser.add_argument("-k", type=int, default=5, help=f"how many passages (1..{MAX_K})")
+    parser.add_argument("--retriever", default=DEFAULT_RETRIEVER,
+                        help="retriever spec: bm25:<corpus>, dense:<corpus>, hybrid:<corpus>, colbertv2:<url>, ...; "
+                             "the default is bm25 over the shipped wiki17 abstracts sample")
     parser.add_argument("--json", action="store_true", help="print the ColBERTv2-style JSON answer")
 
 
@@ -17,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ragzoo.retrieval.base import check_k, check_query
-    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER, make_retriever
+    from ragzoo.retrieval.specs import make_retriever
 
     check_query(args.query)
     check_k(args.k)

@@ -1,4 +1,4 @@
-"""Datasets as lists of `dspy.Example`, and the corpus reader.
+"""Datasets as lists of `dspy.Example`.
 
 - `load(name, split, n=None, seed=0)`: a registered benchmark split (see `available()` or `ragzoo datasets`),
   read from `RAGZOO_DATA`, or through the `datasets` library when the file is not on disk and the split has a
@@ -6,7 +6,11 @@
 - `load_file(path, ...)`: a user's own JSONL / JSON / CSV / TSV, or an original release (HotPotQA official
   JSON, StrategyQA JSON, NQ-open JSONL, ActiveRAG sampled JSONL), with a field mapping.
 - `parse_field_map("question=q,answers=gold,id=qid")`: the CLI's `--field-map` as `load_file` keyword args.
-- `iter_corpus(path)`, `count_lines(path)`: streaming corpus reader (`ragzoo.data.corpus`).
+- `dataset_defaults(name)`: a dataset's default evaluation split, compile split and metric (the registry's
+  `DEFAULTS`); `default_split`, `default_train_split`, `default_metric` read single fields of it.
+
+Corpora (the passages retrievers index) are read by `ragzoo.retrieval.corpus` (`iter_corpus`, `count_lines`):
+only retrieval reads corpora.
 
 Every example has `question` (its only input), `answers` (list of gold strings), `answer` (the first gold,
 for DSPy's own metrics and labeled demos), `id`, and every other field of the file (`supporting_titles`,
@@ -28,16 +32,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ragzoo.data.corpus import count_lines, iter_corpus
 from ragzoo.data.formats import FORMATS, detect_format, iter_file
 from ragzoo.data.hub import HubSource, iter_hub
 from ragzoo.data.records import ANSWERS_KEY, QUESTION_KEY, select, to_example, to_record
-from ragzoo.data.registry import DATASETS, SPLITS, SplitSpec, available, default_split, get_spec, local_path
+from ragzoo.data.registry import (DATASETS, DEFAULTS, FILE_DEFAULTS, SPLITS, DatasetDefaults, SplitSpec, available,
+                                  dataset_defaults, default_metric, default_split, default_train_split, get_spec,
+                                  local_path)
 from ragzoo.errors import ConfigError, DataError
 
 __all__ = [
-    "DATASETS", "FORMATS", "SPLITS", "DataError", "HubSource", "SplitSpec", "available", "count_lines",
-    "default_split", "detect_format", "iter_corpus", "load", "load_file", "load_records", "parse_field_map",
+    "DATASETS", "DEFAULTS", "FILE_DEFAULTS", "FORMATS", "SPLITS", "DataError", "DatasetDefaults", "HubSource",
+    "SplitSpec", "available", "dataset_defaults", "default_metric", "default_split",
+    "default_train_split", "detect_format", "load", "load_file", "load_records", "parse_field_map",
     "splits",
 ]
 
@@ -49,22 +55,39 @@ def splits(name: str) -> list[str]:
     return [split for owner, split in SPLITS if owner == name]
 
 
-def _records(items, *, source_contains: str | None = None, take: int | None = None, **fields):
+def _records(items, *, source_contains: str | None = None, take: int | None = None,
+             exclude: frozenset[str] = frozenset(), **fields):
     position = 0
     for item in items:
         if source_contains is not None and source_contains not in str(item.data.get("source", "")):
             continue
         if take is not None and position >= take:
             return
-        yield to_record(item, default_id=str(position), **fields)
+        record = to_record(item, default_id=str(position), **fields)
         position += 1
+        if exclude and _question_key(record[QUESTION_KEY]) in exclude:
+            continue
+        yield record
+
+
+def _question_key(question) -> str:
+    return " ".join(str(question).split()).casefold()
+
+
+def questions_of(name: str, split: str) -> frozenset[str]:
+    """The (whitespace- and case-normalized) questions of a registered split, for `exclude_split=`."""
+    return frozenset(_question_key(record[QUESTION_KEY]) for record in load_records(name, split, n=None))
 
 
 def load_records(name: str, split: str, *, n: int | None = None, seed: int | None = 0,
-                 hub: HubSource | None = None) -> list[dict]:
+                 hub: HubSource | None = None, exclude_split: str | None = None) -> list[dict]:
     """Like `load` but plain dicts (no DSPy import)."""
     spec = get_spec(name, split)
     label = f"{name}/{split}"
+    exclude = frozenset()
+    if exclude_split is not None:
+        exclude = questions_of(name, exclude_split)
+        label = f"{label} without the questions of {exclude_split}"
     path = local_path(spec)
     if path is not None and path.is_file():
         items = iter_file(path, spec.format)
@@ -73,7 +96,7 @@ def load_records(name: str, split: str, *, n: int | None = None, seed: int | Non
     else:
         raise DataError(f"{label}: {path} not found and this split has no hub source; "
                         f"set RAGZOO_DATA to the folder that holds {spec.file}")
-    records = _records(items, source_contains=spec.source_contains, take=spec.take)
+    records = _records(items, source_contains=spec.source_contains, take=spec.take, exclude=exclude)
     chosen = select(records, n=n, seed=seed, ordered=spec.ordered, label=label)
     if spec.gold_from is not None:
         from ragzoo.paths import data_root
@@ -99,13 +122,17 @@ def _add_gold_titles(records: list[dict], path: Path) -> None:
             record.setdefault(key, value)
 
 
-def load(name: str, split: str, *, n: int | None = None, seed: int | None = 0, hub: HubSource | None = None):
+def load(name: str, split: str, *, n: int | None = None, seed: int | None = 0, hub: HubSource | None = None,
+         exclude_split: str | None = None):
     """A registered split as `list[dspy.Example]` (inputs: `question`; labels: `answers`, `answer`).
 
+    exclude_split: drop the questions that also occur in this split of the same dataset (before `n` is
+    drawn), e.g. StrategyQA's `train` without its `train_first500` evaluation set.
     hub: replace the split's hub source (used only when its file is not on disk), e.g. to read a local
     file through `datasets` in tests: `HubSource("json", split="train", data_files=..., convert="nq_open")`.
     """
-    return [to_example(record) for record in load_records(name, split, n=n, seed=seed, hub=hub)]
+    return [to_example(record) for record in load_records(name, split, n=n, seed=seed, hub=hub,
+                                                         exclude_split=exclude_split)]
 
 
 def load_file(path: str | os.PathLike, *, question_field: str = QUESTION_KEY, answers_field: str = ANSWERS_KEY,

@@ -107,16 +107,65 @@ SPLITS: dict[tuple[str, str], SplitSpec] = {
 }
 
 
-# The evaluation split to use when none is named: the papers' evaluation sets where the dataset has no `dev`.
-DEFAULT_SPLITS = {"hotpotqa": "dev", "2wikimultihopqa": "dev", "strategyqa": "train_first500", "nq_open": "dev",
-                  "triviaqa": "dev", "squad_open": "dev", "webquestions": "test", "popqa": "test"}
+@dataclass(frozen=True)
+class DatasetDefaults:
+    """What a command uses when the user names no split or metric: the one place for per-dataset defaults.
+
+    eval_split: the evaluation split (the papers' evaluation set where the dataset has no `dev`).
+    train_split: the split compile draws its training (and held-out validation) questions from; always one
+        that is on disk, so a default compile never waits for the hub.
+    exclude_eval: the training pool drops the questions of `eval_split` (when `train_split` overlaps it),
+        so a default compile never trains on the questions a default evaluation scores.
+    disjoint: the (filtered) training pool shares no question with `eval_split`.
+    metric: the headline metric (compile's default): accuracy on yes/no for StrategyQA, EM otherwise.
+    eval_metrics: evaluate's default metric list.
+    """
+
+    eval_split: str
+    train_split: str
+    metric: str = "em"
+    eval_metrics: str = "em,f1"
+    exclude_eval: bool = False
+    disjoint: bool = True
+
+
+DEFAULTS: dict[str, DatasetDefaults] = {
+    "hotpotqa": DatasetDefaults("dev", "train"),
+    "2wikimultihopqa": DatasetDefaults("dev_first500", "dev_activerag500", exclude_eval=True),
+    "strategyqa": DatasetDefaults("train_first500", "train", metric="acc", eval_metrics="acc", exclude_eval=True),
+    "nq_open": DatasetDefaults("dev", "efficientqa_dev"),
+    "triviaqa": DatasetDefaults("dev", "dpr_dev_from_train"),
+    "squad_open": DatasetDefaults("dev", "dev", disjoint=False),  # no other SQuAD split on disk
+    "webquestions": DatasetDefaults("test", "train"),
+    "popqa": DatasetDefaults("test", "test_activerag500", exclude_eval=True),
+}
+
+# A user's own question file (`--data`): no split; EM-scored.
+FILE_DEFAULTS = DatasetDefaults(eval_split="", train_split="", metric="em", eval_metrics="em,f1")
+
+
+def dataset_defaults(dataset: str | None) -> DatasetDefaults:
+    """The defaults of a registered dataset (`DataError` for an unknown name); `FILE_DEFAULTS` for None."""
+    if dataset is None:
+        return FILE_DEFAULTS
+    if dataset not in DATASETS:
+        get_spec(dataset, "")
+    return DEFAULTS[dataset]
 
 
 def default_split(dataset: str) -> str:
-    """The split `load` callers should use when the user names none (StrategyQA has no dev set)."""
-    if dataset not in DATASETS:
-        get_spec(dataset, "")
-    return DEFAULT_SPLITS[dataset]
+    """The evaluation split to use when the user names none (StrategyQA has no dev set)."""
+    return dataset_defaults(dataset).eval_split
+
+
+def default_train_split(dataset: str) -> str:
+    """The split compile trains on when the user names none (always on disk)."""
+    return dataset_defaults(dataset).train_split
+
+
+def default_metric(dataset: str | None) -> str:
+    """The headline metric name for a dataset: "acc" for StrategyQA, "em" otherwise (and for a user's file)."""
+    return dataset_defaults(dataset).metric
 
 
 def get_spec(dataset: str, split: str) -> SplitSpec:

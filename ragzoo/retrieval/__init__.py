@@ -1,5 +1,6 @@
-"""Retrieval: the Passage type, the Retriever protocol, backends built from spec strings, and the
-ColBERTv2-compatible REST server."""
+"""Retrieval: the Passage type, the Retriever protocol, the corpus reader (`corpus`), backends built from
+spec strings (`specs`, whose `DEFAULT_RETRIEVER` is the one default), index building and caching
+(`index_cache`), and the ColBERTv2-compatible REST server (`server`)."""
 
 from ragzoo.retrieval.base import MAX_K, BaseRetriever, Passage, Retriever, check_k
 

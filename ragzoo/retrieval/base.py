@@ -64,6 +64,16 @@ def check_k(k: int, max_k: int = MAX_K) -> int:
     return k
 
 
+def cut_to_tokens(query: str, tokenizer, budget: int) -> str:
+    """The prefix of `query` that holds its first `budget` tokens under a (fast) Hugging Face tokenizer,
+    special tokens aside; the whole query if it has no more."""
+    encoded = tokenizer(query, add_special_tokens=False, truncation=False, return_offsets_mapping=True)
+    offsets = encoded["offset_mapping"]
+    if len(offsets) <= budget:
+        return query
+    return query[:offsets[max(1, budget) - 1][1]]
+
+
 def check_query(query: str) -> str:
     if not isinstance(query, str) or not query.strip():
         raise RetrieverError("the query is empty")
@@ -85,6 +95,12 @@ class BaseRetriever:
         for query in queries:
             check_query(query)
         return self._search_batch(list(queries), k)
+
+    def truncate_query(self, query: str) -> str | None:
+        """The leading part of `query` this backend actually reads, when it cuts long queries itself (a
+        token budget: colbert, dense encoders), so a server may cut an over-long query there instead of
+        refusing it. None (the default): every character counts (bm25), nothing may be cut."""
+        return None
 
     def _search(self, query: str, k: int) -> list[Passage]:
         raise NotImplementedError

@@ -68,8 +68,9 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
     """Stream `corpus` into a bm25s index at `out_dir` (replaced atomically). Returns the index metadata."""
     from tqdm.auto import tqdm
 
-    from ragzoo.data.corpus import count_lines, iter_corpus
+    from ragzoo.retrieval.corpus import count_lines, iter_corpus
 
+    index_cache.check_replaceable(out_dir)  # before any work: never build over what ragzoo did not write
     started = time.perf_counter()
     fingerprint = fingerprint or index_cache.corpus_fingerprint(corpus)
     staging = index_cache.staging_dir(out_dir)

@@ -56,10 +56,16 @@ def build_colbert_index(corpus: Path, out_dir: Path, checkpoint: str, nbits: int
         raise ConfigError("building a ColBERT index needs --checkpoint PATH to a ColBERTv2 checkpoint "
                           "(e.g. a local copy of colbert-ir/colbertv2.0); ragzoo does not download one")
     Indexer, _Searcher, ColBERTConfig, Run, RunConfig = _import_colbert()
-    from ragzoo.data.corpus import iter_corpus
+    from ragzoo import files
+    from ragzoo.retrieval import index_cache
+    from ragzoo.retrieval.corpus import iter_corpus
 
     out_dir = Path(out_dir)
+    index_cache.check_replaceable(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # colbert-ai writes into the folder itself; the marker makes an unfinished build ours to redo later
+    marker = {"format": index_cache.FORMAT, "format_version": index_cache.FORMAT_VERSION, "backend": "colbert"}
+    files.atomic_write_json(out_dir / index_cache.META_FILE, {**marker, "state": "building"})
     pids = []
     with open(out_dir / COLLECTION_FILE, "w", encoding="utf-8") as tsv:
         for row, passage in enumerate(iter_corpus(corpus)):
@@ -76,7 +82,9 @@ def build_colbert_index(corpus: Path, out_dir: Path, checkpoint: str, nbits: int
         # overwrite=True would wait 20 s before deleting an old index; the silent form does not
         Indexer(checkpoint=checkpoint, config=config).index(name="plaid", collection=str(out_dir / COLLECTION_FILE),
                                                             overwrite="force_silent_overwrite")
-    return {"backend": "colbert", "num_docs": len(pids), "index": str(out_dir / "plaid")}
+    meta = {"backend": "colbert", "num_docs": len(pids), "index": str(out_dir / "plaid")}
+    files.atomic_write_json(out_dir / index_cache.META_FILE, {**marker, **meta, "state": "built"})
+    return meta
 
 
 class ColBERTLocalRetriever(BaseRetriever):
@@ -92,6 +100,18 @@ class ColBERTLocalRetriever(BaseRetriever):
         self.pids = json.loads((folder / PIDS_FILE).read_text()) if (folder / PIDS_FILE).exists() else None
         self.searcher = Searcher(index=plaid.name, index_root=str(plaid.parent), checkpoint=checkpoint,
                                  collection=str(collection) if collection.exists() else None, verbose=0)
+
+    def truncate_query(self, query: str) -> str | None:
+        """What ColBERT reads: its query tokenizer keeps `query_maxlen` tokens, three of them [CLS], the
+        [Q] marker and [SEP]."""
+        from ragzoo.retrieval.base import cut_to_tokens
+
+        query_tokenizer = getattr(getattr(self.searcher, "checkpoint", None), "query_tokenizer", None)
+        tokenizer = getattr(query_tokenizer, "tok", None)
+        budget = int(getattr(query_tokenizer, "query_maxlen", 0) or 0) - 3
+        if budget < 1 or tokenizer is None or not getattr(tokenizer, "is_fast", False):
+            return None
+        return cut_to_tokens(query, tokenizer, budget)
 
     def _search(self, query: str, k: int) -> list[Passage]:
         rows, _ranks, scores = self.searcher.search(query, k=k)

@@ -3,7 +3,8 @@ wiki17_abstracts server the seed papers used and of `ragzoo serve`.
 
 The public server often answers HTTP 200 with `{"error": true, ...}` (DSPy issues #8946, #7966, #9116);
 that, HTTP errors, timeouts, unreachable hosts, malformed JSON and answers of the wrong shape all raise a
-`RetrieverError` saying what happened. 429 and 5xx answers (and timeouts) are retried a bounded number of
+`RetrieverError` saying what happened; a query the server finds too long (HTTP 413/414/431) names the
+server's limit (`ragzoo serve` states it) and the query's length. 429 and 5xx answers (and timeouts) are retried a bounded number of
 times with exponential backoff. Answers are cached in memory (LRU) and optionally on disk.
 """
 
@@ -111,6 +112,8 @@ class ColBERTv2Client(BaseRetriever):
             else:
                 if response.status_code in RETRYABLE_STATUS:
                     reason = f"HTTP {response.status_code}{_error_detail(response)}"
+                elif response.status_code in (413, 414, 431):
+                    raise RetrieverError(_too_long(response, self.url, query, self.post))
                 elif response.status_code >= 400:
                     raise RetrieverError(f"ColBERTv2 server {self.url} refused the query: HTTP "
                                          f"{response.status_code}{_error_detail(response)}")
@@ -155,6 +158,27 @@ def _error_detail(response) -> str:
         if message is not None:
             return f": {str(message)[:200]}"
     return ""
+
+
+def _too_long(response, url: str, query: str, post: bool) -> str:
+    """The message for a query the server found too long: its limit (when it says it, as `ragzoo serve`
+    does in `max_query_chars`) beside the query's length, and what to do."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    limit = body.get("max_query_chars") if isinstance(body, dict) else None
+    size = f"a {len(query):,}-character query"
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        return (f"ColBERTv2 server {url} refused {size} (HTTP {response.status_code}): the server's limit is "
+                f"{limit:,} characters; restart it with a higher `ragzoo serve --max-query-chars`, or shorten "
+                f"the query")
+    if response.status_code == 413:
+        return (f"ColBERTv2 server {url} refused {size} as too large (HTTP 413{_error_detail(response)}); "
+                f"the server does not say its limit")
+    how = "" if post else "; POST sends the query in the body instead (post=True)"
+    return (f"ColBERTv2 server {url} refused {size}: the request line or headers are too long for it "
+            f"(HTTP {response.status_code}){how}")
 
 
 def _decode(response, url: str) -> dict:

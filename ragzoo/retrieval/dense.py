@@ -88,8 +88,9 @@ def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, f
     import faiss
     from tqdm.auto import tqdm
 
-    from ragzoo.data.corpus import count_lines, iter_corpus
+    from ragzoo.retrieval.corpus import count_lines, iter_corpus
 
+    index_cache.check_replaceable(out_dir)  # before any work: never build over what ragzoo did not write
     started = time.perf_counter()
     fingerprint = fingerprint or index_cache.corpus_fingerprint(corpus)
     encoder = load_model(model)
@@ -181,6 +182,17 @@ class DenseRetriever(BaseRetriever):
 
     def __len__(self) -> int:
         return self.num_docs
+
+    def truncate_query(self, query: str) -> str | None:
+        """What the encoder reads: sentence-transformers cuts input at `max_seq_length` tokens ([CLS] and
+        [SEP] included)."""
+        from ragzoo.retrieval.base import cut_to_tokens
+
+        budget = int(getattr(self.encoder, "max_seq_length", 0) or 0) - 2
+        tokenizer = getattr(self.encoder, "tokenizer", None)
+        if budget < 1 or tokenizer is None or not getattr(tokenizer, "is_fast", False):
+            return None
+        return cut_to_tokens(query, tokenizer, budget)
 
     def _search(self, query: str, k: int) -> list[Passage]:
         return self._search_batch([query], k)[0]

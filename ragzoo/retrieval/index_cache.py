@@ -8,6 +8,13 @@ key (so a fresh index) follows. An index loaded from an explicit folder checks i
 way and refuses to answer if the corpus changed (`RetrieverError`, never a silently wrong answer).
 Every index folder carries `meta.json` saying what it is; it is written last, so a folder without it is an
 unfinished build and is never used.
+
+Writing goes through `ragzoo.files`, the one atomic-write routine: a build fills a hidden staging folder
+beside its target and `publish` swaps it in (`files.replace_dir`: the old index is renamed to a backup and
+dropped only once the new one is in place). A build replaces only what ragzoo wrote (`check_replaceable`: a
+missing path, an empty folder, or a folder whose `meta.json` says format "ragzoo-index"); anything else is
+refused before any work. Staging folders (and swap backups) of builds whose process is gone are removed by
+the next build of the same target (`clean_stale_builds`).
 """
 
 from __future__ import annotations
@@ -15,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import time
 from pathlib import Path
 from typing import Any
 
-from ragzoo.errors import DataError, RetrieverError
+from ragzoo import files
+from ragzoo.errors import ConfigError, DataError, RetrieverError
+from ragzoo.files import STAGING_MARK, discard_dir
 from ragzoo.paths import cache_root, data_root
 
 META_FILE = "meta.json"
@@ -114,20 +121,114 @@ def check_not_stale(meta: dict, folder: Path) -> None:
                          f"rebuild it with `ragzoo index build --corpus {path} --out {folder}`")
 
 
+def owned_by_ragzoo(folder: Path) -> bool:
+    """True when `folder` holds a `meta.json` that ragzoo wrote for an index (format "ragzoo-index", any version
+    or backend): the only kind of non-empty folder an index build may replace."""
+    try:
+        meta = json.loads((Path(folder) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
+
+
+def check_replaceable(folder: Path, flag: str = "--out") -> None:
+    """Refuse (ConfigError, one line) to build over anything but a path that does not exist yet, an empty
+    folder, or an index ragzoo wrote (see `owned_by_ragzoo`). Nothing else is ever deleted or replaced."""
+    folder = Path(folder)
+    if folder.is_symlink() and not owned_by_ragzoo(folder):
+        raise ConfigError(f"{flag} {folder} is a symbolic link, not a ragzoo index; refusing to replace it: "
+                          f"choose a new or empty folder for the index")
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {folder} is a file, not a ragzoo index; refusing to replace it: "
+                          f"choose a new or empty folder for the index")
+    if owned_by_ragzoo(folder):
+        return
+    try:
+        empty = not any(folder.iterdir())
+    except OSError as error:
+        raise ConfigError(f"{flag} {folder} cannot be read ({error.strerror}); choose a new or empty folder "
+                          f"for the index") from None
+    if not empty:
+        raise ConfigError(f"{flag} {folder} already holds files that are not a ragzoo index (no ragzoo "
+                          f"{META_FILE}); refusing to replace them: choose a new or empty folder for the index")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: someone else's live process
+        return True
+    return True
+
+
+def _leftovers(final: Path) -> list[tuple[Path, int, str]]:
+    """(path, owning pid, kind) of the build folders an earlier build of `final` may have left: staging
+    folders (`.NAME.building-PID-...`, and the older `NAME.building-PID-...`) and swap backups
+    (`.NAME.old-PID-...`)."""
+    found = []
+    prefixes = ((f".{final.name}{STAGING_MARK}", "staging"), (f"{final.name}.building-", "staging"),
+                (f".{final.name}.old-", "backup"))
+    try:
+        siblings = list(final.parent.iterdir())
+    except OSError:
+        return found
+    for sibling in siblings:
+        for prefix, kind in prefixes:
+            if sibling.name.startswith(prefix):
+                pid_text = sibling.name[len(prefix):].split("-", 1)[0]
+                if pid_text.isdigit():
+                    found.append((sibling, int(pid_text), kind))
+                break
+    return found
+
+
+def clean_stale_builds(final: Path) -> list[Path]:
+    """Remove what builds of `final` killed before they could clean up (SIGKILL, power loss) left beside it:
+    staging folders whose owning process is gone, and a swap backup whose process is gone (put back when
+    `final` itself is missing, removed otherwise). Folders of live processes are left alone.
+    Returns the folders removed."""
+    final = Path(final)
+    removed = []
+    for path, pid, kind in _leftovers(final):
+        if pid == os.getpid() or _pid_alive(pid) or not path.is_dir() or path.is_symlink():
+            continue
+        if kind == "backup" and not final.exists() and not final.is_symlink():
+            os.replace(path, final)  # the swap was cut between its two renames: the old index goes back
+            continue
+        discard_dir(path)
+        removed.append(path)
+    return removed
+
+
 def staging_dir(final: Path) -> Path:
-    """A fresh sibling folder to build into; `publish` moves it into place atomically."""
-    staging = final.with_name(f"{final.name}.building-{os.getpid()}-{time.time_ns()}")
-    staging.mkdir(parents=True)
-    return staging
+    """A fresh, empty sibling folder of `final` to build into (after removing stale ones of dead builds);
+    `publish` swaps it into place."""
+    final = Path(final)
+    clean_stale_builds(final)
+    try:
+        return files.staging_dir(final)
+    except OSError as error:
+        raise ConfigError(f"cannot build the index beside {final}: {error.strerror or error}; choose a folder "
+                          f"you can write to") from None
 
 
 def publish(staging: Path, final: Path, meta: dict) -> None:
+    """Write `meta.json` last inside `staging`, then swap `staging` in for `final` (the old index, if any, is
+    kept as a backup until the new one is in place: there is never a moment without an index)."""
+    check_replaceable(final)  # again: the folder may have changed during a long build
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **meta}
-    (staging / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
+    try:
+        files.atomic_write_json(Path(staging) / META_FILE, meta)
+        files.replace_dir(staging, final)
+    except OSError as error:
+        kept = "the previous index is kept" if is_index_dir(Path(final)) else "nothing was replaced"
+        raise RetrieverError(f"could not put the new index in place at {final} ({error.strerror or error}); "
+                             f"{kept}") from None
 
 
 def discard(staging: Path) -> None:
-    shutil.rmtree(staging, ignore_errors=True)
+    discard_dir(staging)

@@ -19,7 +19,9 @@ from urllib.parse import parse_qsl
 from ragzoo.errors import ConfigError
 from ragzoo.retrieval.base import Retriever
 
-DEFAULT_RETRIEVER = "bm25:hotpotqa/corpus_wiki17_abstracts.jsonl"
+# The one place the default is defined: every command, benchmark and example takes it from here.
+DEFAULT_CORPUS = "hotpotqa/corpus_wiki17_abstracts.jsonl"  # the wiki17 abstracts sample, under RAGZOO_DATA
+DEFAULT_RETRIEVER = f"bm25:{DEFAULT_CORPUS}"
 
 SPEC_FORMS = ("bm25:<corpus.jsonl>", "dense:<corpus.jsonl>[?model=NAME]", "hybrid:<corpus.jsonl>",
               "colbertv2:http://host:port/path", "colbert:<index-dir>", "fixed")

@@ -7,13 +7,14 @@ import json
 import dspy
 import pytest
 
-from ragzoo.artifacts import FORMAT_VERSION, build_program, load, save
+from ragzoo import programs
+from ragzoo.artifacts import FORMAT_VERSION, load, save
 from ragzoo.errors import ArtifactError
 
 
 @pytest.fixture
 def artifact(tmp_path, tiny_retriever):
-    program = build_program("_tinyqa", retriever=tiny_retriever, k=3)
+    program = programs.get("_tinyqa", retriever=tiny_retriever, k=3)
     program.answer.demos = [dspy.Example(context=["c"], question="q?", answer="a")]
     return save(program, tmp_path / "art", dataset="toy")
 
@@ -99,7 +100,7 @@ def test_knob_mismatch_and_unrebuildable_retriever(artifact, tiny_retriever):
 
 
 def test_save_refuses_existing_and_leaves_no_partial_dir(artifact, tiny_retriever):
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     with pytest.raises(ArtifactError, match="already exists"):
         save(program, artifact)
     save(program, artifact, overwrite=True)

@@ -60,3 +60,26 @@ def test_bad_search_spaces_are_refused(space, optimizers, message, make_examples
     with pytest.raises(ConfigError, match=message):
         search_knobs("_tinyqa", tiny_retriever, space, trainset=examples[:2], valset=examples[2:],
                      optimizers=optimizers, n_trials=1)
+
+
+def test_search_budgets_are_totals_over_all_trials(make_examples):
+    examples, retriever, lm = _needs_three_passages(make_examples)
+    with dspy.context(lm=lm):
+        result = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, trainset=examples[:6], valset=examples[6:],
+                              optimizers=["none"], n_trials=8, seed=0, max_calls=9)
+    # each trial validates on 4 questions (4 calls): a per-trial budget of 9 would let all 8 trials run
+    assert len(lm.calls) == 9
+    assert result.stopped and "max-calls 9" in result.stopped
+    assert len(result.trials) == 3 and "stopped" in result.trials[-1]
+    assert all("stopped" not in trial for trial in result.trials[:-1])
+
+
+def test_search_cost_budget_binds_and_a_search_with_no_finished_trial_says_so(make_examples):
+    from ragzoo.errors import BudgetExceeded
+
+    examples, retriever, lm = _needs_three_passages(make_examples)
+    lm.priced_model = "openai/gpt-4o-mini"  # priced, so a cost budget can bind
+    with dspy.context(lm=lm), pytest.raises(BudgetExceeded, match="before any trial finished"):
+        search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, trainset=examples[:6], valset=examples[6:],
+                     optimizers=["none"], n_trials=8, seed=0, max_cost=1e-9)
+    assert len(lm.calls) == 1  # below one call's price: the first call goes through, nothing after it

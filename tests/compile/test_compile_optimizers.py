@@ -6,10 +6,11 @@ from __future__ import annotations
 import dspy
 import pytest
 
-from ragzoo.artifacts import build_program, load, save
+from ragzoo import programs
+from ragzoo.artifacts import load, save
 from ragzoo.errors import ConfigError
 from ragzoo.optimizers import compile_program, get_preset
-from ragzoo.optimizers.metric import SafeMetric
+from ragzoo.metrics.scoring import SafeMetric
 
 EM = lambda example, pred, trace=None: pred.answer == example.answer  # noqa: E731
 
@@ -22,7 +23,7 @@ def _ask(program, lm, questions):
 def test_bootstrap_puts_demos_in_prompts_and_artifact(tiny_retriever, tmp_path, echo_lm, make_examples):
     lm = echo_lm()
     train, dev = make_examples(6), make_examples(3, "d")
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     with dspy.context(lm=lm):
         result = compile_program(program, trainset=train, valset=dev, optimizer="bootstrap", metric=EM)
     demos = result.program.answer.demos
@@ -45,7 +46,7 @@ def test_dry_run_estimate_matches_scripted_compile_calls(tiny_retriever, echo_lm
     train, dev = make_examples(10), make_examples(4, "d")
     measured = {}
     for name, lm in (("dry", make_lm("dry-run")), ("wrong", echo_lm(correct=False)), ("right", echo_lm())):
-        program = build_program("_tinyqa", retriever=tiny_retriever)
+        program = programs.get("_tinyqa", retriever=tiny_retriever)
         with dspy.context(lm=lm):
             result = compile_program(program, trainset=train, valset=dev, optimizer="bootstrap", metric="em")
         measured[name] = result
@@ -60,7 +61,7 @@ def test_dry_run_estimate_matches_scripted_compile_calls(tiny_retriever, echo_lm
 
 def test_budget_stops_compile_and_keeps_demos_so_far(tiny_retriever, echo_lm, make_examples):
     lm = echo_lm()
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     with dspy.context(lm=lm):
         result = compile_program(program, trainset=make_examples(6), valset=make_examples(3, "d"),
                                  optimizer="bootstrap", metric=EM, max_calls=2)
@@ -71,7 +72,7 @@ def test_budget_stops_compile_and_keeps_demos_so_far(tiny_retriever, echo_lm, ma
 
 def test_random_search_budget_keeps_best_candidate(tiny_retriever, echo_lm, make_examples):
     lm = echo_lm()
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     with dspy.context(lm=lm):
         full = compile_program(program, trainset=make_examples(4), valset=make_examples(2, "d"),
                                optimizer="bootstrap-rs", metric=EM, settings={"num_candidate_programs": 1})
@@ -84,7 +85,7 @@ def test_random_search_budget_keeps_best_candidate(tiny_retriever, echo_lm, make
 
 def test_ensemble_saves_and_loads(tiny_retriever, tmp_path, echo_lm, make_examples):
     lm = echo_lm()
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     with dspy.context(lm=lm):
         result = compile_program(program, trainset=make_examples(4), valset=make_examples(2, "d"),
                                  optimizer="ensemble", metric=EM, settings={"num_candidate_programs": 1, "size": 2})
@@ -115,7 +116,7 @@ def test_presets_and_unknown_names():
 
 
 def test_labeled_and_none_need_no_lm(tiny_retriever, make_examples):
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     labeled = compile_program(program, trainset=make_examples(5), optimizer="labeled")
     assert len(labeled.program.answer.demos) == 3 and labeled.usage.lm_calls == 0
     assert compile_program(program, trainset=[], optimizer="none").program is program

@@ -8,7 +8,7 @@ import dspy
 import pytest
 
 import ragzoo
-from ragzoo.artifacts import build_program
+from ragzoo import programs
 from ragzoo.lm import make_lm
 from ragzoo.optimizers import compile_program, names
 from ragzoo.testing import StaticRetriever, make_passages
@@ -36,7 +36,7 @@ def test_preset_compiles_saves_and_loads(preset, tmp_path, make_examples):
     examples = make_examples(14)
     train, dev = examples[:10], examples[10:]
     lm = make_lm("dry-run", cache=False)
-    program = build_program("rag", retriever=retriever, k=2)
+    program = programs.get("rag", retriever=retriever, k=2)
     with dspy.context(lm=lm):
         result = compile_program(program, trainset=train, valset=dev, optimizer=preset, metric="em",
                                  settings=SMALL.get(preset))
@@ -46,7 +46,7 @@ def test_preset_compiles_saves_and_loads(preset, tmp_path, make_examples):
         assert result.usage.lm_calls > len(dev)  # the optimizer itself ran the program
     if preset == "labeled":
         assert all(len(p.demos) == 3 for _, p in result.program.named_predictors())
-    saved = ragzoo.save(result.program, tmp_path / preset, optimizer=preset)  # method from build_program
+    saved = ragzoo.save(result.program, tmp_path / preset, optimizer=preset)  # method from programs.get
     loaded = ragzoo.load(saved, retriever=retriever)
     before = [(name, len(p.demos)) for name, p in result.program.named_predictors()]
     assert [(name, len(p.demos)) for name, p in loaded.named_predictors()] == before

@@ -13,7 +13,7 @@ import time
 import dspy
 import pytest
 
-from ragzoo.artifacts import build_program
+from ragzoo import programs
 from ragzoo.errors import RunError
 from ragzoo.runs import evaluate, read_predictions
 from ragzoo.testing import ScriptedLM
@@ -30,7 +30,7 @@ def test_records_metrics_usage_and_failures(tmp_path, tiny_retriever, make_examp
         number = context.inputs["question"].split("item ")[-1].rstrip("?")
         return "garbage" if number == "2" else {"answer": f"answer {number}"}
 
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     with dspy.context(lm=ScriptedLM({"answer": respond})):
         summary = evaluate(program, make_examples(4), [EM], tmp_path / "run", progress=False)
     records = {r["id"]: r for r in _lines(tmp_path / "run")}
@@ -49,7 +49,7 @@ def test_records_metrics_usage_and_failures(tmp_path, tiny_retriever, make_examp
 
 
 def test_threads_give_the_same_predictions(tmp_path, tiny_retriever, make_examples, echo_lm):
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     results = {}
     for threads in (1, 4):
         with dspy.context(lm=echo_lm()):  # settings reach the worker threads (DSPy #1766)
@@ -59,7 +59,7 @@ def test_threads_give_the_same_predictions(tmp_path, tiny_retriever, make_exampl
 
 
 def test_existing_dir_refused_unless_resume_or_force(tmp_path, tiny_retriever, make_examples, echo_lm):
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with dspy.context(lm=echo_lm()):
@@ -76,7 +76,7 @@ def test_existing_dir_refused_unless_resume_or_force(tmp_path, tiny_retriever, m
 
 
 def test_resume_drops_torn_line_and_skips_done(tmp_path, tiny_retriever, make_examples, echo_lm):
-    program = build_program("_tinyqa", retriever=tiny_retriever)
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
     lm = echo_lm()
     with dspy.context(lm=lm):
         evaluate(program, make_examples(3), [EM], tmp_path / "run", progress=False)

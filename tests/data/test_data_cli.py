@@ -29,3 +29,13 @@ def test_unknown_dataset_is_one_stderr_line_and_exit_2(capsys):
     assert main(["datasets", "hotpot"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown dataset 'hotpot'" in err and "hotpotqa" in err
+
+
+def test_defaults_are_listed(data_dir, capsys):
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.strip().startswith("strategyqa ") and "|" in line)
+    assert line.split() == ["strategyqa", "train_first500", "|", "train", "without", "train_first500", "|", "acc"]
+    assert main(["datasets", "nq_open", "--json"]) == 0
+    rows = {row["split"]: row["default_for"] for row in json.loads(capsys.readouterr().out)}
+    assert rows["dev"] == ["evaluate"] and rows["efficientqa_dev"] == ["compile"] and rows["train"] == []

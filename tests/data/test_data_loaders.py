@@ -144,3 +144,32 @@ def test_default_split_exists_for_every_dataset():
     assert data.default_split("strategyqa") == "train_first500"
     with pytest.raises(DataError, match="unknown dataset"):
         data.default_split("nope")
+
+
+def test_dataset_defaults_are_on_disk_and_disjoint_where_declared(data_dir):
+    """Every dataset's default evaluation and compile splits load from disk (no hub wait); a compile pool
+    declared disjoint shares no question with the evaluation split."""
+    def key(record):
+        return " ".join(record["question"].split()).casefold()
+
+    for name in data.DATASETS:
+        defaults = data.dataset_defaults(name)
+        for split in (defaults.eval_split, defaults.train_split):
+            spec = data.get_spec(name, split)
+            assert data.local_path(spec) is not None and data.local_path(spec).is_file(), (name, split)
+        exclude = defaults.eval_split if defaults.exclude_eval else None
+        pool = {key(r) for r in data.load_records(name, defaults.train_split, exclude_split=exclude)}
+        evaluation = {key(r) for r in data.load_records(name, defaults.eval_split)}
+        assert pool, name
+        assert bool(pool & evaluation) == (not defaults.disjoint), name
+    assert data.default_metric("strategyqa") == "acc" and data.default_metric("nq_open") == "em"
+    assert data.default_metric(None) == "em"  # a user's file
+    assert data.default_train_split("nq_open") == "efficientqa_dev"
+
+
+def test_exclude_split_drops_the_other_splits_questions(data_dir):
+    first500 = {r["question"] for r in data.load_records("strategyqa", "train_first500")}
+    rest = data.load_records("strategyqa", "train", exclude_split="train_first500")
+    assert len(rest) >= 2290 - 500 - 1 and not {r["question"] for r in rest} & first500
+    sample = data.load("strategyqa", "train", n=5, seed=1, exclude_split="train_first500")
+    assert len(sample) == 5 and not {e.question for e in sample} & first500

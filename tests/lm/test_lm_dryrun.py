@@ -10,8 +10,9 @@ import pydantic
 import pytest
 
 from ragzoo.engines import approx_tokens
-from ragzoo.lm import (DEFAULT_TEXT, PLACEHOLDER_TEXT, OutputField, make_lm, placeholder_from_schema,
-                       placeholder_outputs, placeholder_value, with_dry_run)
+from ragzoo.engines import (DEFAULT_TEXT, PLACEHOLDER_TEXT, placeholder_from_schema, placeholder_outputs,
+                            placeholder_value, with_dry_run)
+from ragzoo.lm import make_lm
 from ragzoo.tracing import trace_example
 
 
@@ -85,9 +86,9 @@ class WithOverrides(dspy.Signature):
     """Overrides of the placeholder."""
 
     question: str = dspy.InputField()
-    relevant: bool = OutputField(desc="is it relevant", json_schema_extra={"dry_run": False})
+    relevant: bool = with_dry_run(dspy.OutputField(desc="is it relevant"), False)
     picked: list[int] = with_dry_run(dspy.OutputField(desc="picked ids"), [2, 3])
-    label: Literal["a", "b", "c"] = OutputField(json_schema_extra={"dry_run": "c"})
+    label: Literal["a", "b", "c"] = with_dry_run(dspy.OutputField(), "c")
 
 
 def test_dry_run_override_survives_dspy_and_is_used():
@@ -99,7 +100,7 @@ def test_dry_run_override_survives_dspy_and_is_used():
 
 
 def test_plain_dspy_output_field_drops_json_schema_extra_so_the_helper_is_needed():
-    # Documents the DSPy 3.4.1 behaviour that ragzoo.lm.OutputField works around.
+    # Documents the DSPy 3.4.1 behaviour that ragzoo.engines.with_dry_run works around.
     field = dspy.OutputField(json_schema_extra={"dry_run": True})
     assert "dry_run" not in field.json_schema_extra
 
@@ -160,6 +161,6 @@ def test_tokens_and_cost_match_litellm_price_table(priced):
         assert call.cost > 0 and call.model == f"dry-run/{priced}" and call.cached is False
     # The reasoning placeholder dominates the draft call's completion.
     assert trace.lm_calls[0].completion_tokens > 50 > trace.lm_calls[1].completion_tokens
-    totals = lm.usage.as_dict()
-    assert totals["calls"] == 2 and totals["cost"] == pytest.approx(trace.cost)
+    totals = lm.usage.to_dict()
+    assert totals["lm_calls"] == 2 and totals["cost"] == pytest.approx(trace.cost)
     assert totals["by_signature"]["check"]["calls"] == 1

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import dspy
 import pytest
 
 from ragzoo.errors import ConfigError
-from ragzoo.lm import DryRunEngine, describe_lm, is_dry_run, make_lm
-from ragzoo.usage import TrackedLM, UsageTracker
+from ragzoo.engines import DryRunEngine
+from ragzoo.lm import describe_lm, is_dry_run, make_lm
+from ragzoo.usage import USAGE_CALLBACK, TrackedLM
 
 
 @pytest.mark.parametrize("spec", ["openai/gpt-4o-mini", "ollama_chat/llama3.1", "hosted_vllm/meta-llama/Llama-3.1-8B"])
@@ -20,7 +24,7 @@ def test_litellm_specs_build_tracked_lms_with_defaults(spec):
     assert lm.kwargs["temperature"] == 0.0
     assert lm.cache is True and lm.num_retries == 3
     assert lm.engine == "auto"
-    assert sum(isinstance(cb, UsageTracker) for cb in lm.callbacks) == 1
+    assert sum(cb is USAGE_CALLBACK for cb in lm.callbacks) == 1
 
 
 def test_options_pass_through():
@@ -131,3 +135,22 @@ def test_describe_dry_run():
     described = describe_lm(make_lm("dry-run"))
     assert described["dry_run"] is True and described["priced_model"] == "openai/gpt-4o-mini"
     json.dumps(described)
+
+
+def test_importing_the_lm_layer_changes_nothing_in_the_environment():
+    code = ("import json, os; before = dict(os.environ)\n"
+            "import ragzoo.lm, ragzoo.usage, ragzoo.engines, ragzoo.stubserver\n"
+            "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LITELLM_LOCAL_MODEL_COST_MAP", "TIKTOKEN_CACHE_DIR")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert json.loads(out.stdout) == []
+
+
+def test_make_lm_uses_litellms_bundled_price_table_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP", raising=False)
+    make_lm("dry-run")
+    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "False")
+    make_lm("dry-run")
+    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "False"

@@ -11,7 +11,8 @@ from typing import Literal
 import dspy
 import pytest
 
-from ragzoo.lm import PLACEHOLDER_TEXT, make_lm
+from ragzoo.engines import PLACEHOLDER_TEXT
+from ragzoo.lm import make_lm
 from ragzoo.stubserver import GARBAGE, Fault, StubLMServer
 from ragzoo.tracing import trace_example
 
@@ -68,7 +69,7 @@ def test_env_key_and_make_lm_with_usage_in_trace(monkeypatch, engine):
     (call,) = trace.lm_calls
     assert call.model == "openai/stub" and call.prompt_tokens > 0 and call.completion_tokens > 0
     assert call.signature == "StringSignature" and not call.cached
-    assert lm.usage.calls == 1
+    assert lm.usage.lm_calls == 1
 
 
 def test_openai_client_models_and_completions():

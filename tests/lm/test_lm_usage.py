@@ -12,7 +12,7 @@ from ragzoo.errors import BudgetExceeded, ConfigError
 from ragzoo.lm import make_lm
 from ragzoo.testing import ScriptedLM
 from ragzoo.tracing import trace_example
-from ragzoo.usage import BudgetGuard, UsageTotals, install_usage_tracking, tracking
+from ragzoo.usage import USAGE_CALLBACK, Budget, attach, budgeted, metering
 
 
 class Pipeline(dspy.Module):
@@ -38,7 +38,7 @@ def test_each_example_trace_sees_its_own_calls_with_predictor_names():
     assert [c.signature for c in first.lm_calls] == ["rewrite", "answer"]
     assert [c.signature for c in second.lm_calls] == ["rewrite", "answer"] * 2
     assert all(c.prompt_tokens > 0 and c.completion_tokens > 0 and c.latency >= 0 for c in second.lm_calls)
-    assert first.summary()["lm_calls"] == 2 and lm.usage.calls == 6
+    assert first.summary()["lm_calls"] == 2 and lm.usage.lm_calls == 6
 
 
 def test_traces_stay_separate_across_threads():
@@ -53,7 +53,7 @@ def test_traces_stay_separate_across_threads():
     with ThreadPoolExecutor(8) as pool:
         counts = list(pool.map(run, [f"q{i}" for i in range(32)]))
     assert counts == [2] * 32
-    assert lm.usage.calls == 64 and lm.usage.by_signature["answer"]["calls"] == 32
+    assert lm.usage.lm_calls == 64 and lm.usage.by_signature["answer"]["calls"] == 32
 
 
 def test_cache_hits_are_recorded_as_cached_and_free(tmp_path):
@@ -70,18 +70,30 @@ def test_cache_hits_are_recorded_as_cached_and_free(tmp_path):
     assert lm.usage.cached_calls == 1
 
 
-def test_tracking_works_on_foreign_lms_and_is_idempotent():
+def test_metering_works_on_foreign_lms_and_the_callback_records_each_call_once():
     lm = ScriptedLM({"Predict": {"answer": "x"}}, default={"answer": "x"})
-    tracker = install_usage_tracking(lm)
-    assert install_usage_tracking(lm) is tracker and len(lm.callbacks) == 1
-    extra = UsageTotals()
+    attach(lm)
+    attach(lm)
+    assert sum(callback is USAGE_CALLBACK for callback in lm.callbacks) == 1
     with dspy.context(lm=lm), trace_example() as trace:
-        with tracking(lm, extra):
+        with metering() as meter:  # the callback is now reachable twice: on the LM and in the settings
             dspy.Predict("question -> answer")(question="q")
         dspy.Predict("question -> answer")(question="q2")
-    assert len(trace.lm_calls) == 2 and tracker.totals.calls == 2
-    assert extra.calls == 1  # the sink only counted inside its block
+    assert len(trace.lm_calls) == 2 and lm.usage.lm_calls == 2
+    assert meter.usage.lm_calls == 1  # the meter only counted inside its block
     assert trace.lm_calls[0].model == "scripted/ragzoo"
+
+
+def test_lms_not_built_by_ragzoo_are_metered_and_budgeted():
+    lm = dspy.utils.DummyLM([{"answer": "x"}] * 5)
+    with dspy.context(lm=lm), trace_example() as trace:
+        with metering(max_calls=2) as meter:
+            predict = dspy.Predict("question -> answer")
+            predict(question="a")
+            predict(question="b")
+            with pytest.raises(BudgetExceeded):
+                predict(question="c")
+    assert meter.usage.lm_calls == 2 and len(trace.lm_calls) == 2
 
 
 def test_failed_calls_are_counted_as_failures():
@@ -89,31 +101,29 @@ def test_failed_calls_are_counted_as_failures():
         raise RuntimeError("engine down")
 
     lm = ScriptedLM(default=boom)
-    tracker = install_usage_tracking(lm)
-    with dspy.context(lm=lm), pytest.raises(Exception):
+    with dspy.context(lm=lm), metering() as meter, pytest.raises(Exception):
         dspy.Predict("question -> answer")(question="q")
-    assert tracker.totals.failed_calls >= 1 and tracker.totals.calls == 0
+    assert lm.usage.failed_calls >= 1 and lm.usage.lm_calls == 0
+    assert meter.usage.failed_calls >= 1
 
 
-def test_budget_guard_stops_before_call_n_plus_one():
+def test_budget_stops_before_call_n_plus_one():
     lm = make_lm("dry-run")
-    guard = BudgetGuard(max_calls=3)
-    install_usage_tracking(lm, guard=guard)
     predictor = dspy.Predict("question -> answer")
-    with dspy.context(lm=lm):
+    with dspy.context(lm=lm), metering(max_calls=3) as meter:
         for i in range(3):
             predictor(question=f"q{i}")
         with pytest.raises(BudgetExceeded, match="max-calls 3"):
             predictor(question="q3")
-    assert len(lm.history) == 3 and lm.usage.calls == 3
+    assert len(lm.history) == 3 and lm.usage.lm_calls == 3
     with pytest.raises(BudgetExceeded):
-        guard.check()
+        meter.budget.check()
 
 
-def test_budget_guard_is_exact_across_threads_and_copies():
+def test_budget_is_exact_across_threads_and_copies():
+    from dspy.utils.parallelizer import ParallelExecutor
+
     lm = make_lm("dry-run")
-    guard = BudgetGuard(max_calls=10)
-    install_usage_tracking(lm, guard=guard)
     copy = lm.copy(temperature=0.7)  # optimizers copy LMs; the budget must still hold
 
     def call(i):
@@ -124,36 +134,54 @@ def test_budget_guard_is_exact_across_threads_and_copies():
         except BudgetExceeded:
             return False
 
-    with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(call, range(40)))
-    assert sum(results) == 10 and guard.started == 10
+    with dspy.context(lm=lm), metering(max_calls=10) as meter:
+        results = ParallelExecutor(num_threads=16, disable_progress_bar=True, max_errors=100).execute(call, range(40))
+    assert sum(results) == 10 and meter.budget.started == 10 and meter.usage.lm_calls == 10
 
 
 def test_cost_budget():
     lm = make_lm("dry-run")
-    totals = UsageTotals()
-    guard = BudgetGuard(max_cost=1e-9)
-    with tracking(lm, totals, guard), dspy.context(lm=lm):
+    with dspy.context(lm=lm), metering(max_cost=1e-9) as meter:
         dspy.Predict("question -> answer")(question="q")  # the first call is allowed, then cost >= budget
         with pytest.raises(BudgetExceeded, match="max-cost"):
             dspy.Predict("question -> answer")(question="q2")
-    assert totals.calls == 1 and guard.cost == pytest.approx(totals.cost)
+    assert meter.usage.lm_calls == 1 and meter.usage.cost > 0 and meter.budget.spent == pytest.approx(meter.usage.cost)
 
 
-def test_budget_arguments_and_foreign_lms():
+def test_nested_meters_each_count_and_the_outer_budget_binds_the_inner_block():
+    lm = make_lm("dry-run")
+    predict = dspy.Predict("question -> answer")
+    with dspy.context(lm=lm), metering(max_calls=3) as outer:
+        predict(question="a")
+        with metering() as inner:
+            predict(question="b")
+            predict(question="c")
+            with pytest.raises(BudgetExceeded):
+                predict(question="d")
+    assert (outer.usage.lm_calls, inner.usage.lm_calls) == (3, 2)
+
+
+@pytest.mark.parametrize("max_calls, max_cost", [(-1, None), (True, None), (1.5, None), (None, "ten"),
+                                                 (None, float("nan")), (None, -0.01), (None, float("inf"))])
+def test_budget_arguments_are_validated(max_calls, max_cost):
     with pytest.raises(ConfigError):
-        BudgetGuard(max_calls=-1)
+        Budget(max_calls=max_calls, max_cost=max_cost)
     with pytest.raises(ConfigError):
-        BudgetGuard(max_cost="ten")
-    with pytest.raises(ConfigError, match="make_lm"):
-        install_usage_tracking(dspy.utils.DummyLM([{"answer": "x"}]), guard=BudgetGuard(max_calls=1))
+        with metering(max_calls=max_calls, max_cost=max_cost):
+            pass
+
+
+def test_budgeted_copies_keep_the_check_and_leave_the_original_alone():
+    lm = dspy.utils.DummyLM([{"answer": "x"}] * 5)
+    checked = budgeted(lm)
+    assert checked is not lm and type(lm) is dspy.utils.DummyLM and budgeted(checked) is checked
+    assert type(checked.copy()) is type(checked)
 
 
 def test_scripted_lm_honours_budgets():
     lm = ScriptedLM(default={"answer": "x"})
-    install_usage_tracking(lm, guard=BudgetGuard(max_calls=2))
     predict = dspy.Predict("question -> answer")
-    with dspy.context(lm=lm):
+    with dspy.context(lm=lm), metering(max_calls=2):
         predict(question="a")
         predict(question="b")
         with pytest.raises(BudgetExceeded):

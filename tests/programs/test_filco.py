@@ -9,7 +9,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from ragzoo import programs
 from ragzoo.errors import ConfigError
-from ragzoo.oracle import filter_agreement_metric
+from ragzoo.programs.filco_oracle import filter_agreement_metric
 from ragzoo.programs.filco import Filco
 from ragzoo.retrieval.base import Passage
 from ragzoo.testing import ScriptedLM, StaticRetriever

@@ -1,4 +1,4 @@
-"""FILCO's oracle measures (ragzoo.oracle) on hand-checked cases, silver labels and the filter metric."""
+"""FILCO's oracle measures (ragzoo.programs.filco_oracle) on hand-checked cases, silver labels and the filter metric."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from ragzoo.errors import ConfigError, DataError, LMError
-from ragzoo.oracle import (CompletionLogprobScorer, build_filter_trainset, cxmi, cxmi_scores, filter_agreement_metric,
-                           lexical_match, lexical_overlap, oracle_labels, oracle_select, split_sentences,
-                           string_inclusion)
+from ragzoo.programs.filco_oracle import (CompletionLogprobScorer, build_filter_trainset, cxmi, cxmi_scores,
+                                         filter_agreement_metric, lexical_match, lexical_overlap, oracle_labels,
+                                         oracle_select, split_sentences, string_inclusion)
 from ragzoo.retrieval.base import Passage
 from ragzoo.testing import StaticRetriever
 

@@ -10,7 +10,8 @@ import pytest
 from ragzoo import programs
 from ragzoo.errors import ConfigError
 from ragzoo.programs.postfusion import PostFusionFamily, numbered_passages
-from ragzoo.lm import PLACEHOLDER_TEXT, make_dry_run_lm
+from ragzoo.engines import PLACEHOLDER_TEXT
+from ragzoo.lm import make_dry_run_lm
 from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
 
 Q = "Who wrote doc two?"

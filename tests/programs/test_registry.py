@@ -48,7 +48,7 @@ def test_string_knobs_are_coerced_to_the_declared_types(static_retriever):
     assert (program.T, program.k) == (2, 4) and type(program.T) is int
     answer = program.generate.predict.signature.output_fields["answer"]
     assert answer.annotation == typing.Literal["yes", "no"]
-    assert programs.resolved_knobs("multihop", hops="3") == {"hops": 3, "k": 3, "answer_mode": "short"}
+    assert programs.resolve_knobs("multihop", {"hops": "3"}) == {"hops": 3, "k": 3, "answer_mode": "short"}
 
 
 @pytest.mark.parametrize("knobs, fragment", [

@@ -12,7 +12,7 @@ import threading
 import dspy
 import pytest
 
-from ragzoo.artifacts import build_program
+from ragzoo import programs
 from ragzoo.lm import make_lm
 from ragzoo.runs import evaluate
 from ragzoo.stubserver import StubLMServer
@@ -51,7 +51,7 @@ def _run(fault, *, transient: int | None = None, n: int = 3, timeout: float = 0.
         lm = make_lm("openai/stub", api_base=server.base_url + "/v1", num_retries=NUM_RETRIES, timeout=timeout,
                      cache=False)
         with dspy.context(lm=lm):
-            summary = evaluate(build_program("direct"), _examples(n), "em,f1", None, progress=False, threads=threads)
+            summary = evaluate(programs.get("direct"), _examples(n), "em,f1", None, progress=False, threads=threads)
     return server, summary, {r["id"]: r for r in summary["records"]}, _requests_about(server, bodies, BAD)
 
 

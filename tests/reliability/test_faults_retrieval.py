@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import dspy
 import pytest
 
-from ragzoo.artifacts import build_program
+from ragzoo import programs
 from ragzoo.lm import make_lm
 from ragzoo.retrieval import make_retriever
 from ragzoo.runs import evaluate
@@ -89,7 +89,7 @@ def _examples(n=3):
 def _evaluate(url, n=3, **client):
     retriever = make_retriever("colbertv2:" + url, timeout=client.pop("timeout", 0.3),
                                retries=client.pop("retries", 1), backoff=0.0)
-    program = build_program("rag", retriever=retriever, k=3)
+    program = programs.get("rag", retriever=retriever, k=3)
     with dspy.context(lm=make_lm("dry-run")):
         summary = evaluate(program, _examples(n), "em", None, progress=False)
     return retriever, summary, {r["id"]: r for r in summary["records"]}

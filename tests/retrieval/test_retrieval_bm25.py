@@ -47,7 +47,7 @@ def test_same_scores_as_raw_bm25s_on_same_tokens(wiki17_corpus):
     import bm25s
     import numpy as np
 
-    from ragzoo.data.corpus import iter_corpus
+    from ragzoo.retrieval.corpus import iter_corpus
 
     ours = make_retriever(f"bm25:{wiki17_corpus}", show_progress=False)
     passages = list(iter_corpus(wiki17_corpus))

@@ -65,6 +65,14 @@ def fake():
         time.sleep(1.0)
         return GOOD
 
+    @app.get("/urltoolong")
+    def urltoolong(query: str, k: int):
+        return PlainTextResponse("URI Too Long", status_code=414)
+
+    @app.get("/toolarge")
+    def toolarge(query: str, k: int):
+        return JSONResponse({"error": True, "message": "payload too large"}, status_code=413)
+
     with BackgroundServer(app) as server:
         server.hits = hits
         yield server
@@ -135,3 +143,13 @@ def test_k_and_url_validation(fake):
         client(fake, "/good")("q", 101)
     with pytest.raises(RetrieverError, match="http"):
         ColBERTv2Client("localhost:8893")
+
+
+def test_too_long_answers_say_what_happened(fake):
+    query = "q " * 600
+    with pytest.raises(RetrieverError, match=r"refused a 1,200-character query: the request line or headers are "
+                                             r"too long for it \(HTTP 414\); POST sends the query"):
+        client(fake, "/urltoolong", retries=0)(query, 2)
+    with pytest.raises(RetrieverError, match=r"refused a 1,200-character query as too large \(HTTP 413: payload "
+                                             r"too large\); the server does not say its limit"):
+        client(fake, "/toolarge", retries=0)(query, 2)

@@ -67,3 +67,20 @@ def test_hybrid_combines_both(corpus):
     assert sparse.queries == [("q", 100)]  # each ranking is fetched at depth 100
     real = make_retriever(f"hybrid:{corpus}", show_progress=False)
     assert real("kitten pet mammal", 1)[0].pid == "cat"
+
+
+def test_dense_truncate_query_cuts_where_the_encoder_cuts(corpus):
+    import numpy as np
+
+    from ragzoo.retrieval.dense import _encode
+
+    retriever = make_retriever(f"dense:{corpus}", show_progress=False)
+    assert retriever.truncate_query("a short query") == "a short query"
+    long_query = " ".join(f"word{i} about cats and cars" for i in range(300))
+    cut = retriever.truncate_query(long_query)
+    assert long_query.startswith(cut) and 0 < len(cut) < len(long_query)
+    # the encoder reads exactly that much: the cut query embeds like the whole one, a shorter one does not
+    full, same, shorter = _encode(retriever.encoder, [long_query, cut, cut[:len(cut) // 2]])
+    assert np.allclose(full, same, atol=1e-5) and not np.allclose(full, shorter, atol=1e-3)
+    hybrid_like = make_retriever(f"bm25:{corpus}", show_progress=False)
+    assert hybrid_like.truncate_query(long_query) is None  # bm25 reads every term: never cut

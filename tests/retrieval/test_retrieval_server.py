@@ -79,3 +79,118 @@ def test_health_and_bounds(retriever):
 def test_softmax():
     assert softmax([]) == []
     assert softmax([1000.0, 1000.0]) == [0.5, 0.5]  # no overflow on large scores
+
+
+# -- query length: what BlendFilter sends ----------------------------------------------------------------
+QUESTION = "Which river flows through the capital of Russia, and is it longer than the Volga?"
+BLENDED = (" ".join(["Reasoning: Moscow is the capital of Russia and lies on the Moskva river, a tributary "
+                     "that joins the Oka and then the Volga, the longest river in Europe."] * 20)
+           + " " + QUESTION)  # a chain-of-thought answer blended with the question, as BlendFilter retrieves
+
+
+def test_blended_query_of_3000_chars_is_answered_through_the_server(server, retriever):
+    import dspy
+
+    assert 3000 <= len(BLENDED) <= 3200
+    want = [p.pid for p in retriever(BLENDED, 3)]
+    assert want and want[0] in {"p3", "p4"}
+    for options in ({}, {"post": True}):
+        client = make_retriever(f"colbertv2:{server.url}", **options)
+        assert [p.pid for p in client(BLENDED, 3)] == want
+    assert [r["pid"] for r in dspy.ColBERTv2(url=server.url)(BLENDED, k=3)] == want
+
+
+def test_over_limit_query_is_a_clear_client_error(retriever):
+    from ragzoo.errors import RetrieverError
+
+    with BackgroundServer(create_app(retriever, max_query_chars=1000)) as small:
+        for options in ({}, {"post": True}):
+            client = make_retriever(f"colbertv2:{small.url}", retries=0, **options)
+            with pytest.raises(RetrieverError) as caught:
+                client(BLENDED, 3)
+            message = str(caught.value)
+            assert f"{len(BLENDED):,}-character query" in message
+            assert "limit is 1,000 characters" in message and "--max-query-chars" in message
+            assert client.requests_sent == 1  # a 413 is not retried
+
+
+def test_over_limit_query_is_cut_where_the_backend_cuts_anyway(retriever):
+    from fastapi.testclient import TestClient
+
+    from ragzoo.retrieval.base import BaseRetriever
+
+    class TokenBudget(BaseRetriever):  # a backend that reads only a query's first 200 characters
+        spec = "colbert:/secret/place/index"
+        seen: list[str] = []
+
+        def truncate_query(self, query):
+            return query[:200]
+
+        def _search(self, query, k):
+            self.seen.append(query)
+            return retriever(query, k)
+
+    backend = TokenBudget()
+    client = TestClient(create_app(backend, max_query_chars=1000))
+    answer = client.get("/", params={"query": BLENDED, "k": 2})
+    assert answer.status_code == 200 and answer.json()["topk"]
+    assert backend.seen == [BLENDED[:200]]
+    assert client.post("/", json={"query": BLENDED, "k": 2}).status_code == 200
+    health = client.get("/health").json()
+    assert health["max_query_chars"] == 1000 and "/secret" not in json.dumps(health)  # no paths in public answers
+    # a backend that reads every character (bm25) is never cut: the query is refused instead
+    refused = TestClient(create_app(retriever, max_query_chars=1000)).get("/", params={"query": BLENDED, "k": 2})
+    assert refused.status_code == 413
+    assert refused.json()["max_query_chars"] == 1000 and refused.json()["query_chars"] == len(BLENDED)
+
+
+@pytest.mark.parametrize("k", [2.5, "2.5", 2.0, "2.0", True, "1e3", "", None, [3], 1e400])
+def test_k_follows_one_rule_for_get_and_post(retriever, k):
+    from fastapi.testclient import TestClient
+
+    client = TestClient(create_app(retriever))
+    post = client.post("/", content=json.dumps({"query": "river", "k": k}).replace("Infinity", "1e400"),
+                       headers={"content-type": "application/json"})
+    assert post.status_code == 400 and "integer in 1..100" in post.json()["message"]
+    if k is not None and not isinstance(k, list):
+        get = client.get("/", params={"query": "river", "k": str(k)})
+        assert get.status_code == 400 and get.json()["error"] is True
+
+
+def test_k_integers_work_both_ways_and_abuse_is_a_4xx(retriever):
+    from fastapi.testclient import TestClient
+
+    client = TestClient(create_app(retriever, max_query_chars=100))
+    assert len(client.get("/", params={"query": "river", "k": "2"}).json()["topk"]) == 2
+    assert len(client.post("/", json={"query": "river", "k": 2}).json()["topk"]) == 2
+    nested = client.post("/", content=b"[" * 30_000 + b"]" * 30_000, headers={"content-type": "application/json"})
+    assert nested.status_code == 400 and nested.json()["error"] is True
+    huge = client.post("/", content=b'{"query": "' + b"x" * 2_000_000 + b'"}',
+                       headers={"content-type": "application/json"})
+    assert huge.status_code == 413 and huge.json()["error"] is True
+
+
+def test_serve_help_shows_defaults_and_takes_the_query_limit(monkeypatch, capsys):
+    import ragzoo.retrieval.server as server_module
+    from ragzoo.cli import build_parser, main
+    from ragzoo.retrieval.server import MAX_QUERY_CHARS
+    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
+
+    assert MAX_QUERY_CHARS >= 8000
+    for command, expected in (("serve", ["default: 8893", "default: 127.0.0.1", f"default: {MAX_QUERY_CHARS}",
+                                         f"default: {DEFAULT_RETRIEVER}"]),
+                              ("search", ["default: 5", f"default: {DEFAULT_RETRIEVER}"])):
+        _parser, subparsers = build_parser(command)
+        text = " ".join(subparsers[command].format_help().split())
+        for piece in expected:
+            assert piece in text, (command, piece)
+    _parser, subparsers = build_parser("index")
+    build_help = subparsers["index"]._subparsers._group_actions[0].choices["build"].format_help()
+    assert "default: bm25" in " ".join(build_help.split())
+    served = {}
+    monkeypatch.setattr(server_module, "serve", lambda retriever, **options: served.update(options))
+    assert main(["serve", "--retriever", "fixed", "--max-query-chars", "0"]) == 2
+    assert "--max-query-chars must be a positive" in capsys.readouterr().err
+    monkeypatch.setattr("ragzoo.retrieval.specs.make_retriever", lambda spec: object())
+    assert main(["serve", "--max-query-chars", "12345", "--port", "9999"]) == 0
+    assert served["max_query_chars"] == 12345 and served["port"] == 9999 and served["host"] == "127.0.0.1"

@@ -1,4 +1,4 @@
-"""The streaming corpus reader: both line formats, pids, errors, line counting."""
+"""The streaming corpus reader (`ragzoo.retrieval.corpus`): both line formats, pids, errors, line counting."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ragzoo.data.corpus import count_lines, iter_corpus
 from ragzoo.errors import DataError
 from ragzoo.retrieval.base import Passage
+from ragzoo.retrieval.corpus import count_lines, iter_corpus
 
 
 def write_lines(path, rows):
@@ -78,3 +78,17 @@ def test_streaming_reads_lazily_and_counts_cheaply(wiki17_corpus):
     assert count_lines(wiki17_corpus) == 17703
     head = list(itertools.islice(iter_corpus(wiki17_corpus), 3))
     assert len(head) == 3 and len({p.pid for p in head}) == 3
+
+
+def test_data_never_imports_retrieval():
+    """Corpus reading lives in retrieval; `ragzoo.data` must not import `ragzoo.retrieval` (no circle)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ragzoo.data, ragzoo.data.records, ragzoo.data.formats, ragzoo.data.registry; "
+            "print(sorted(m for m in sys.modules if m.startswith('ragzoo.retrieval')))")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "[]"
+    import ragzoo.data
+
+    assert not hasattr(ragzoo.data, "iter_corpus")

@@ -1,4 +1,4 @@
-"""Metrics as optimizers see them: by name (`em`, `f1`, `acc`, `contains`, anything `ragzoo.metrics` knows) or
+"""Metrics as optimizers and evaluations use them: by name (`em`, `f1`, `acc`, `contains`, anything `ragzoo.metrics` knows) or
 a Python callable `(example, prediction, trace=None) -> float | bool`, wrapped so that a metric that raises, a
 missing prediction (the program failed to parse or call the LM) or a non-numeric value scores 0 instead of
 stopping the optimizer."""

@@ -1,5 +1,7 @@
 """FILCO's oracle ("silver") context measures as library functions, and what FILCO builds from them.
 
+It lives beside `programs/filco.py` because FILCO is its only user (as Post-Fusion's `voting.py` does).
+
 Paper: "Learning to Filter Context for Retrieval-Augmented Generation" (Wang et al. 2023, arXiv 2311.08377),
 §2.2 (the three measures), §2.3 (silver labels train the filter). The paper fine-tunes the filter on silver
 labels; ragzoo compiles a DSPy filter predictor instead, so the labels become (a) demos / a trainset for that
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from typing import Any, Callable, Iterable, Literal, Protocol, Sequence
 
 from ragzoo.errors import ConfigError, LMError
@@ -51,8 +54,8 @@ from ragzoo.metrics.fields import gold_answers as _metric_gold_answers
 
 Measure = Literal["strinc", "lexical", "cxmi"]
 Granularity = Literal["sentence", "passage"]
-MEASURES: tuple[str, ...] = ("strinc", "lexical", "cxmi")
-GRANULARITIES: tuple[str, ...] = ("sentence", "passage")
+MEASURES: tuple[str, ...] = typing.get_args(Measure)
+GRANULARITIES: tuple[str, ...] = typing.get_args(Granularity)
 LEXICAL_THRESHOLD = 0.5  # §2.2 and footnote 3: the best of 0.1/0.3/0.5/0.7/0.9
 CXMI_THRESHOLD = 0.0  # on the log-ratio, = 1.0 on the paper's probability ratio (footnote 4)
 
@@ -130,7 +133,8 @@ class LogProbFn(Protocol):
 
 
 NO_LOGPROBS = ("CXMI needs token log-probabilities of the gold answer, and none are available: pass a "
-               "logprob_fn (e.g. ragzoo.oracle.CompletionLogprobScorer for a vLLM OpenAI-compatible server), "
+               "logprob_fn (e.g. ragzoo.programs.filco_oracle.CompletionLogprobScorer for a vLLM "
+               "OpenAI-compatible server), "
                "or use measure 'strinc' or 'lexical'")
 
 

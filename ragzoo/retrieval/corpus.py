@@ -1,4 +1,4 @@
-"""Streaming corpus reader shared by every index builder.
+"""Streaming corpus reader shared by every index builder (only retrieval reads corpora).
 
 Two line formats are read, detected per line:
 - `{"id", "title", "text": str, ...}`: the samples shipped in `RAGZOO_DATA` (pid = `id`);
@@ -6,6 +6,9 @@ Two line formats are read, detected per line:
   own leading spaces (" In it, ..."), so they are joined with "" (checked against the sample, whose `text`
   equals the "".join of the HotPotQA sentences). Without an `id`, pid = the 0-based line index, which is the
   passage id ColBERTv2's `wiki17_abstracts` collection uses.
+
+`count_lines(path)` (from `ragzoo.data.records`) counts the passages cheaply for progress bars. The import
+runs one way only: retrieval uses `ragzoo.data.records`; `ragzoo.data` never imports `ragzoo.retrieval`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from ragzoo.data.records import check_file, count_lines
 from ragzoo.errors import DataError
 from ragzoo.retrieval.base import Passage
 
-__all__ = ["iter_corpus", "count_lines"]
+__all__ = ["count_lines", "iter_corpus"]
 
 _CORE_FIELDS = ("id", "title", "text")
 

@@ -1,0 +1,247 @@
+"""Helpers shared by the subcommands that run programs (`ask`, `compile`, `evaluate`): the one place for
+
+- the common flags (`add_lm_args`: LM, retriever, knobs, cache, budgets, seed, config file) and the data
+  flags (`add_data_args`: `--dataset`, `--split`, `--data`, `--field-map`, `-n`), so every command that
+  takes questions takes the same options;
+- building the LM (`build_lm`, `lm_description`), the retriever (`build_retriever`: the default comes from
+  `ragzoo.retrieval.specs.DEFAULT_RETRIEVER`; `fixed` is built from the loaded questions), the questions
+  (`load_examples`, `apply_dataset_defaults`: a dataset's default split and metric come from
+  `ragzoo.data.registry.DEFAULTS`) and the program (`program_from_config`: `--program DIR` or `--method M`,
+  knobs resolved once through `ragzoo.programs.resolve_knobs`);
+- a budget stop (`budget_stop`): one line on stderr, exit code 3, like an evaluation stopped by its budget.
+
+Dry-run detection is `ragzoo.engines.is_dry_run_spec` / `is_dry_run`; secret detection is `ragzoo.secrets`
+(through `ragzoo.config`). Nothing here imports DSPy at module level: `ragzoo --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+EXIT_STOPPED = 3  # a run or compile stopped by --max-calls / --max-cost (finished work is kept)
+
+# flags of `add_lm_args`, with their defaults (commands merge these into their own DEFAULTS)
+LM_DEFAULTS: dict[str, Any] = {"lm": None, "api_base": None, "retriever": None, "knob": [], "no_cache": False,
+                               "max_calls": None, "max_cost": None, "seed": 0}
+# flags of `add_data_args`; split and metric stay None unless given, so the dataset's defaults can apply
+DATA_DEFAULTS: dict[str, Any] = {"dataset": None, "split": None, "data": None, "field_map": None, "n": None}
+
+
+def add_lm_args(parser: argparse.ArgumentParser) -> None:
+    from ragzoo.config import add_secret_trap
+    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER  # a light module: no DSPy, numpy or index import
+
+    parser.add_argument("--lm", help="LM spec: a LiteLLM model (openai/gpt-4o-mini), or dry-run[:priced-model]")
+    parser.add_argument("--api-base", help="URL of an OpenAI-compatible server (keys come from the environment)")
+    parser.add_argument("--retriever", help=f"retriever spec (default: the artifact's, else {DEFAULT_RETRIEVER}); "
+                                            f"'fixed' replays the passages recorded with the questions")
+    parser.add_argument("--knob", action="append", metavar="K=V", help="method knob, repeatable "
+                                                                      "(default: the paper's values)")
+    parser.add_argument("--no-cache", action="store_true", default=None,
+                        help="bypass DSPy's LM cache (key: sha256 of the request: model, messages, sampling "
+                             "options; api_key/api_base excluded)")
+    parser.add_argument("--max-calls", type=int, help="stop before the LM call past this many (default: no limit)")
+    parser.add_argument("--max-cost", type=float, help="stop before the LM call past this many USD "
+                                                       "(default: no limit)")
+    parser.add_argument("--seed", type=int, help="sampling seed (default 0)")
+    parser.add_argument("--config", help="TOML/YAML file of options; flags win")
+    add_secret_trap(parser)
+
+
+def add_data_args(parser: argparse.ArgumentParser, *, split_help: str, n: bool = True) -> None:
+    parser.add_argument("--dataset", help="dataset name (see ragzoo datasets)")
+    parser.add_argument("--split", help=split_help)
+    if n:
+        parser.add_argument("-n", "--n", type=int, help="number of questions (default: the whole split; a seeded "
+                                                       "sample, or the first n of an ordered paper split)")
+    parser.add_argument("--data", metavar="FILE", help="a question file (JSONL/JSON/CSV/TSV) instead of --dataset")
+    parser.add_argument("--field-map", help="fields of --data: question=q,answers=gold,id=qid "
+                                            "(default: question, answers, id)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# dataset defaults
+
+def check_question_source(config: dict, required: bool = True) -> None:
+    from ragzoo.errors import ConfigError
+
+    if config.get("data") and config.get("dataset"):
+        raise ConfigError("pass --dataset NAME or --data FILE, not both")
+    if config.get("data") and config.get("split"):
+        raise ConfigError("--split names a split of --dataset; a --data file has none")
+    if required and not config.get("data") and not config.get("dataset"):
+        raise ConfigError("no questions given; pass --dataset NAME (see ragzoo datasets) or --data FILE")
+
+
+def apply_dataset_defaults(config: dict, *, split_kind: str, metric_kind: str | None) -> dict:
+    """Fill `config["split"]` (split_kind "eval" or "train") and `config["metric"]` (metric_kind "eval": the
+    evaluation list, "headline": one metric, None: no metric) from the dataset's defaults when the user gave
+    none. Returns (and stores as `config["defaults_used"]`) what was filled in, for the run record."""
+    from ragzoo.data import dataset_defaults
+
+    defaults = dataset_defaults(config.get("dataset")) if not config.get("data") else dataset_defaults(None)
+    used: dict[str, Any] = {}
+    if config.get("dataset") and not config.get("split"):
+        if split_kind == "train":
+            config["split"] = used["split"] = defaults.train_split
+            if defaults.exclude_eval:
+                used["excluded_split"] = defaults.eval_split
+            elif defaults.disjoint:
+                used["disjoint_from"] = defaults.eval_split
+            else:
+                used["overlaps"] = defaults.eval_split
+        else:
+            config["split"] = used["split"] = defaults.eval_split
+    if metric_kind is not None and not config.get("metric"):
+        config["metric"] = used["metric"] = defaults.eval_metrics if metric_kind == "eval" else defaults.metric
+    if used:
+        config["defaults_used"] = used
+    return used
+
+
+def describe_defaults(command: str, config: dict) -> str | None:
+    """The one stderr line that says which defaults a command used (None when it used none)."""
+    used = config.get("defaults_used") or {}
+    if not used:
+        return None
+    source = f"{config['dataset']}'s defaults" if config.get("dataset") else "the defaults for a question file"
+    parts = []
+    if "split" in used:
+        split = f"--split {used['split']}"
+        if "excluded_split" in used:
+            split += f" without the questions of {used['excluded_split']} (the evaluation split)"
+        elif "disjoint_from" in used:
+            split += f" (disjoint from the evaluation split {used['disjoint_from']})"
+        elif "overlaps" in used:
+            split += f" (no other split on disk: it overlaps the evaluation split {used['overlaps']})"
+        parts.append(split)
+    if "metric" in used:
+        parts.append(f"--metric {used['metric']}")
+    return f"ragzoo {command}: used {source}: {', '.join(parts)} (pass --split/--metric to choose)"
+
+
+def say_defaults(command: str, config: dict) -> None:
+    line = describe_defaults(command, config)
+    if line:
+        print(line, file=sys.stderr)
+
+
+def check_metrics(names: str) -> None:
+    """Unknown metric names fail before any work (and before any other line is printed)."""
+    from ragzoo.metrics import get_metric
+
+    for name in str(names).split(","):
+        if name.strip():
+            get_metric(name.strip())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# LM, retriever, questions, program
+
+def build_lm(config: dict):
+    from ragzoo.errors import ConfigError
+    from ragzoo.lm import make_lm
+
+    if not config.get("lm"):
+        raise ConfigError("no LM given; pass --lm openai/gpt-4o-mini (key in the environment) or --lm dry-run")
+    options = {}
+    if config.get("no_cache"):
+        options["cache"] = False
+    return make_lm(config["lm"], api_base=config.get("api_base"), **options)
+
+
+def lm_description(lm) -> dict:
+    from ragzoo.lm import describe_lm
+
+    return describe_lm(lm)
+
+
+def is_fixed_spec(spec: str | None) -> bool:
+    """True for the `fixed` retriever (replay of the passages recorded with each question)."""
+    return isinstance(spec, str) and spec.strip().partition(":")[0].lower() == "fixed"
+
+
+FIXED_NEEDS_QUESTIONS = ("the fixed retriever replays the passages recorded with a dataset's questions; pass "
+                         "--dataset/--split (or --data) with a 'retrieved' field, e.g. --dataset nq_open --split "
+                         "dev_activerag500")
+
+
+def build_retriever(spec: str | None, *, examples: list | None = None):
+    """The retriever of `spec` (default `DEFAULT_RETRIEVER`); `fixed` is built from `examples`."""
+    from ragzoo.errors import ConfigError
+    from ragzoo.retrieval import make_retriever
+    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
+
+    spec = spec or DEFAULT_RETRIEVER
+    if is_fixed_spec(spec):
+        if not examples:
+            raise ConfigError(FIXED_NEEDS_QUESTIONS)
+        return make_retriever(spec, examples=examples)
+    return make_retriever(spec)
+
+
+def load_examples(config: dict, *, n: int | None = None, **load_options) -> list:
+    """The questions of `--data FILE` or `--dataset/--split` (the split already defaulted), `n` of them
+    (default `config["n"]`)."""
+    from ragzoo import data
+
+    check_question_source(config)
+    n = config.get("n") if n is None else n
+    if config.get("data"):
+        return data.load_file(config["data"], n=n, seed=config.get("seed"),
+                              **data.parse_field_map(config.get("field_map")))
+    split = config.get("split") or data.default_split(config["dataset"])
+    return data.load(config["dataset"], split, n=n, seed=config.get("seed"), **load_options)
+
+
+def program_from_config(config: dict, examples: list | None = None):
+    """(program, description) from `--program DIR` or `--method M` (+ `--knob`, `--retriever`). Knobs are
+    coerced and validated once (`programs.resolve_knobs`) before any retriever or index is built; a `fixed`
+    retriever replays the passages recorded on `examples`."""
+    from ragzoo import programs
+    from ragzoo.artifacts import load_artifact, read_manifest
+    from ragzoo.config import knob_dict
+    from ragzoo.errors import ConfigError
+
+    knobs = knob_dict(config.get("knob"))
+    if config.get("program"):
+        manifest = read_manifest(config["program"])
+        method = manifest["method"]
+        uses_retrieval = method in programs.methods() and programs.info(method).uses_retrieval
+        spec = config.get("retriever") or manifest.get("retriever")
+        retriever = None
+        if uses_retrieval and (config.get("retriever") or is_fixed_spec(spec)):
+            retriever = build_retriever(spec, examples=examples)
+        program, manifest = load_artifact(config["program"], retriever=retriever, method=config.get("method"),
+                                          knobs=knobs or None)
+        return program, {"program": str(config["program"]), "method": manifest["method"],
+                         "knobs": manifest["knobs"], "retriever": config.get("retriever") or manifest.get("retriever")}
+    if not config.get("method"):
+        raise ConfigError("pass --program DIR (a compiled program) or --method M (see ragzoo methods)")
+    method = config["method"]
+    info = programs.info(method)
+    resolved = programs.resolve_knobs(method, knobs)  # bad knobs fail before the index is built
+    retriever = build_retriever(config.get("retriever"), examples=examples) if info.uses_retrieval else None
+    program = programs.get(method, retriever=retriever, **resolved)
+    return program, {"method": method, "knobs": resolved, "retriever": getattr(retriever, "spec", None)}
+
+
+def budget_stop(command: str, error: BaseException) -> int:
+    """A --max-calls/--max-cost stop: one line on stderr, exit 3 (as an evaluation stopped by its budget)."""
+    print(f"ragzoo {command}: stopped: {error}", file=sys.stderr)
+    return EXIT_STOPPED
+
+
+def find_budget_error(error: BaseException | None) -> BaseException | None:
+    """The `BudgetExceeded` in `error`'s cause/context chain (DSPy may wrap it), or None."""
+    from ragzoo.errors import BudgetExceeded
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, BudgetExceeded):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

@@ -1,0 +1,148 @@
+"""Writing files and folders so that a crash, a kill or a concurrent reader never sees half of one.
+
+The one atomic-write routine of ragzoo: artifacts, run directories and the index cache all write through
+here.
+- `atomic_write_bytes` / `atomic_write_json`: a temp file in the same folder, fsynced, renamed over the
+  target, then the folder fsynced.
+- `staging_dir(final)` + `replace_dir(staging, final)`: build a folder beside its final place, then swap it
+  in: an old folder is renamed to a backup first and dropped only once the new one is in place, so there
+  is never a moment with no folder at `final`, and a failure puts the old one back.
+- Permissions follow the umask, as any other program's files do (`tempfile` would make them 0600/0700 and
+  shut colleagues on a shared filesystem out of a run): no secret is ever written to these files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; set it straight back (a process-wide value, read once).
+    global _UMASK
+    if _UMASK is None:
+        current = os.umask(0o022)
+        os.umask(current)
+        _UMASK = current
+    return _UMASK
+
+
+_UMASK: int | None = None
+
+
+def file_mode() -> int:
+    """Mode a new file gets under the process umask (what `open(path, "w")` would give)."""
+    return 0o666 & ~_umask()
+
+
+def dir_mode() -> int:
+    """Mode a new folder gets under the process umask (what `mkdir` would give)."""
+    return 0o777 & ~_umask()
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some filesystems refuse to open a folder; the rename is atomic all the same
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` so that a reader (or a crash) sees the old file or the new one, never a torn one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | os.PathLike, value: Any) -> None:
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with every container made JSON-ready: dict keys as strings, tuples and sets as lists, and
+    anything else not JSON-native as its `str`."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+STAGING_MARK = ".building-"
+
+
+def staging_dir(final: str | os.PathLike) -> Path:
+    """A fresh, empty sibling folder of `final` to build into; `replace_dir` moves it into place."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}{STAGING_MARK}{os.getpid()}-{time.time_ns()}-",
+                                    dir=final.parent))
+    os.chmod(staging, dir_mode())
+    return staging
+
+
+def replace_dir(staging: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Move the finished folder `staging` to `final`. An existing `final` is renamed to a backup first and
+    removed only after the new folder is in place; if the swap fails, the old folder is put back."""
+    staging, final = Path(staging), Path(final)
+    backup = None
+    if final.exists() or final.is_symlink():
+        backup = final.with_name(f".{final.name}.old-{os.getpid()}-{time.time_ns()}")
+        os.replace(final, backup)
+    try:
+        os.replace(staging, final)
+    except BaseException:
+        if backup is not None:
+            os.replace(backup, final)
+        raise
+    fsync_dir(final.parent)
+    if backup is not None:
+        if backup.is_dir() and not backup.is_symlink():
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            backup.unlink(missing_ok=True)
+
+
+def discard_dir(staging: str | os.PathLike) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+

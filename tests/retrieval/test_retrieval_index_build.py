@@ -1,0 +1,150 @@
+"""`ragzoo index build --out DIR` through the CLI: it replaces only what ragzoo wrote, swaps a new index in
+without a moment with no index, and leaves no staging folder behind (SIGTERM, or a build killed outright)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from ragzoo.cli import main
+from ragzoo.retrieval import make_retriever
+
+DOCS = [{"id": "z", "title": "Zebra", "text": "Zebras have black and white stripes."},
+        {"id": "l", "title": "Lion", "text": "Lions are big cats of Africa."},
+        {"id": "v", "title": "Volga", "text": "The Volga is the longest river in Europe."}]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(doc) + "\n" for doc in DOCS))
+    return path
+
+
+def build(corpus, out, *extra):
+    return main(["index", "build", "--corpus", str(corpus), "--out", str(out), "--quiet", *extra])
+
+
+def leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if ".building-" in p.name or ".old-" in p.name)
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_refuses_a_folder_of_documents_and_keeps_it(tmp_path, corpus, capsys):
+    docs = tmp_path / "mydocs"
+    docs.mkdir()
+    (docs / "thesis.txt").write_text("four years of work")
+    (docs / "sub").mkdir()
+    (docs / "sub" / "notes.md").write_text("notes")
+    assert build(corpus, docs) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a ragzoo index" in err and "mydocs" in err
+    assert not any(word in err.lower() for word in ("delete", "remove", "rm ", "--force"))
+    assert (docs / "thesis.txt").read_text() == "four years of work" and (docs / "sub" / "notes.md").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_refuses_the_current_directory_and_a_file(tmp_path, corpus, monkeypatch, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.jsonl").write_text("{}\n")
+    monkeypatch.chdir(work)
+    assert build(corpus, ".") == 2
+    assert (work / "keep.jsonl").exists() and sorted(os.listdir(work)) == ["keep.jsonl"]
+    target = tmp_path / "file.txt"
+    target.write_text("data")
+    assert build(corpus, target) == 2
+    assert target.read_text() == "data"
+    assert "is a file" in capsys.readouterr().err
+    # a meta.json of something else is not ours either
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "meta.json").write_text(json.dumps({"format": "someone-else"}))
+    assert build(corpus, other) == 2
+    assert json.loads((other / "meta.json").read_text()) == {"format": "someone-else"}
+
+
+def test_builds_into_new_or_empty_folders_and_replaces_its_own_index(tmp_path, corpus):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert build(corpus, empty) == 0
+    assert build(corpus, tmp_path / "new" / "idx") == 0
+    assert len(make_retriever(f"bm25:{tmp_path / 'new' / 'idx'}")) == 3
+    # an index ragzoo wrote is replaced (the corpus grew: --rebuild swaps the new index in)
+    with corpus.open("a") as handle:
+        handle.write(json.dumps({"id": "m", "title": "Moscow", "text": "Moscow is the capital of Russia."}) + "\n")
+    assert build(corpus, empty, "--rebuild") == 0
+    assert len(make_retriever(f"bm25:{empty}")) == 4
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_swap_puts_the_old_index_back(tmp_path, corpus, monkeypatch, capsys):
+    out = tmp_path / "idx"
+    assert build(corpus, out) == 0
+    before = (out / "meta.json").read_text()
+    real_replace = os.replace
+
+    def failing_replace(src, dst, *args, **kwargs):
+        if ".building-" in os.fspath(src) and os.fspath(dst) == os.fspath(out):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    assert build(corpus, out, "--rebuild") == 2
+    monkeypatch.setattr(os, "replace", real_replace)
+    err = capsys.readouterr().err
+    assert "could not put the new index in place" in err and "previous index is kept" in err
+    assert (out / "meta.json").read_text() == before  # never a moment (nor an end state) without the index
+    assert len(make_retriever(f"bm25:{out}")) == 3
+    assert leftovers(tmp_path) == []
+
+
+def test_stale_staging_of_dead_builds_is_cleaned(tmp_path, corpus):
+    out = tmp_path / "idx"
+    gone = dead_pid()
+    stale = [tmp_path / f".idx.building-{gone}-1-abc", tmp_path / f"idx.building-{gone}-2"]  # new and old naming
+    for folder in stale:
+        folder.mkdir()
+        (folder / "passages.jsonl").write_bytes(b"x" * 1000)
+    alive = tmp_path / f".idx.building-{os.getppid()}-3-def"  # a build still running elsewhere: left alone
+    alive.mkdir()
+    other = tmp_path / f".other.building-{gone}-4-ghi"  # another target's staging: not ours to judge now
+    other.mkdir()
+    assert build(corpus, out) == 0
+    assert not any(folder.exists() for folder in stale)
+    assert alive.exists() and other.exists()
+
+
+def test_sigterm_during_build_removes_staging_and_keeps_the_old_index(tmp_path, corpus, monkeypatch):
+    out = tmp_path / "idx"
+    assert build(corpus, out) == 0
+    before = (out / "meta.json").read_text()
+    import ragzoo.retrieval.corpus as corpus_module
+
+    real_iter = corpus_module.iter_corpus
+
+    def terminated_midway(path, **kwargs):
+        for position, passage in enumerate(real_iter(path, **kwargs)):
+            if position == 1:
+                assert leftovers(tmp_path)  # the staging folder exists while building
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield passage
+
+    monkeypatch.setattr(corpus_module, "iter_corpus", terminated_midway)
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        build(corpus, out, "--rebuild")
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert leftovers(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) is handler  # the build's handler is gone again
+    assert (out / "meta.json").read_text() == before
