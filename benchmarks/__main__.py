@@ -5,7 +5,8 @@ ran, how long, and any failure).
     python -m benchmarks [--quick] [--only startup,calls,...] [--results DIR]
 
 Default: startup, calls (n=50), retrieval (sparse + server; no --dense/--big), overhead, throughput,
-memory. --quick: fewer questions and repetitions everywhere (a smoke run of a few minutes).
+memory, slips (every method, 50 questions, 10% / 30% format slips over HTTP, before and after).
+--quick: fewer questions and repetitions everywhere (a smoke run of a few minutes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import time
 import traceback
 from pathlib import Path
 
-ORDER = ("startup", "calls", "retrieval", "overhead", "throughput", "memory")
+ORDER = ("startup", "calls", "retrieval", "overhead", "throughput", "memory", "slips", "serving")
+OPT_IN = ("scale",)  # heavy (1M+ passages, minutes): only with --only scale
 
 
 def arguments(name: str, quick: bool, results: Path) -> list[str]:
@@ -33,6 +35,9 @@ def arguments(name: str, quick: bool, results: Path) -> list[str]:
         "overhead": (["--n", "8", "--reps", "3"] if quick else []) + out,
         "throughput": (["--per-thread", "4", "--methods", "rag"] if quick else []) + out,
         "memory": (["--n", "50", "--methods", "rag"] if quick else []) + out,
+        "slips": (["--n", "10", "--shape-n", "0", "--methods", "rag,blendfilter,filco"] if quick else []) + out,
+        "serving": (["--requests", "800", "--questions", "64"] if quick else []) + out,
+        "scale": (["--docs", "100000"] if quick else []) + out,
     }[name]
 
 
@@ -60,7 +65,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
-    wanted = [name for name in ORDER if not args.only or name in args.only.split(",")]
+    wanted = [name for name in ORDER + OPT_IN
+              if (not args.only and name in ORDER) or name in args.only.split(",")]
     summary = {"quick": args.quick, "python": sys.version.split()[0], "benchmarks": {}}
     failed = 0
     for name in wanted:

@@ -1,6 +1,7 @@
 """`make demo`: the main job, offline. Build the embedded index, compile a method with the dry-run LM, save
-it, load it back, evaluate 20 HotPotQA dev questions, print the report. Every step is a `ragzoo` command,
-so the output shows what a user would type.
+it, load it back, evaluate 20 HotPotQA dev questions, print the report; then price a small grid of three
+methods and run it, ending with its table. Every step is a `ragzoo` command, so the output shows what a
+user would type.
 
 With a real LM, replace `--lm dry-run` by e.g. `--lm openai/gpt-4o-mini` (key from the environment).
 """
@@ -46,8 +47,15 @@ def main() -> int:
          "evaluate", "--program", str(program_dir), "--dataset", "hotpotqa", "--split", "dev_first500",
          "-n", "20", "--lm", "dry-run", "--threads", "4", "--out", str(run_dir), "--force")
     step("7. report", "report", str(run_dir))
+    grid_file = Path(__file__).resolve().parent / "small-grid.toml"
+    grid_dir = OUT / "grid"
+    step("8. price a small grid (3 methods x 10 HotPotQA questions) before running it (no LM called)",
+         "sweep", str(grid_file), "--dry-run", "--quiet")
+    step("9. run the grid with the dry-run LM (rerun the same command to resume; --lm for a real model)",
+         "sweep", str(grid_file), "--lm", "dry-run", "--out", str(grid_dir), "--quiet")
     print(f"\nArtifacts: {program_dir}/ (program.json, manifest.json); run: {run_dir}/ (predictions.jsonl, "
-          f"summary.json). Dry-run answers are placeholders: the report shows calls and tokens, not accuracy.")
+          f"summary.json); grid: {grid_dir}/ (results.md, results.csv, results.json, one run per cell). Dry-run "
+          f"answers are placeholders: reports show calls, tokens and cost, not accuracy.")
     return 0
 
 

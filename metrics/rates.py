@@ -1,8 +1,15 @@
 """Post-Fusion's diagnostic rates: %Unk (the model said "unknown") and %NM (vote miss).
 
-Unknown detection follows the paper's uniform "just say unknown" instruction: the answer normalizes to
-exactly "unknown". Refusal phrasings ("not provided", "no context", "cannot be determined", ...) are counted
-only when asked (`refusals=True`) so they can be reported separately, as the notes recommend.
+"Unknown" is defined HERE, once, for the programs that act on it (`ragzoo.programs.voting`, hence Concat+PF's
+fallback and PF+Concat's dropped passages) and for the %Unk rate that reports it, so %Unk counts exactly the
+abstentions the programs acted on:
+- an answer is unknown when it normalizes (SQuAD normalization) to exactly "unknown", or to nothing (an
+  empty or missing answer is an abstention too; an answer made only of an article, e.g. "A", is not empty);
+- with `refusals=True` (the programs' `lenient_unknown` knob), refusal phrasings ("not provided", "no
+  context", "cannot be determined", "N/A", ...) count as well; off by default because the paper's prompt asks
+  for the literal word, and so they can be reported separately, as the notes recommend.
+A FAILED prediction (None, or an exception an evaluator recorded) is not an abstention: `unknown_metric` and
+`unknown_rate` score it 0, so %Unk and the error rate stay apart.
 
 Vote miss (%NM): a gold answer (by exact match) is in the answer pool of the per-passage votes but the final
 answer is not correct. The pool is read from the prediction's `votes` (else `candidates`, else `answer_pool`);
@@ -19,31 +26,45 @@ from ragzoo.metrics.answer import exact_match, normalize_answer
 from ragzoo.metrics.fields import field, gold_answers, predicted_answer
 
 UNKNOWN = "unknown"
-_REFUSAL = re.compile(
-    r"\b(not (provided|mentioned|given|specified|stated|available|enough information)|no (context|information)"
-    r"|cannot be (determined|answered)|can ?not (determine|answer)|does not (contain|provide|mention)"
-    r"|insufficient (information|context)|i don ?t know)\b")
+# Searched in normalized text (lower case, no punctuation, no articles).
+REFUSAL = re.compile(
+    r"\b(i (do not|dont|don t) know|not (enough|sufficient) (information|context)"
+    r"|insufficient (information|context)|no (relevant )?(context|information)"
+    r"|(cannot|can not|cant|unable to) (be )?(determined?|answer(ed)?)"
+    r"|(does not|doesnt|do not|dont) (provide|contain|mention|say)"
+    r"|not (provided|mentioned|given|specified|stated|available)|^n ?a$)\b")
 POOL_FIELDS = ("votes", "candidates", "answer_pool")
 
 
 def is_unknown(answer: Any, *, refusals: bool = False) -> bool:
-    """True when the answer normalizes to "unknown" (with `refusals`, also a refusal phrase)."""
-    if answer is None or isinstance(answer, BaseException):
+    """True when `answer` is an abstention: it normalizes to "unknown" or to nothing (None and "" included);
+    with `refusals`, also when it is a refusal phrase."""
+    if isinstance(answer, BaseException):
         return False
-    normalized = normalize_answer(str(answer))
-    if normalized == UNKNOWN:
+    text = "" if answer is None else str(answer)
+    normalized = normalize_answer(text)
+    if normalized == UNKNOWN or (not normalized and not text.strip()):
         return True
-    return refusals and bool(_REFUSAL.search(normalized))
+    return refusals and bool(REFUSAL.search(normalized))
+
+
+def _failed(pred: Any) -> bool:
+    return pred is None or isinstance(pred, BaseException) or isinstance(field(pred, "answer"), BaseException)
+
+
+def prediction_is_unknown(pred: Any, *, refusals: bool = False) -> bool:
+    """The prediction abstained (see `is_unknown`); a failed prediction did not."""
+    return not _failed(pred) and is_unknown(predicted_answer(pred), refusals=refusals)
 
 
 def unknown_metric(example, pred, trace=None) -> float:
     """1.0 when the prediction's answer is "unknown" (per-example form of %Unk)."""
-    return float(is_unknown(predicted_answer(pred)))
+    return float(prediction_is_unknown(pred))
 
 
 def unknown_rate(preds: Iterable[Any], *, refusals: bool = False) -> float:
     """Share of predictions (or answer strings) that are "unknown"; 0.0 for no predictions."""
-    flags = [is_unknown(predicted_answer(pred), refusals=refusals) for pred in preds]
+    flags = [prediction_is_unknown(pred, refusals=refusals) for pred in preds]
     return sum(flags) / len(flags) if flags else 0.0
 
 

@@ -1,7 +1,8 @@
 """Compile a program with an optimizer preset, measure each stage, stop cleanly at a budget.
 
 `compile_program` runs two stages under one meter (`ragzoo.usage.metering`): `compile` (the teleprompter) and
-`validation` (the compiled program scored on the dev split with the metric). With `max_calls`/`max_cost`,
+`validation` (the compiled program scored on the dev split with the metric), preceded by the method's own
+compile stages (`stage:<name>`, see `ragzoo.optimizers.stages`) when it declares them. With `max_calls`/`max_cost`,
 every LM call checks the budget first; when it is reached the compile stops and keeps the best program so far:
 - bootstrap: the demos bootstrapped before the stop (DSPy's own `_train` step over the traces collected);
 - bootstrap-rs / ensemble: candidates are tried one at a time (DSPy's `restrict=`), the best fully scored one
@@ -21,9 +22,12 @@ from typing import Any, Callable
 
 import dspy
 
+from ragzoo.engines import dry_run_metric
 from ragzoo.errors import BudgetExceeded, ConfigError
+from ragzoo.leakage import mark_seen
 from ragzoo.metrics.scoring import SafeMetric, safe_metric
 from ragzoo.optimizers.presets import OptimizerPreset, get_preset
+from ragzoo.optimizers.stages import program_stages, restore_staged, run_stages
 from ragzoo.usage import Budget, StageUsage, Usage, exceeded_budget, metering
 
 logger = logging.getLogger(__name__)
@@ -40,6 +44,8 @@ class CompileResult:
     stages: list[StageUsage] = field(default_factory=list)
     stopped: str | None = None
     notes: list[str] = field(default_factory=list)
+    staged: list[dict] = field(default_factory=list)  # one record per compile stage of the method
+    selection_score: bool = False  # the dev score is also what the optimizer selected on (optimistic)
 
     @property
     def usage(self) -> Usage:
@@ -132,12 +138,20 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
 def compile_program(program, *, trainset: list, valset: list | None = None, optimizer: str = "bootstrap",
                     metric: str | Callable = "em", seed: int = 0, threads: int = 1, settings: dict | None = None,
                     max_calls: int | None = None, max_cost: float | None = None,
-                    validate: bool = True) -> CompileResult:
-    """Compile `program` with the optimizer preset `optimizer` on `trainset`, score it on `valset`."""
+                    validate: bool = True, stages: bool = True, stage_resources: dict | None = None
+                    ) -> CompileResult:
+    """Compile `program` with the optimizer preset `optimizer` on `trainset`, score it on `valset`.
+
+    With `stages` (default), a program that declares `compile_stages()` first has those predictors compiled
+    on their own labels (`ragzoo.optimizers.stages`), then the whole program end to end.
+    `stage_resources` hands stages what building their labels may need (e.g. {"logprob_fn": ...})."""
     Budget(max_calls, max_cost)  # a bad budget fails before any work
     preset, preset_settings = get_preset(optimizer)
     preset_settings.update(settings or {})
     safe = safe_metric(metric)
+    # the optimizer's metric: under the dry-run LM every trace passes, so an estimate counts the demos a capable
+    # model would get bootstrapped; the validation score keeps the real metric (placeholders score 0)
+    optimizer_metric = safe_metric(dry_run_metric(safe))
     if dspy.settings.lm is None and preset.teleprompter not in ("", "LabeledFewShot"):
         raise ConfigError("no LM configured; pass --lm (or use dspy.context(lm=...))")
     if not trainset and preset.teleprompter:
@@ -147,10 +161,27 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                            metric=safe.name, score=None, val_n=len(valset))
     random.seed(seed)
     with metering(max_calls, max_cost) as meter:  # nested in a caller's meter, its budget applies too
+        staged_demos: dict = {}
+        declared = program_stages(program) if stages and preset.teleprompter else []
+        if declared:
+            usages, result.staged, staged_demos = run_stages(
+                program, declared, list(trainset), _stage_compiler(preset, preset_settings), meter,
+                preset.teleprompter, stage_resources, _budget_stop)
+            result.stages.extend(usages)
+            for record in result.staged:
+                if "skipped" in record:
+                    result.notes.append(f"compile stage {record['stage']!r} skipped: {record['skipped']}")
+                if "stopped" in record:
+                    result.stopped = f"budget reached during compile stage {record['stage']!r}"
+                    result.notes.append("the staged demos compiled before the budget are kept; no end-to-end "
+                                        "compile ran")
+            if result.stopped:
+                return result
         started, before = time.perf_counter(), meter.usage.snapshot()
         try:
-            result.program = _run(preset, preset_settings, program, list(trainset), valset, safe, seed, threads,
-                                  result)
+            result.program = _run(preset, preset_settings, program, list(trainset), valset, optimizer_metric, seed,
+                                  threads, result)
+            restore_staged(result.program, staged_demos)
         finally:
             result.stages.append(StageUsage("compile", meter.usage.minus(before), time.perf_counter() - started))
         if result.stopped is None and exceeded_budget():
@@ -166,7 +197,33 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                                                 time.perf_counter() - started))
     if safe.failures:
         result.notes.append(f"the metric raised on {safe.failures} call(s); those scored 0")
+    if valset and preset.teleprompter in _SELECTS_ON_VALSET and result.score is not None:
+        result.selection_score = True
+        result.notes.append(f"{optimizer} selected its program on these dev questions, so the dev score is a "
+                            f"selection score (optimistic): evaluate on questions the compile never saw")
+    mark_seen(result.program, trainset, valset)  # evaluations on these questions are flagged as not held out
     return result
+
+
+# Optimizers that choose among candidates by their score on the valset.
+_SELECTS_ON_VALSET = {"BootstrapFewShotWithRandomSearch", "Ensemble", "BootstrapFewShotWithOptuna", "MIPROv2", "GEPA"}
+
+
+def _stage_compiler(preset, settings: dict):
+    """How a stage compiles its predictor: the labelled examples as demos for "labeled", else
+    BootstrapFewShot with the preset's demo counts and the stage's metric (a stage is one predictor with
+    its own labels: no random search or instruction proposals there)."""
+    import dspy.teleprompt as tp
+
+    def compile_one(module, examples: list, metric):
+        if preset.teleprompter == "LabeledFewShot":
+            return tp.LabeledFewShot(k=settings.get("k", 3)).compile(module, trainset=examples)
+        teleprompter = tp.BootstrapFewShot(metric=metric,
+                                           max_bootstrapped_demos=settings.get("max_bootstrapped_demos", 3),
+                                           max_labeled_demos=settings.get("max_labeled_demos", 3))
+        return teleprompter.compile(module, trainset=examples)
+
+    return compile_one
 
 
 def _budget_stop(error: Exception) -> bool:

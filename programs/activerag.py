@@ -10,8 +10,9 @@ Control flow per question (default, the paper's reported configuration: 3 LM cal
    replays the top-5 passages recorded in ActiveRAG's data);
 2. initial chain of thought from the question ALONE (`initial_cot`: no passages);
 3. knowledge construction by one agent over the question and the passages (`<agent>_kc`);
-4. cognitive nexus (`<agent>_nexus`): question + passages + the whole initial reply (reasoning and answer)
-   + the constructed knowledge -> improved reasoning and the final answer.
+4. cognitive nexus (`<agent>_nexus`): question + the whole initial reply (reasoning and answer) + the
+   constructed knowledge -> improved reasoning and the final answer. These three inputs are exactly what
+   the paper's nexus prompts list (Table 7); the nexus does not see the passages (knob `nexus_passages`).
 
 Knob `agents`: which agents run, in order. Default ("associate",) = Table 2's "ActiveRAG". Passing all four
 (or "all") runs what the official code runs: the initial chain of thought once, then the four knowledge
@@ -23,9 +24,20 @@ its only non-oracle selection, PPL-rerank, needs log-probabilities of an open mo
 - "first" (default): the first agent in `agents` (Associate by default, the paper's best single agent);
 - "vote": the most common normalized answer among the agents; ties go to the agent listed first.
 
+Knob `knowledge`, Table 3's ablations of what the nexus is given in place of constructed knowledge:
+- "agent" (default): each agent's constructed knowledge (calls as above);
+- "passages" ("CoT w. Passage"): the raw retrieved passages, no knowledge-construction call: 2 LM calls;
+- "notes" ("CoT w. Note"): reading notes on the passages in the style of Chain-of-Note, one call, then the
+  nexus: 3 LM calls. Both ablations use one generic nexus (`passages_nexus` / `notes_nexus`), not an
+  agent's; `agents` and `select` then do not apply.
+
 Choices where the paper is open:
-- The nexus also sees the passages: in the official code the nexus prompt is the second turn of the agent's
-  chat, after the knowledge-construction turn that contains them.
+- Nexus inputs: the paper's Table 7 lists the question, the initial reply and the constructed knowledge, so
+  that is the default. The official code runs the nexus as the second turn of the agent's chat, after the
+  knowledge-construction turn that contains the passages; `nexus_passages=True` reproduces that context by
+  giving the nexus the passages too.
+- The prompts of the Table 3 ablations are not given; ours reuse the nexus's check-and-repair task with the
+  passages, or the notes, as the knowledge.
 - The initial reply given to the nexus is the whole chain of thought ("Reasoning process: ... Answer: ..."),
   as the code fills `{chain_of_thought_reply}`.
 - Typed outputs: the nexus returns `enhanced_reasoning` and a short `answer`; the prediction's answer is that
@@ -34,6 +46,12 @@ Choices where the paper is open:
 - Calls run sequentially in the code's order (chain of thought, all knowledge calls, all nexus calls); the
   chain of thought and the knowledge calls are independent and could run in parallel.
 - Zero-shot in the paper; here each predictor can be compiled like any other.
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as degradations in the trace):
+  `initial_cot` unreadable -> an empty initial chain of thought (the nexus sees "(none)" as the initial
+  reply); an agent's knowledge call (`<agent>_kc`, `notes_kc`) unreadable -> the nexus goes on without
+  that agent: its nexus call is not made and it is not among `agent_answers`; if that leaves no agent, the
+  first agent's nexus runs with no constructed knowledge ("(none)") so the question is still answered. A
+  nexus call is an answer call: its unreadable reply fails the question.
 """
 
 from __future__ import annotations
@@ -46,9 +64,9 @@ import dspy
 from ragzoo.errors import ConfigError
 from ragzoo.metrics.answer import normalize_answer
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, TopK, passages_as_context
-from ragzoo.signatures.activerag import (AGENTS, KNOWLEDGE_SIGNATURES, NEXUS_SIGNATURES, Agent,
-                                         InitialChainOfThought, initial_reply)
+from ragzoo.programs.base import RagProgram, TopK, degrade, passages_as_context
+from ragzoo.signatures.activerag import (AGENTS, KNOWLEDGE_SIGNATURES, NEXUS_SIGNATURES, NEXUS_WITH_PASSAGES,
+                                         Agent, InitialChainOfThought, ReadingNotes, initial_reply)
 
 # What the `agents` knob lists: agent names, or "all" alone for the four in the paper's order.
 AgentChoice = Literal[Agent, "all"]
@@ -89,30 +107,56 @@ class ActiveRag(RagProgram):
             does (associate = the paper's reported "ActiveRAG").
         select: which agent's answer is returned when several run: "first" listed, or "vote" (most common
             normalized answer; ties to the first listed).
+        nexus_passages: also give the nexus the retrieved passages (the official code's chat context); the
+            paper's nexus prompt (Table 7) has only the question, the initial reply and the knowledge.
+        knowledge: what the nexus is given: "agent" (constructed knowledge), "passages" (Table 3's CoT w.
+            Passage: raw passages, no construction call) or "notes" (CoT w. Note: reading notes).
     """
 
     def __init__(self, retriever, k: TopK = 5, agents: tuple[AgentChoice, ...] = ("associate",),
-                 select: Literal["first", "vote"] = "first"):
+                 select: Literal["first", "vote"] = "first", nexus_passages: bool = False,
+                 knowledge: Literal["agent", "passages", "notes"] = "agent"):
         super().__init__(retriever)
-        self.k, self.agents, self.select = k, resolve_agents(agents), select
+        self.k, self.select = k, select
+        self.nexus_passages, self.knowledge = nexus_passages, knowledge
+        # the ablations replace the agents by one generic source of knowledge
+        self.agents = resolve_agents(agents) if knowledge == "agent" else (knowledge,)
+        nexus_signatures = NEXUS_WITH_PASSAGES if nexus_passages else NEXUS_SIGNATURES
         self.initial_cot = dspy.Predict(InitialChainOfThought)
+        if knowledge == "agent":
+            for agent in self.agents:
+                setattr(self, f"{agent}_kc", dspy.Predict(KNOWLEDGE_SIGNATURES[agent]))
+        elif knowledge == "notes":
+            self.notes_kc = dspy.Predict(ReadingNotes)
         for agent in self.agents:
-            setattr(self, f"{agent}_kc", dspy.Predict(KNOWLEDGE_SIGNATURES[agent]))
-        for agent in self.agents:
-            setattr(self, f"{agent}_nexus", dspy.Predict(NEXUS_SIGNATURES[agent]))
+            setattr(self, f"{agent}_nexus", dspy.Predict(nexus_signatures[agent]))
+
+    def _construct(self, agent: str, question: str, context: list[str]) -> str:
+        if agent == "passages":
+            return "\n".join(context) or "(none)"
+        return getattr(self, f"{agent}_kc")(question=question, passages=context).knowledge
 
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         context = passages_as_context(passages)
-        initial = self.initial_cot(question=question)
-        reply = initial_reply(initial.reasoning, initial.answer)
-        knowledge = {agent: getattr(self, f"{agent}_kc")(question=question, passages=context).knowledge
+        initial = degrade(lambda: self.initial_cot(question=question),
+                          dspy.Prediction(reasoning="", answer=""), "initial_cot",
+                          "went on with an empty initial chain of thought")
+        reply = initial_reply(initial.reasoning, initial.answer) if initial.reasoning or initial.answer else "(none)"
+        knowledge = {agent: degrade(lambda agent=agent: self._construct(agent, question, context), None,
+                                    f"{agent}_kc", f"the nexus went on without the {agent} agent")
                      for agent in self.agents}
-        nexus = {agent: getattr(self, f"{agent}_nexus")(question=question, passages=context,
-                                                        initial_reasoning=reply, knowledge=knowledge[agent])
-                 for agent in self.agents}
+        agents = tuple(agent for agent in self.agents if knowledge[agent] is not None)
+        if not agents:  # every agent's knowledge was unreadable: the first agent's nexus, without knowledge
+            agents = self.agents[:1]
+            knowledge[agents[0]] = "(none)"
+        knowledge = {agent: knowledge[agent] for agent in agents}
+        seen = {"passages": context} if self.nexus_passages else {}
+        nexus = {agent: getattr(self, f"{agent}_nexus")(question=question, initial_reasoning=reply,
+                                                        knowledge=knowledge[agent], **seen)
+                 for agent in agents}
         answers = {agent: result.answer for agent, result in nexus.items()}
-        winner = pick_winner(self.agents, answers, self.select)
+        winner = pick_winner(agents, answers, self.select)
         return dspy.Prediction(answer=answers[winner], passages=passages, reasoning=nexus[winner].enhanced_reasoning,
                                winner=winner, agent_answers=answers,
                                agent_reasoning={agent: result.enhanced_reasoning for agent, result in nexus.items()},

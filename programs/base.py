@@ -14,7 +14,8 @@ import functools
 import inspect
 import time
 import typing
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable
 
 import dspy
 
@@ -130,3 +131,107 @@ def dedup_passages(*groups: list[Passage]) -> list[Passage]:
                 seen.add(key)
                 merged.append(passage)
     return merged
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Yes/no answers, read leniently.
+
+
+def read_yes_no(text) -> str | None:
+    """"yes" / "no" for an answer that reads as one ("Yes", "No.", "yes, because ...", a bool), else None.
+    The reading is the accuracy metric's (`ragzoo.metrics.answer.yes_no`), so what a program accepts is what
+    the metric scores."""
+    from ragzoo.metrics.answer import yes_no
+
+    value = yes_no(text)
+    return None if value is None else ("yes" if value else "no")
+
+
+class YesNoPredict(dspy.Predict):
+    """A predictor whose signature types a field `Literal["yes", "no"]` (so the prompt, the dry-run LM and
+    `ragzoo methods` see the two values), read leniently: the LM's text is parsed as a string and mapped by
+    `read_yes_no`, so "Yes", "No." or "yes, because ..." (the casing and punctuation the papers' own prompts
+    invite: "either Yes or No") count as yes/no instead of failing to parse. An answer that reads as neither
+    still raises DSPy's `AdapterParseError`, as a strict Literal would."""
+
+    field_name = "answer"
+
+    def forward(self, **kwargs):
+        from dspy.utils.exceptions import AdapterParseError
+
+        declared = kwargs.pop("signature", self.signature)
+        field = declared.output_fields[self.field_name]
+        loose = declared.with_updated_fields(
+            self.field_name, type_=str,
+            desc=(field.json_schema_extra or {}).get("desc") or "yes or no",
+            prefix=(field.json_schema_extra or {}).get("prefix"))
+        prediction = super().forward(signature=loose, **kwargs)
+        raw = prediction.get(self.field_name)
+        value = read_yes_no(raw)
+        if value is None:
+            raise AdapterParseError(adapter_name="YesNoPredict", signature=declared, lm_response=str(raw),
+                                    message=f"{self.field_name} {raw!r} reads as neither yes nor no")
+        prediction[self.field_name] = value
+        return prediction
+
+
+def answer_predictor(signature, answer_mode: str = "short", chain_of_thought: bool = False) -> dspy.Module:
+    """The answering predictor of a method with an `answer_mode` knob: `signature` as given for "short";
+    for "yes_no", the answer typed yes/no (`with_answer_mode`) and read leniently (`YesNoPredict`), inside a
+    chain of thought when asked."""
+    from ragzoo.signatures.common import with_answer_mode
+
+    typed = with_answer_mode(signature, answer_mode)
+    if not chain_of_thought:
+        return YesNoPredict(typed) if answer_mode == "yes_no" else dspy.Predict(typed)
+    module = dspy.ChainOfThought(typed)
+    if answer_mode == "yes_no":
+        module.predict = YesNoPredict(module.predict.signature)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Compile stages a method declares (run by `ragzoo.optimizers.stages`, see `compile_stages()` of FILCO,
+# RA-ISF and SKR). Declared here so that programs never import the optimizers.
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One compile stage of a method: which predictors, how their labels are built, what scores them."""
+
+    name: str
+    predictors: tuple[str, ...]  # attribute names in the program, as `named_predictors()` gives them
+    # training questions (+ the `needs`, as keyword arguments) -> labelled examples for those predictors
+    build_trainset: Callable[..., list]
+    metric: Callable[..., Any]  # (example, prediction, trace=None) -> float | bool
+    labels: str = ""  # what the labels are, for the manifest
+    needs: tuple[str, ...] = ()  # what building labels needs that a compile may lack (e.g. "logprob_fn")
+    # "compile": the preset's optimizer compiles the predictor against `metric`; "memory": the labelled
+    # examples ARE the predictor's demos, all of them (a lookup memory, e.g. SKR's nearest neighbours)
+    mode: str = "compile"
+    uses: tuple[str, ...] = ()  # resources passed to build_trainset when the compile has them (e.g. "dataset")
+
+
+class StageSkipped(Exception):
+    """Raised by a stage's `build_trainset` when its labels cannot be built in this compile (the reason is
+    recorded in the manifest, the compile goes on)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Degradations: what a method does when a call's reply stays unreadable (issue 14, "Format slips").
+
+def degrade(call: Callable[[], Any], fallback: Any = None, where: str = "", what: str = "", *,
+            otherwise: Callable[[], Any] | None = None) -> Any:
+    """`call()`, or, when its reply stays unreadable (`ragzoo.adapters.UnreadableOutput`, raised after the
+    adapter's bounded re-asks), the method's paper-consistent `fallback` (or `otherwise()`, computed only
+    then), recorded in the example's trace as a degradation (`where` = the predictor, `what` = what was
+    done instead). Only an unreadable reply degrades: every other error propagates. A method's final answer
+    call is never wrapped: there a question fails."""
+    from ragzoo.adapters import UnreadableOutput
+    from ragzoo.tracing import record_degradation
+
+    try:
+        return call()
+    except UnreadableOutput:
+        record_degradation(where, what)
+        return otherwise() if otherwise is not None else fallback

@@ -11,7 +11,8 @@ Choices where the papers are open:
 - The passages are the top-k for the question, in retrieval order, formatted "Title | text".
 - Chain of thought is DSPy's `ChainOfThought` (a `reasoning` field before the answer); the papers'
   few-shot demos are what a DSPy optimizer compiles, not hand-written prompt text.
-- `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA); default "short".
+- `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA), read leniently ("Yes", "No."
+  count; `ragzoo.programs.base.YesNoPredict`); default "short".
 - One class per pair: `chain_of_thought` is fixed per method id, so `direct`/`cot` and `rag`/`cot_rag`
   share one control flow and differ only in the predictor.
 """
@@ -21,12 +22,10 @@ from __future__ import annotations
 import dspy
 
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, TopK, passages_as_context
-from ragzoo.signatures.common import AnswerMode, AnswerQuestion, AnswerWithContext, with_answer_mode
+from ragzoo.programs.base import RagProgram, TopK, answer_predictor, passages_as_context
+from ragzoo.signatures.common import AnswerMode, AnswerQuestion, AnswerWithContext
 
 
-def _predictor(signature, chain_of_thought: bool) -> dspy.Module:
-    return dspy.ChainOfThought(signature) if chain_of_thought else dspy.Predict(signature)
 
 
 @register("direct", paper="Direct prompting (Brown et al. 2020), BlendFilter's 'Direct' baseline", calls="1",
@@ -45,7 +44,7 @@ class ClosedBookQA(RagProgram):
 
     def __init__(self, chain_of_thought: bool = False, answer_mode: AnswerMode = "short", retriever=None):
         super().__init__(retriever)
-        self.generate_answer = _predictor(with_answer_mode(AnswerQuestion, answer_mode), chain_of_thought)
+        self.generate_answer = answer_predictor(AnswerQuestion, answer_mode, chain_of_thought)
 
     def forward(self, question: str) -> dspy.Prediction:
         result = self.generate_answer(question=question)
@@ -71,7 +70,7 @@ class RetrieveThenAnswer(RagProgram):
     def __init__(self, retriever, k: TopK = 5, chain_of_thought: bool = False, answer_mode: AnswerMode = "short"):
         super().__init__(retriever)
         self.k = k
-        self.generate_answer = _predictor(with_answer_mode(AnswerWithContext, answer_mode), chain_of_thought)
+        self.generate_answer = answer_predictor(AnswerWithContext, answer_mode, chain_of_thought)
 
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)

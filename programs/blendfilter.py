@@ -46,7 +46,13 @@ Paper experiments -> knobs (each ablation is one flag):
 - Fig. 4 (sensitivity to K): k.
 - Remark 2 (filter each set, then union, vs union then filter): filter_mode="per_set" | "union".
 - Eq. 6 (blending without filtering; no table in the paper): filter=False.
-- Fig. 5 (sampling with top_p) is an LM decoding setting, not a program knob.
+- Fig. 5 (multiple answer sampling): sampling=True runs the answer step (answer CoT + extraction) once per
+  top_p in (0, 0.5, 1) (top_p 0 = the greedy call; 0.5 and 1 sample at temperature 1, each a distinct
+  request through `rollout_id`): 13 + 4 = 17 calls (StrategyQA 14). The
+  prediction's `answer` is the top_p = 0 one (the single-answer setting) and `answers` holds all three; the
+  paper's best-of-3 score (EM = any correct, F1 = max) is computed over `answers` by the evaluator. Only the
+  answer step is sampled: the paper says "multiple answer sampling", and the retrieval and filtering
+  upstream are shared.
 
 Choices where the paper is open (each documented; the ones that matter are knobs):
 - Knowledge format: "knowledge <i> : Title | text", one per line, ids 0..n-1 (the filter prompt's own
@@ -67,10 +73,17 @@ Choices where the paper is open (each documented; the ones that matter are knobs
 - The CoT calls are `dspy.Predict` with an explicit `reasoning` output rather than `dspy.ChainOfThought`:
   the paper's a_ex IS the reasoning text (ending in "So the answer is X."), and the answer is extracted by
   a separate call (Appendix B), so no answer field belongs in the CoT signature.
-- yes/no mode types the final answer `Literal["yes", "no"]` (lowercase; the adapter lists the allowed
-  values). A model that insists on "Yes" fails to parse and the example scores 0, as the brief requires of
-  parse failures; StrategyQA metrics compare lowercased yes/no.
-- A parse failure of any call raises (DSPy's AdapterParseError); the paper has no fallback for it.
+- yes/no mode types the final answer `Literal["yes", "no"]` (the prompt lists the two values) and reads it
+  leniently (`ragzoo.programs.base.YesNoPredict`): "Yes" or "No." — the casing and punctuation the paper's
+  own StrategyQA prompt asks for ("either Yes or No") — become "yes"/"no" instead of failing to parse and
+  losing the whole 10-call question; an answer that reads as neither still raises AdapterParseError.
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, each recorded as a degradation in the
+  trace): a filter call (`filter_topic`, `filter_analysis`, `filter_ids`) unreadable -> that set is kept
+  unfiltered (all its ids); `external_cot` unreadable -> no external augmentation (q_ex is q itself, so
+  D_ex is retrieved with q); `write_passage` unreadable -> no internal augmentation (q_in is q);
+  `extract_answer` unreadable -> the answer is read from `answer_cot`'s reasoning ("So the answer is X.",
+  else the whole reasoning). `answer_cot` is the answer call: its unreadable reply fails the question.
+  Any other parse failure raises (DSPy's AdapterParseError).
 """
 
 from __future__ import annotations
@@ -81,7 +94,7 @@ import dspy
 
 from ragzoo.errors import ConfigError
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, TopK, dedup_passages
+from ragzoo.programs.base import RagProgram, TopK, YesNoPredict, dedup_passages, degrade
 from ragzoo.retrieval.base import Passage
 from ragzoo.signatures.blendfilter import (
     ExtractShortAnswer,
@@ -98,6 +111,7 @@ from ragzoo.signatures.blendfilter import (
 QUERY_ORDER = ("q", "q_ex", "q_in")
 AUGMENTATIONS = {"external": "q_ex", "internal": "q_in"}
 Augmentation = Literal["external", "internal"]
+SAMPLING_TOP_P = (0.0, 0.5, 1.0)  # Fig. 5
 
 
 def format_knowledge(passages: list[Passage]) -> str:
@@ -110,6 +124,20 @@ def format_knowledge(passages: list[Passage]) -> str:
 def blend(generated: str, question: str) -> str:
     """a ‖ q: the generated text first, then the original question (Eq. 2 and 4)."""
     return f"{generated.strip()} {question}".strip()
+
+
+def answer_from_reasoning(reasoning: str, answer_mode: str = "short") -> str:
+    """The answer a CoT reasoning states ("... So the answer is X."), else the whole reasoning; for yes/no,
+    read as yes/no where it reads as one."""
+    import re
+
+    from ragzoo.programs.base import read_yes_no
+
+    found = re.findall(r"the answer is[:\s]*(.+?)\s*\.?\s*$", (reasoning or "").strip(), flags=re.I | re.S)
+    answer = (found[-1] if found else (reasoning or "")).strip()
+    if answer_mode == "yes_no":
+        return read_yes_no(answer) or answer
+    return answer
 
 
 def clean_ids(ids: list[int] | None, n: int) -> tuple[list[int], list[int]]:
@@ -141,6 +169,8 @@ class BlendFilter(RagProgram):
         answer_mode: "short" answers in a few words; "yes_no" types the answer as yes or no (StrategyQA).
         if_nothing_kept: when the filter keeps nothing: "no_knowledge" answers from the model's own
             knowledge, "unfiltered" answers from the unfiltered union.
+        sampling: Fig. 5's multiple answer sampling: the answer step (CoT + extraction) runs once per
+            top_p in (0, 0.5, 1); `answers` holds the three, `answer` the top_p = 0 one.
     """
 
     def __init__(
@@ -155,6 +185,7 @@ class BlendFilter(RagProgram):
         reuse_topic: bool = False,
         answer_mode: Literal["short", "yes_no"] = "short",
         if_nothing_kept: Literal["no_knowledge", "unfiltered"] = "no_knowledge",
+        sampling: bool = False,
     ):
         super().__init__(retriever)
         # Single knobs are type-checked by RagProgram; what remains are rules over several values.
@@ -180,6 +211,7 @@ class BlendFilter(RagProgram):
         self.reuse_topic = reuse_topic
         self.answer_mode = answer_mode
         self.if_nothing_kept = if_nothing_kept
+        self.sampling = sampling
 
         if "q_ex" in self.queries:
             self.external_cot = dspy.Predict(KnowledgeCoT)
@@ -194,7 +226,8 @@ class BlendFilter(RagProgram):
             self.filter_ids = dspy.Predict(SelectRelevantIds if self.filter_stages != "ids"
                                            else SelectRelevantIdsDirect)
         self.answer_cot = dspy.Predict(KnowledgeCoT)
-        self.extract_answer = dspy.Predict(ExtractYesNo if answer_mode == "yes_no" else ExtractShortAnswer)
+        self.extract_answer = (YesNoPredict(ExtractYesNo) if answer_mode == "yes_no"
+                               else dspy.Predict(ExtractShortAnswer))
 
     def forward(self, question: str) -> dspy.Prediction:
         q = question
@@ -208,10 +241,13 @@ class BlendFilter(RagProgram):
             if "q" in self.queries:
                 retrieved["q"] = docs_q
         if "q_ex" in self.queries:
-            external_reasoning = self.external_cot(knowledge=format_knowledge(docs_q), question=q).reasoning
+            external_reasoning = degrade(
+                lambda: self.external_cot(knowledge=format_knowledge(docs_q), question=q).reasoning, "",
+                "external_cot", "dropped the external augmentation: D_ex retrieved with q")
             blended["q_ex"] = blend(external_reasoning, q)
         if "q_in" in self.queries:
-            internal_passage = self.write_passage(question=q).passage
+            internal_passage = degrade(lambda: self.write_passage(question=q).passage, "", "write_passage",
+                                       "dropped the internal augmentation: D_in retrieved with q")
             blended["q_in"] = blend(internal_passage, q)
         for name in ("q_ex", "q_in"):
             if name in self.queries:
@@ -238,10 +274,19 @@ class BlendFilter(RagProgram):
             knowledge = dedup_passages(*(docs for _, docs in sets))
 
         # Answer generation (line 7): CoT over the kept knowledge, then a short answer.
-        reasoning = self.answer_cot(knowledge=format_knowledge(knowledge), question=q).reasoning
-        answer = self.extract_answer(context=reasoning, question=q).answer
+        answers, reasonings = [], []
+        for top_p in (SAMPLING_TOP_P if self.sampling else (None,)):
+            # top_p = 0 is the greedy answer; the others sample (temperature 1, so top_p governs)
+            config = {} if not top_p else {"config": {"temperature": 1.0, "top_p": top_p, "rollout_id": len(answers)}}
+            reasonings.append(self.answer_cot(knowledge=format_knowledge(knowledge), question=q, **config).reasoning)
+            answers.append(degrade(
+                lambda: self.extract_answer(context=reasonings[-1], question=q, **config).answer,
+                where="extract_answer", what="used answer_cot's answer (its reasoning's final answer)",
+                otherwise=lambda: answer_from_reasoning(reasonings[-1], self.answer_mode)))
+        answer, reasoning = answers[0], reasonings[0]
         return dspy.Prediction(
             answer=answer,
+            answers=answers,
             passages=knowledge,
             reasoning=reasoning,
             external_reasoning=external_reasoning,
@@ -256,9 +301,21 @@ class BlendFilter(RagProgram):
 
     def _filter(self, question: str, docs: list[Passage], topic_cache: dict[str, str]) -> tuple[list[int],
                                                                                                 list[int]]:
-        """One filter chain over one set of passages (Eq. 7): the ids kept, and the invalid ids returned."""
+        """One filter chain over one set of passages (Eq. 7): the ids kept, and the invalid ids returned.
+        A filter call whose reply cannot be read keeps the set unfiltered."""
         if not docs:
             return [], []
+        from ragzoo.adapters import UnreadableOutput
+        from ragzoo.tracing import record_degradation
+
+        try:
+            return self._filter_chain(question, docs, topic_cache)
+        except UnreadableOutput as error:
+            record_degradation(error.predictor, f"kept the set of {len(docs)} passages unfiltered")
+            return list(range(len(docs))), []
+
+    def _filter_chain(self, question: str, docs: list[Passage], topic_cache: dict[str, str]) -> tuple[list[int],
+                                                                                                      list[int]]:
         knowledge = format_knowledge(docs)
         if self.filter_stages == "ids":
             ids = self.filter_ids(question=question, knowledge=knowledge).relevant_ids

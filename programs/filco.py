@@ -28,16 +28,36 @@ Choices where the paper is open, or where an LLM predictor replaces a fine-tuned
   the code NLTK).
   The title is not split: the filter sees it as a separate field and the generator sees each kept passage
   as "Title | kept sentences" (titles carry the entity that sentences refer to by pronoun).
-- `on_empty` (the paper is silent about an empty prediction; the official code falls back to the full
-  passage when the silver text is empty): "passage" = when nothing is selected in ANY passage, answer from
-  the full retrieved passages; "none" = answer with an empty context. The fallback is per question, not per
-  passage: falling back per passage at top-k would re-admit the negative passages the filter rejected.
-- granularity "passage" is the PSG/PSGS baseline: a bool keep/drop per passage, same fallback rule.
+- `on_empty`, when the filter keeps nothing at all. Default "none": the generator answers from what the
+  filter kept, i.e. an EMPTY context, as the paper's own analysis describes STRINC producing an empty
+  context (§5.2, Fig. 7); the official code's fallback to the full passage (`get_inputs.py`) builds silver
+  TRAINING inputs, and its test-time path (`replace_context.py`) has none. With a full-passage fallback at
+  the paper's k = 1 the filter's verdict could not matter (kept or dropped, the generator would see the same
+  passage) and PSG would be FULL plus a wasted call. "passage" keeps that fallback as an explicit knob:
+  answer from the full retrieved passages. The fallback is per question, not per passage: falling back per
+  passage at top-k would re-admit the negative passages the filter rejected.
+- granularity "passage" is the PSG/PSGS baseline: a bool keep/drop per passage, same empty rule.
+- `context` selects the row of Fig. 4 / Table 4: "filtered" (FILCO, and PSG/PSGS with granularity
+  "passage"), "full" (FULL: the generator sees the k retrieved passages, no filter call: 1 LM call) or
+  "silver" (SILVER, the upper bound: the ORACLE selection of `measure` replaces the filter at test time, no
+  filter call; it needs the gold answers, passed as `forward(question, answers=[...])`; CXMI needs a
+  log-probability scorer, so SILVER takes "strinc" or "lexical").
+- Staged compilation (`compile_stages`): compiling FILCO first compiles the filter alone on oracle-labelled
+  examples (this program's measure, threshold, k and granularity) against the agreement metric, then the
+  program end to end (the generator; the filter keeps its staged demos). The manifest records each stage.
 - `measure`, `threshold` (LEXICAL λ = 0.5, strict >) and `cxmi_threshold` (0.0 on the log-ratio = 1.0 on the
-  paper's ratio) do not change `forward`: they define the silver labels and the filter metric. Default
-  measure "strinc" (the paper's choice for NQ and TQA, and the only one besides LEXICAL that needs no
-  log-probabilities); the paper uses CXMI for HotpotQA, ELI5 and FEVER and LEXICAL for WoW.
+  paper's ratio) do not change the filtered `forward`: they define the silver labels and the filter metric
+  (and SILVER's selection). Default "auto" = the paper's per-dataset choice (§4.2, `PAPER_MEASURE`): STRINC
+  for NQ and TQA, CXMI for HotpotQA, ELI5 and FEVER, LEXICAL for WoW, STRINC for a dataset the paper did not
+  use (or when the compile does not name one). CXMI needs log-probabilities of the gold answer: without a
+  scorer (`compile_program(..., stage_resources={"logprob_fn": ...})`) the filter stage is skipped and the
+  manifest says why; pass measure=lexical or strinc to compile the filter on HotpotQA without one. SILVER
+  resolves "auto" to STRINC (CXMI at test time needs the scorer too).
 - The generator is a plain `Predict` (M_gen decodes the answer directly, no chain of thought).
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as a degradation in the trace): a
+  `filter` reply that cannot be read for a passage keeps that whole passage (the FULL context for it:
+  nothing was filtered out); `selected` records all its sentence indices (or True). The generator's
+  unreadable reply fails the question.
 """
 
 from __future__ import annotations
@@ -46,12 +66,19 @@ from typing import Annotated, Any, Iterable, Literal
 
 import dspy
 
+from ragzoo.errors import ConfigError
 from ragzoo.knobs import Range
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, TopK, passages_as_context
+from ragzoo.programs.base import RagProgram, Stage, StageSkipped, TopK, degrade, passages_as_context
 from ragzoo.programs.filco_oracle import (CXMI_THRESHOLD, LEXICAL_THRESHOLD, Granularity, LogProbFn, Measure,
-                                         build_filter_trainset, split_sentences)
+                                         build_filter_trainset, filter_agreement_metric, oracle_select,
+                                         split_sentences)
 from ragzoo.signatures.filco import AnswerFromFilteredContext, FilterPassage, FilterSentences, format_sentences
+
+
+# §4.2: the measure the main results use per task (the paper's six datasets under ragzoo's names)
+PAPER_MEASURE = {"nq_open": "strinc", "nq": "strinc", "triviaqa": "strinc", "tqa": "strinc", "hotpotqa": "cxmi",
+                 "eli5": "cxmi", "fever": "cxmi", "wow": "lexical"}
 
 
 def _kept_text(passage, text: str) -> str:
@@ -69,30 +96,59 @@ class Filco(RagProgram):
         k: passages retrieved and filtered (the paper's main runs use the top 1; §4.6 uses 5).
         granularity: "sentence" keeps selected sentences; "passage" keeps or drops whole passages (the
             paper's PSG baseline).
-        on_empty: when the filter keeps nothing at all: "passage" answers from the full passages, "none"
-            answers with an empty context.
+        on_empty: when the filter keeps nothing at all: "none" answers from that empty context (the
+            paper's prediction path), "passage" falls back to the full retrieved passages.
         measure: oracle measure for the filter's silver labels and metric: "strinc" (answer string
             included), "lexical" (unigram F1 > threshold) or "cxmi" (needs log-probabilities).
         threshold: LEXICAL's F1 threshold λ (strictly greater keeps a sentence).
         cxmi_threshold: CXMI's threshold on the log-ratio (0.0 = the paper's ratio 1.0).
+        context: which context the generator sees: "filtered" (FILCO / PSG), "full" (the FULL baseline, no
+            filter call) or "silver" (the oracle selection at test time, the SILVER upper bound; needs
+            forward(question, answers=...)).
     """
 
     def __init__(self, retriever, k: TopK = 1, granularity: Granularity = "sentence",
-                 on_empty: Literal["passage", "none"] = "passage", measure: Measure = "strinc",
+                 on_empty: Literal["none", "passage"] = "none", measure: Literal[Measure, "auto"] = "auto",
                  threshold: Annotated[float, Range(0.0, 1.0)] = LEXICAL_THRESHOLD,
-                 cxmi_threshold: float = CXMI_THRESHOLD):
+                 cxmi_threshold: float = CXMI_THRESHOLD,
+                 context: Literal["filtered", "full", "silver"] = "filtered"):
         super().__init__(retriever)
-        self.k, self.granularity, self.on_empty = k, granularity, on_empty
+        if context == "silver" and measure == "cxmi":
+            raise ConfigError("filco context='silver' selects with the oracle at test time; CXMI needs a "
+                              "log-probability scorer there: use measure='strinc' or 'lexical'")
+        self.k, self.granularity, self.on_empty, self.context = k, granularity, on_empty, context
         self.measure, self.threshold, self.cxmi_threshold = measure, threshold, cxmi_threshold
         self.filter = dspy.Predict(FilterSentences if granularity == "sentence" else FilterPassage)
         self.generate = dspy.Predict(AnswerFromFilteredContext)
 
-    def forward(self, question: str) -> dspy.Prediction:
+    @property
+    def oracle_inputs(self) -> tuple[str, ...]:
+        """Gold fields an evaluation passes at test time: SILVER selects with the oracle (an upper bound)."""
+        return ("answers",) if self.context == "silver" else ()
+
+    def forward(self, question: str, answers: list[str] | str | None = None) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
+        if self.context == "full":
+            result = self.generate(context=passages_as_context(passages), question=question)
+            return dspy.Prediction(answer=result.answer, passages=passages, context=passages_as_context(passages),
+                                   selected=None, sentences=[], retrieved=passages, fallback=None,
+                                   ignored_indices=[], kept_ids=[passage.pid for passage in passages])
+        if self.context == "silver" and not answers:
+            raise ConfigError("filco context='silver' needs the gold answers: call program(question=..., "
+                              "answers=[...])")
         kept, context, selected, sentences_per_passage, ignored = [], [], [], [], []
         for passage in passages:
+            if self.context == "silver":
+                indices = self._silver(question, passage, answers, sentences_per_passage)
+                selected.append(indices if self.granularity == "sentence" else bool(indices))
+                if indices:
+                    kept.append(passage)
+                    context.append(passage.long_text if self.granularity == "passage" else _kept_text(
+                        passage, " ".join(sentences_per_passage[-1][index] for index in indices)))
+                continue
             if self.granularity == "passage":
-                keep = bool(self.filter(question=question, passage=passage.long_text).keep)
+                keep = bool(degrade(lambda: self.filter(question=question, passage=passage.long_text).keep, True,
+                                    "filter", f"kept passage {passage.pid} whole (unfiltered)"))
                 selected.append(keep)
                 if keep:
                     kept.append(passage)
@@ -103,9 +159,11 @@ class Filco(RagProgram):
             if not sentences:  # nothing to filter: no call, nothing kept
                 selected.append([])
                 continue
-            chosen = self.filter(question=question, title=passage.title, sentences=format_sentences(sentences))
-            indices = sorted({index for index in chosen.selected if 0 <= index < len(sentences)})
-            ignored.extend(index for index in chosen.selected if not 0 <= index < len(sentences))
+            chosen = degrade(lambda: self.filter(question=question, title=passage.title,
+                                                 sentences=format_sentences(sentences)).selected,
+                             list(range(len(sentences))), "filter", f"kept passage {passage.pid} whole (unfiltered)")
+            indices = sorted({index for index in chosen if 0 <= index < len(sentences)})
+            ignored.extend(index for index in chosen if not 0 <= index < len(sentences))
             selected.append(indices)
             if indices:
                 kept.append(passage)
@@ -121,12 +179,49 @@ class Filco(RagProgram):
                                sentences=sentences_per_passage, retrieved=passages, fallback=fallback,
                                ignored_indices=ignored, kept_ids=[passage.pid for passage in kept])
 
+    def _silver(self, question: str, passage, answers, sentences_per_passage: list) -> list[int]:
+        """The oracle's selection in one passage (SILVER): sentence indices, or [0] / [] for a whole passage."""
+        measure = "strinc" if self.measure == "auto" else self.measure
+        threshold = {"lexical": self.threshold}.get(measure)
+        if self.granularity == "passage":
+            return oracle_select([passage.long_text], question=question, answers=answers, measure=measure,
+                                 threshold=threshold)
+        sentences = split_sentences(passage.text)
+        sentences_per_passage.append(sentences)
+        return oracle_select(sentences, question=question, answers=answers, measure=measure, threshold=threshold)
+
+    def compile_stages(self) -> list[Stage]:
+        """Stage 1 of compiling FILCO: the filter alone, on oracle labels of this program's measure, against
+        the agreement metric (the paper trains M_ctx on silver labels before M_gen). CXMI labels need a
+        log-probability scorer, which a CLI compile does not have: then there is no filter stage, and the
+        manifest's notes say so."""
+        if self.context != "filtered":
+            return []
+        return [Stage(name="filter", predictors=("filter",), build_trainset=self.filter_trainset,
+                      metric=filter_agreement_metric,
+                      labels=f"oracle {self.measure} labels, one per retrieved passage (top-{self.k})"
+                             + (" (auto = the paper's choice per dataset: strinc for nq/tqa and unnamed datasets, "
+                                "cxmi for hotpotqa/eli5/fever, lexical for wow)" if self.measure == "auto" else ""),
+                      uses=("dataset", "logprob_fn"))]
+
+    def resolved_measure(self, dataset: str | None = None) -> str:
+        """The oracle measure: the knob, or for "auto" the paper's choice for `dataset` (STRINC if unknown)."""
+        if self.measure != "auto":
+            return self.measure
+        return PAPER_MEASURE.get((dataset or "").lower(), "strinc")
+
     def filter_trainset(self, examples: Iterable[Any], logprob_fn: LogProbFn | None = None,
-                        positives_only: bool = False) -> list[dspy.Example]:
+                        positives_only: bool = False, dataset: str | None = None) -> list[dspy.Example]:
         """Oracle-labelled examples for `self.filter` (one per retrieved passage), built with this program's
-        retriever, k, granularity, measure and threshold; compile the filter on them against
-        `ragzoo.programs.filco_oracle.filter_agreement_metric`. CXMI needs `logprob_fn`."""
-        threshold = {"lexical": self.threshold, "cxmi": self.cxmi_threshold}.get(self.measure)
-        return build_filter_trainset(examples, self.retriever, measure=self.measure, k=self.k,
+        retriever, k, granularity, measure (for "auto": the paper's choice for `dataset`) and threshold;
+        compile the filter on them against `ragzoo.programs.filco_oracle.filter_agreement_metric`. CXMI needs
+        `logprob_fn` (without it: `StageSkipped`)."""
+        measure = self.resolved_measure(dataset)
+        if measure == "cxmi" and logprob_fn is None:
+            why = f"the paper's choice for {dataset}" if self.measure == "auto" else "measure=cxmi"
+            raise StageSkipped(f"CXMI labels ({why}) need log-probabilities of the gold answer (logprob_fn, a "
+                               f"scorer); or pass --knob measure=lexical|strinc")
+        threshold = {"lexical": self.threshold, "cxmi": self.cxmi_threshold}.get(measure)
+        return build_filter_trainset(examples, self.retriever, measure=measure, k=self.k,
                                      granularity=self.granularity, threshold=threshold, logprob_fn=logprob_fn,
                                      positives_only=positives_only)

@@ -19,7 +19,11 @@ Choices where the papers are open:
   shared across iterations.
 - y_{t-1} as retrieval text = "<reasoning> <answer>" (the CoT rationale already ends in its answer in the
   paper's prompts; here the answer is a separate field, so it is appended).
-- `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA); default "short".
+- `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA), read leniently ("Yes", "No."
+  count; `ragzoo.programs.base.YesNoPredict`); default "short".
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as a degradation in the trace): a
+  round t > 1 whose generation cannot be read keeps round t-1's generation (its answer is the output) and
+  stops (`stopped_early`). Round 1 has no earlier generation: its unreadable reply fails the question.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from __future__ import annotations
 import dspy
 
 from ragzoo.programs import register
-from ragzoo.programs.base import PositiveInt, RagProgram, TopK, passages_as_context
-from ragzoo.signatures.common import AnswerMode, AnswerWithContext, with_answer_mode
+from ragzoo.programs.base import PositiveInt, RagProgram, TopK, answer_predictor, degrade, passages_as_context
+from ragzoo.signatures.common import AnswerMode, AnswerWithContext
 
 
 def generation_text(result: dspy.Prediction) -> str:
@@ -53,18 +57,27 @@ class IterRetGen(RagProgram):
         super().__init__(retriever)
         self.T = T
         self.k = k
-        self.generate = dspy.ChainOfThought(with_answer_mode(AnswerWithContext, answer_mode))
+        self.generate = answer_predictor(AnswerWithContext, answer_mode, chain_of_thought=True)
 
     def forward(self, question: str) -> dspy.Prediction:
         queries: list[str] = []
         generations: list[str] = []
         passages: list = []
         result = None
+        stopped_early = False
         for _ in range(self.T):
             query = question if result is None else f"{generation_text(result)} {question}"
-            passages = self.retrieve(query, self.k)
-            result = self.generate(context=passages_as_context(passages), question=question)
+            found = self.retrieve(query, self.k)
+            if result is None:  # round 1: the answer call, no earlier generation to fall back on
+                new = self.generate(context=passages_as_context(found), question=question)
+            else:
+                new = degrade(lambda: self.generate(context=passages_as_context(found), question=question), None,
+                              "generate", "kept the previous round's generation and stopped")
             queries.append(query)
+            if new is None:
+                stopped_early = True
+                break
+            result, passages = new, found
             generations.append(generation_text(result))
         return dspy.Prediction(answer=result.answer, passages=passages, reasoning=result.reasoning,
-                               queries=queries, generations=generations)
+                               queries=queries, generations=generations, stopped_early=stopped_early)

@@ -11,7 +11,11 @@ Choices where the paper is open or where we differ:
   hop 1 sees an empty context.
 - The context is deduplicated across hops (first occurrence kept, hop order), as DSPy's tutorial version
   does; the paper's listing simply concatenates.
-- `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA); default "short".
+- `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA), read leniently ("Yes", "No."
+  count; `ragzoo.programs.base.YesNoPredict`); default "short".
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as a degradation in the trace): a
+  hop whose query generation (`generate_query`) cannot be read searches with the question itself. The
+  answer call (`generate_answer`) has no fallback: its unreadable reply fails the question.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from __future__ import annotations
 import dspy
 
 from ragzoo.programs import register
-from ragzoo.programs.base import PositiveInt, RagProgram, TopK, dedup_passages, passages_as_context
-from ragzoo.signatures.common import AnswerMode, AnswerWithContext, GenerateSearchQuery, with_answer_mode
+from ragzoo.programs.base import (PositiveInt, RagProgram, TopK, answer_predictor, dedup_passages, degrade,
+                                  passages_as_context)
+from ragzoo.signatures.common import AnswerMode, AnswerWithContext, GenerateSearchQuery
 
 
 @register("multihop", paper="DSPy multi-hop program (Khattab et al. 2023, arXiv:2310.03714, Table 2)",
@@ -41,13 +46,15 @@ class MultiHop(RagProgram):
         self.hops = hops
         self.k = k
         self.generate_query = dspy.ChainOfThought(GenerateSearchQuery)
-        self.generate_answer = dspy.ChainOfThought(with_answer_mode(AnswerWithContext, answer_mode))
+        self.generate_answer = answer_predictor(AnswerWithContext, answer_mode, chain_of_thought=True)
 
     def forward(self, question: str) -> dspy.Prediction:
         context: list = []
         queries: list[str] = []
         for _ in range(self.hops):
-            query = self.generate_query(context=passages_as_context(context), question=question).search_query
+            query = degrade(lambda: self.generate_query(context=passages_as_context(context),
+                                                        question=question).search_query,
+                            question, "generate_query", "searched with the question as this hop's query")
             queries.append(query)
             context = dedup_passages(context, self.retrieve(query, self.k))
         result = self.generate_answer(context=passages_as_context(context), question=question)

@@ -33,10 +33,14 @@ Choices where the paper is open:
   one-passage demos. Uncompiled they send the same instructions.
 - Passage format: `[i] «Title | text»` per line in retrieval order (the Fig. 8/9 style); a post-fusion
   call sees exactly one passage, `[1] «...»`.
-- The paper's context-free Q/A "format examples" (Fig. 7) and the one-shot Outerbridge demo (Figs. 8-9)
-  are not shipped: demos are what compiling adds (e.g. a 1-demo LabeledFewShot reproduces the one-shot
-  setting). Pruning/Summary use `dspy.Predict` with an explicit `rationale` output, not ChainOfThought's
-  generic reasoning field, so the two prompts differ only in how the rationale is asked for (as in the paper).
+- Pruning and Summary are one-shot prompts in the paper (§3.2.2, Figs. 8-9): what defines each is its
+  worked demo (elimination vs summary). Each ships with ONE demo of our own (`PRUNING_DEMO` /
+  `SUMMARY_DEMO` in `signatures/postfusion.py`: three sources about Lake Baikal railways, one answering;
+  not the paper's Outerbridge example), set on the predictor at construction, so an uncompiled program is
+  one-shot as in the paper; compiling replaces it with the optimizer's demos. `one_shot=False` is the
+  zero-shot ablation. The context-free Q/A "format examples" of Fig. 7 are not shipped (they show format
+  only; the typed output fields do that). Pruning/Summary use `dspy.Predict` with an explicit `rationale`
+  output, not ChainOfThought's generic reasoning field.
 - PF+Concat distiller (prompt not in the paper): sees the passages whose own answer was not unknown, in
   retrieval order, and the distinct candidate answers (deduplicated after normalization, first seen
   first). When every passage said unknown the answer is "unknown" and no distilling call is made (k
@@ -46,27 +50,71 @@ Choices where the paper is open:
   and for concat_pf when concat answered; the passages that voted for the winner when the vote decided
   (none if every passage said unknown); the distiller's passages for pf_concat. `retrieved` always holds
   all k.
-- Self-consistency (Sec. 4.4, sampling p outputs) is an LM sampling setting and is not implemented here;
-  `majority_vote` is what it would aggregate with.
-- A parse failure of any call raises (DSPy's AdapterParseError); the paper has no fallback for it.
+- Self-consistency (§4.4) is the knob `samples` (p): each answering call is made p times at temperature 0.7
+  (the paper's setting), each with its own `rollout_id` so the samples are distinct requests (and distinct
+  cache entries), and the p answers are reduced by `majority_vote` (unknowns do not vote, ties to the
+  first sample). Concatenation: p calls -> one answer; Post-Fusion: p per passage -> one answer per
+  passage, then the usual vote; Concat+PF falls back when the concatenation's majority is unknown (the
+  paper does not say how Concat+PF uses samples). p = 1 (default) is one greedy call, as in the main
+  tables. Calls per question are multiplied by p (an API that returns n completions per request could
+  serve one call; DSPy's n is not used because not every LM behind ragzoo supports it).
+- "With gold passage" (Table 1, knob `gold_passage`): the paper says the gold passage is "randomly inserted"
+  into the top-5 when they lack the answer; whether it replaces one or is added is open: it REPLACES the
+  passage at a random position (seeded by the question), keeping k. Whether the top-k "contain the answer"
+  is a normalized whole-token string inclusion of a gold answer (FILCO's STRINC); without `answers` the gold
+  passage is always inserted. The gold passage and answers are per-question inputs of `forward`.
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, each recorded as a degradation in the
+  trace): a per-passage answer (`passage_answer`) that cannot be read counts as "unknown" and casts no
+  vote; in concat_pf an unreadable `concat_answer` is treated as "unknown", i.e. the post-fusion vote
+  runs; in pf_concat an unreadable `distill` gives the majority vote of the candidates. The single answer
+  call of concat, pruning and summary has no fallback: its unreadable reply fails the question. Any
+  other parse failure raises (DSPy's AdapterParseError).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import dspy
 
 from ragzoo.errors import ConfigError
+from ragzoo.knobs import Range
 from ragzoo.programs import register
-from ragzoo.programs.base import RagProgram, TopK
+from ragzoo.programs.base import RagProgram, TopK, degrade
 from ragzoo.programs.voting import UNKNOWN, distinct_candidates, is_unknown, majority_vote
 from ragzoo.retrieval.base import Passage
-from ragzoo.signatures.postfusion import DistillAnswer, PassageQA, PruningQA, SummaryQA
+from ragzoo.signatures.postfusion import (PRUNING_DEMO, SUMMARY_DEMO, DistillAnswer, PassageQA, PruningQA,
+                                          SummaryQA)
 
 PAPER = "Post-Fusion as Fallback (Liu et al. 2023, arXiv 2308.12574)"
 SHORT = "Post-Fusion as Fallback (Liu et al. 2023)"
+NO_VOTE = "counted as unknown: the passage casts no vote"
+SAMPLING_TEMPERATURE = 0.7  # §4.4's self-consistency setting
 Mode = Literal["concat", "postfusion", "concat_pf", "pf_concat", "pruning", "summary"]
+
+
+def insert_gold(question: str, passages: list[Passage], gold, answers) -> tuple[list[Passage], int | None]:
+    """Table 1's setting: if no passage contains a gold answer, the gold passage replaces the one at a random
+    position (seeded by the question, so a run is repeatable); returns the passages and that position."""
+    import random
+
+    from ragzoo.programs.filco_oracle import string_inclusion
+
+    if gold is None:
+        raise ConfigError("post-fusion knob gold_passage=true needs the gold passage: call "
+                          "program(question=..., gold_passage=..., answers=[...])")
+    if isinstance(gold, dict):
+        gold = Passage(pid=str(gold.get("pid") or gold.get("id") or "gold"), title=gold.get("title", ""),
+                       text=gold.get("text", ""))
+    elif isinstance(gold, str):
+        title, _, text = gold.partition(" | ")
+        gold = Passage(pid="gold", title=title if text else "", text=text or title)
+    if answers and any(string_inclusion(p.long_text, answers) for p in passages):
+        return passages, None
+    if not passages:
+        return [gold], 0
+    position = random.Random(question).randrange(len(passages))
+    return [*passages[:position], gold, *passages[position + 1:]], position
 
 
 def numbered_passages(passages: list[Passage]) -> str:
@@ -77,9 +125,9 @@ def numbered_passages(passages: list[Passage]) -> str:
 
 
 @register("summary", paper=PAPER, short=SHORT, calls="1", mode="summary",
-          summary="one-shot-style CoT that summarizes the relevant sources, then answers")
+          summary="one-shot CoT that summarizes the relevant sources, then answers")
 @register("pruning", paper=PAPER, short=SHORT, calls="1", mode="pruning",
-          summary="one-shot-style CoT that eliminates irrelevant sources, then answers")
+          summary="one-shot CoT that eliminates irrelevant sources, then answers")
 @register("pf_concat", paper=PAPER, short=SHORT, calls="k + 1 (k if all unknown)", mode="pf_concat",
           summary="per-passage answers, drop 'unknown' passages, one distilling call over the rest + candidates")
 @register("concat_pf", paper=PAPER, short=SHORT, calls="1 + k·P(unknown)", mode="concat_pf",
@@ -99,6 +147,13 @@ class PostFusionFamily(RagProgram):
             the literal word.
         skip_distill_if_unanimous: pf_concat only: skip the distilling call when all candidate answers
             agree (ours, saves a call).
+        one_shot: pruning/summary only: start from our one worked demo (the paper's prompts are one-shot);
+            false = zero-shot. Compiling replaces it.
+        samples: self-consistency (§4.4): p sampled answers (temperature 0.7) per answering call, majority
+            vote over them; 1 = one greedy call.
+        gold_passage: Table 1's "with gold passage" setting: when no retrieved passage holds a gold answer,
+            the gold passage (forward(question, gold_passage=..., answers=...)) replaces one at a random
+            position.
     """
 
     def __init__(
@@ -108,11 +163,20 @@ class PostFusionFamily(RagProgram):
         mode: Mode = "concat_pf",
         lenient_unknown: bool = False,
         skip_distill_if_unanimous: bool = False,
+        one_shot: bool = True,
+        samples: Annotated[int, Range(1, 20)] = 1,
+        gold_passage: bool = False,
     ):
         super().__init__(retriever)
         if skip_distill_if_unanimous and mode != "pf_concat":
             raise ConfigError(f"PostFusionFamily knob skip_distill_if_unanimous applies to pf_concat only, "
                               f"not {mode!r}")
+        if not one_shot and mode not in ("pruning", "summary"):
+            raise ConfigError(f"PostFusionFamily knob one_shot applies to pruning and summary only, not {mode!r}")
+        if samples > 1 and mode not in ("concat", "postfusion", "concat_pf"):
+            raise ConfigError(f"PostFusionFamily knob samples (self-consistency, §4.4) applies to concat, "
+                              f"postfusion and concat_pf, not {mode!r}")
+        self.one_shot, self.samples, self.gold_passage = one_shot, samples, gold_passage
         self.k = k
         self.mode = mode
         self.lenient_unknown = lenient_unknown
@@ -127,11 +191,21 @@ class PostFusionFamily(RagProgram):
             self.distill = dspy.Predict(DistillAnswer)
         if mode == "pruning":
             self.pruning_answer = dspy.Predict(PruningQA)
+            self.pruning_answer.demos = [PRUNING_DEMO] if one_shot else []
         if mode == "summary":
             self.summary_answer = dspy.Predict(SummaryQA)
+            self.summary_answer.demos = [SUMMARY_DEMO] if one_shot else []
 
-    def forward(self, question: str) -> dspy.Prediction:
+    @property
+    def oracle_inputs(self) -> tuple[str, ...]:
+        """Gold fields an evaluation passes at test time: Table 1's "with gold passage" setting."""
+        return ("gold_passage", "answers") if self.gold_passage else ()
+
+    def forward(self, question: str, gold_passage=None, answers=None) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
+        gold_inserted = None
+        if self.gold_passage:
+            passages, gold_inserted = insert_gold(question, passages, gold_passage, answers)
         run = {
             "concat": self._concat,
             "postfusion": self._postfusion,
@@ -144,18 +218,35 @@ class PostFusionFamily(RagProgram):
                       distilled=False, rationale=None)
         fields.update(run(question, passages))
         return dspy.Prediction(retrieved=passages, unknown=is_unknown(fields["answer"], self.lenient_unknown),
-                               **fields)
+                               gold_inserted=gold_inserted, **fields)
 
     # Strategies. Each returns the prediction fields it determines.
 
-    def _concat(self, question: str, passages: list[Passage]) -> dict:
+    def _ask(self, predictor, context: str, question: str, unreadable: tuple[str, str] | None = None) -> str:
+        """One answer: a greedy call, or (self-consistency) the majority of `samples` sampled calls. With
+        `unreadable` = (predictor name, what that means), a call whose reply cannot be read answers
+        "unknown" (a degradation); without it, it raises."""
+        def call(**config):
+            if unreadable is None:
+                return predictor(context=context, question=question, **config).answer
+            return degrade(lambda: predictor(context=context, question=question, **config).answer, UNKNOWN,
+                           *unreadable)
+
+        if self.samples == 1:
+            return call()
+        answers = [call(config={"temperature": SAMPLING_TEMPERATURE, "rollout_id": i})
+                   for i in range(self.samples)]
+        return majority_vote(answers, self.lenient_unknown).answer
+
+    def _concat(self, question: str, passages: list[Passage], unreadable: tuple[str, str] | None = None) -> dict:
         """Eq. 1: one call over all k passages."""
-        answer = self.concat_answer(context=numbered_passages(passages), question=question).answer
+        answer = self._ask(self.concat_answer, numbered_passages(passages), question, unreadable)
         return dict(answer=answer, passages=passages, concat_answer=answer)
 
     def _vote(self, question: str, passages: list[Passage]) -> dict:
         """Eq. 2: one call per passage, then the majority vote over the answer pool."""
-        votes = [self.passage_answer(context=numbered_passages([p]), question=question).answer for p in passages]
+        votes = [self._ask(self.passage_answer, numbered_passages([p]), question, ("passage_answer", NO_VOTE))
+                 for p in passages]
         vote = majority_vote(votes, self.lenient_unknown)
         return dict(answer=vote.answer, passages=[passages[i] for i in vote.supporters(votes)], votes=votes,
                     vote_counts=vote.counts, candidates=distinct_candidates(votes, self.lenient_unknown))
@@ -165,14 +256,16 @@ class PostFusionFamily(RagProgram):
 
     def _concat_pf(self, question: str, passages: list[Passage]) -> dict:
         """Sec. 3.3, Fig. 2 top: concatenation; post-fusion only when it answers unknown."""
-        first = self._concat(question, passages)
+        first = self._concat(question, passages,
+                             ("concat_answer", "treated as unknown: fell back to the post-fusion vote"))
         if not is_unknown(first["answer"], self.lenient_unknown):
             return first
         return dict(self._vote(question, passages), concat_answer=first["answer"], fallback=True)
 
     def _pf_concat(self, question: str, passages: list[Passage]) -> dict:
         """Sec. 3.3, Fig. 2 bottom: per-passage answers, drop unknown passages, distill over the rest."""
-        votes = [self.passage_answer(context=numbered_passages([p]), question=question).answer for p in passages]
+        votes = [degrade(lambda p=p: self.passage_answer(context=numbered_passages([p]), question=question).answer,
+                         UNKNOWN, "passage_answer", NO_VOTE) for p in passages]
         survivors = [p for p, a in zip(passages, votes) if not is_unknown(a, self.lenient_unknown)]
         candidates = distinct_candidates(votes, self.lenient_unknown)
         fields = dict(votes=votes, candidates=candidates, passages=survivors)
@@ -180,8 +273,11 @@ class PostFusionFamily(RagProgram):
             return dict(fields, answer=UNKNOWN)
         if self.skip_distill_if_unanimous and len(candidates) == 1:
             return dict(fields, answer=candidates[0])
-        answer = self.distill(context=numbered_passages(survivors), question=question,
-                              candidate_answers=candidates).answer
+        answer = degrade(lambda: self.distill(context=numbered_passages(survivors), question=question,
+                                              candidate_answers=candidates).answer, None,
+                         "distill", "answered with the majority vote of the candidates")
+        if answer is None:
+            return dict(fields, answer=majority_vote(votes, self.lenient_unknown).answer)
         return dict(fields, answer=answer, distilled=True)
 
     def _cot(self, question: str, passages: list[Passage]) -> dict:

@@ -59,8 +59,21 @@ Choices where the paper is open (knobs in brackets):
   [use_decomposition=False] = No QDM (no relevant passage -> "unknown").
 - Answers are short (entity/date/number/yes-no) because ragzoo scores exact match; the paper's model wrote
   sentences and its "EM" is in effect answer containment.
-- An unparseable LM output raises (DSPy's AdapterParseError) and the example scores 0, instead of the
-  code's "treat as Unknow/irrelevant": ragzoo records parse failures rather than hiding them.
+- answer_mode="yes_no" (StrategyQA, Table 1): the root's final answer is read as yes/no after the fact
+  ("Yes", "No.", "yes, because ..." -> "yes"/"no"; anything else is kept verbatim and scores 0), because
+  the same answering predictors also answer the factoid sub-questions, which must not be forced to yes/no.
+- Staged compilation of the gates (opt-in: [gate_stages=True]): the self-knowledge gate is compiled first on
+  App. A.1's labels (the LM's own closed-book answer is right or not: one call per training question), the
+  relevance gate on labels from data (the passage contains a gold answer; App. A.2 asks an LLM instead), each
+  against its agreement metric; then the program end to end. Decomposition has no automatic label and is
+  compiled end to end only. The manifest records each stage.
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, each recorded as a degradation in the
+  trace, so nothing is hidden): `self_knowledge` unreadable -> "cannot answer" (the node retrieves); a
+  relevance judge (`relevance_judge` for one passage, `relevance_joint` for all) unreadable -> keep the
+  passage(s) it judged; `decompose` unreadable -> answer from all retrieved passages (route
+  "unreadable_decomposition:passages"; directly when nothing was retrieved). The answering calls
+  (`direct_answer`, `passages_answer`, `synthesize`) have no fallback: their unreadable reply fails the
+  question. Any other unparseable output raises (DSPy's AdapterParseError) and the example scores 0.
 
 The prediction carries `answer`, `passages` (every passage an answer in the tree was written from, in order
 of use, deduplicated), `route` (how the root was answered), `tree` (nested dicts: question, depth, route,
@@ -77,8 +90,11 @@ from typing import Annotated, Any, Literal
 import dspy
 
 from ragzoo.knobs import Range
+from ragzoo.metrics.rates import is_unknown as _is_unknown
 from ragzoo.programs import register
-from ragzoo.programs.base import PositiveInt, RagProgram, TopK, dedup_passages, passages_as_context
+from ragzoo.programs.base import (PositiveInt, RagProgram, Stage, TopK, dedup_passages, degrade,
+                                  passages_as_context, read_yes_no)
+from ragzoo.signatures.common import AnswerMode
 from ragzoo.retrieval.base import Passage
 from ragzoo.signatures.raisf import (
     Decompose,
@@ -101,7 +117,9 @@ def normalize_question(text: str) -> str:
 
 
 def is_unknown(answer: str) -> bool:
-    return normalize_question(answer) in {"", "unknown", "unknow", "i don t know"}
+    """ragzoo's one definition of an abstention (`ragzoo.metrics.rates.is_unknown`: "unknown" or empty), plus
+    the official code's "Unknow" spelling and "I don't know"."""
+    return _is_unknown(answer) or normalize_question(answer) in {"unknow", "i don t know"}
 
 
 @dataclass
@@ -143,6 +161,10 @@ class RAISF(RagProgram):
         use_self_knowledge: ask first whether the model knows the answer (false = Table 2's "No SKM").
         use_relevance: retrieve and judge passages (false = Table 2's "No PRM").
         use_decomposition: decompose questions no passage answers (false = Table 2's "No QDM").
+        answer_mode: "short" answers; "yes_no" reads the final answer as yes or no (StrategyQA), leniently
+            ("Yes", "No." count); sub-questions keep short answers.
+        gate_stages: compile the self-knowledge and relevance gates on labels built from the training data
+            before the end-to-end compile (App. A's training data; opt-in).
     """
 
     def __init__(
@@ -159,6 +181,8 @@ class RAISF(RagProgram):
         use_self_knowledge: bool = True,
         use_relevance: bool = True,
         use_decomposition: bool = True,
+        answer_mode: AnswerMode = "short",
+        gate_stages: bool = False,
     ):
         super().__init__(retriever)
         self.k = k
@@ -172,6 +196,8 @@ class RAISF(RagProgram):
         self.use_self_knowledge = use_self_knowledge
         self.use_relevance = use_relevance
         self.use_decomposition = use_decomposition
+        self.answer_mode = answer_mode
+        self.gate_stages = gate_stages
 
         # M_know, M_rel, M_decom: the paper's three trained gates.
         self.self_knowledge = dspy.Predict(SelfKnowledge)
@@ -188,8 +214,11 @@ class RAISF(RagProgram):
         state = _SolveState()
         root = self._solve(question, 0, (), state)
         relevant_ids = list(dict.fromkeys(pid for node in _walk(root) for pid in node["relevant_ids"]))
+        answer = root["answer"]
+        if self.answer_mode == "yes_no":  # the root's answer only: sub-questions are factoid
+            answer = read_yes_no(answer) or answer
         return dspy.Prediction(
-            answer=root["answer"],
+            answer=answer,
             passages=dedup_passages(state.used_passages),
             route=root["route"],
             tree=root,
@@ -199,6 +228,63 @@ class RAISF(RagProgram):
             n_retrievals=state.retrievals,
             n_lm_calls=state.lm_calls,
         )
+
+    # ----------------------------------------------------------------------------------------------
+    # Staged compilation of the gates (opt-in, knob gate_stages).
+
+    def compile_stages(self) -> list[Stage]:
+        """With `gate_stages`: the self-knowledge gate on App. A.1 labels (does this LM answer the training
+        question correctly without retrieval? one closed-book call per question, scored by exact match),
+        then the relevance gate on labels from data (does the passage contain a gold answer?). The
+        decomposition gate has no automatic label: it stays with the end-to-end compile."""
+        if not self.gate_stages:
+            return []
+        stages = []
+        if self.use_self_knowledge:
+            stages.append(Stage(name="self_knowledge", predictors=("self_knowledge",),
+                                build_trainset=self.self_knowledge_trainset, metric=self_knowledge_agreement,
+                                labels="can_answer = the LM's closed-book answer matches a gold answer (App. A.1)"))
+        if self.use_relevance:
+            joint = self.relevance == "joint"
+            stages.append(Stage(name="relevance", predictors=("relevance_joint" if joint else "relevance_judge",),
+                                build_trainset=self.relevance_trainset,
+                                metric=joint_relevance_agreement if joint else relevance_agreement,
+                                labels=f"relevant = the passage contains a gold answer (top-{self.k} per question)"))
+        return stages
+
+    def self_knowledge_trainset(self, examples) -> list[dspy.Example]:
+        """One labelled example per training question: `can_answer` is whether `direct_answer` (the LM,
+        without retrieval) gets a gold answer exactly right. Makes one LM call per question."""
+        from ragzoo.metrics.answer import exact_match
+        from ragzoo.metrics.fields import gold_answers
+
+        labelled = []
+        for example in examples:
+            answer = self.direct_answer(question=example["question"]).answer
+            labelled.append(dspy.Example(question=example["question"],
+                                         can_answer=bool(exact_match(answer, gold_answers(example))))
+                            .with_inputs("question"))
+        return labelled
+
+    def relevance_trainset(self, examples) -> list[dspy.Example]:
+        """Labelled relevance examples from the top-k passages of each training question: per passage
+        (`relevant`), or per question with the 1-based numbers of the relevant passages (joint judge)."""
+        from ragzoo.metrics.fields import gold_answers
+        from ragzoo.programs.filco_oracle import string_inclusion
+
+        labelled = []
+        for example in examples:
+            question, answers = example["question"], gold_answers(example)
+            passages = self.retrieve(question, self.k)
+            flags = [string_inclusion(passage.long_text, answers) for passage in passages]
+            if self.relevance == "joint":
+                labelled.append(dspy.Example(question=question, passages=_numbered(passages),
+                                             relevant_ids=[i for i, flag in enumerate(flags, 1) if flag])
+                                .with_inputs("question", "passages"))
+                continue
+            labelled.extend(dspy.Example(question=question, passage=passage.long_text, relevant=flag)
+                            .with_inputs("question", "passage") for passage, flag in zip(passages, flags))
+        return labelled
 
     # ----------------------------------------------------------------------------------------------
     def _call(self, predictor: dspy.Predict, state: _SolveState, **inputs) -> dspy.Prediction:
@@ -215,7 +301,9 @@ class RAISF(RagProgram):
         state.questions += 1
         state.depth_reached = max(state.depth_reached, depth)
 
-        if self.use_self_knowledge and self._call(self.self_knowledge, state, question=question).can_answer:
+        if self.use_self_knowledge and degrade(
+                lambda: self._call(self.self_knowledge, state, question=question).can_answer, False,
+                "self_knowledge", "treated as cannot answer: retrieve"):
             answer = self._call(self.direct_answer, state, question=question).answer
             return self._solved(node, "self_knowledge", answer, state)
 
@@ -239,7 +327,10 @@ class RAISF(RagProgram):
         if depth >= self.max_depth and self.at_depth_limit != "decompose":
             return self._fallback(node, "depth_limit", self.at_depth_limit, retrieved, state)
 
-        proposed = self._call(self.decompose, state, question=question).sub_questions
+        proposed = degrade(lambda: self._call(self.decompose, state, question=question).sub_questions, None,
+                           "decompose", "answered from all retrieved passages")
+        if proposed is None:
+            return self._fallback(node, "unreadable_decomposition", "passages", retrieved, state)
         lineage = (*ancestors, question)
         sub_questions = self._usable_subquestions(proposed, lineage, node)
         if not sub_questions:
@@ -263,12 +354,17 @@ class RAISF(RagProgram):
         if not passages:
             return []
         if self.relevance == "joint":
-            numbered = [f"[{i}] {text}" for i, text in enumerate(passages_as_context(passages), start=1)]
-            ids = self._call(self.relevance_joint, state, question=question, passages=numbered).relevant_ids
+            numbered = _numbered(passages)
+            ids = degrade(lambda: self._call(self.relevance_joint, state, question=question,
+                                             passages=numbered).relevant_ids,
+                          list(range(1, len(passages) + 1)), "relevance_joint",
+                          f"kept all {len(passages)} passages")
             chosen = {i for i in ids if 1 <= i <= len(passages)}
             return [p for i, p in enumerate(passages, start=1) if i in chosen]
         return [p for p in passages
-                if self._call(self.relevance_judge, state, question=question, passage=p.long_text).relevant]
+                if degrade(lambda p=p: self._call(self.relevance_judge, state, question=question,
+                                                  passage=p.long_text).relevant,
+                           True, "relevance_judge", f"kept passage {p.pid}")]
 
     def _usable_subquestions(self, proposed: list[str], lineage: tuple[str, ...], node: dict) -> list[str]:
         """Drop empty sub-questions, repeats and any equal to the question or an ancestor; cap the rest."""
@@ -301,6 +397,26 @@ class RAISF(RagProgram):
     def _solved(node: dict, route: str, answer: str, state: _SolveState) -> dict:
         state.solved.setdefault(normalize_question(node["question"]), answer)
         return _finish(node, route, answer)
+
+
+def self_knowledge_agreement(example, pred, trace=None) -> float | bool:
+    """The self-knowledge gate agrees with its label (App. A.1: the LM answered correctly without retrieval)."""
+    return float(bool(pred.can_answer) == bool(example.can_answer))
+
+
+def relevance_agreement(example, pred, trace=None) -> float | bool:
+    """The per-passage relevance gate agrees with its label (the passage contains a gold answer)."""
+    return float(bool(pred.relevant) == bool(example.relevant))
+
+
+def joint_relevance_agreement(example, pred, trace=None) -> float | bool:
+    """The joint relevance gate names exactly the passages that contain a gold answer (1-based numbers)."""
+    return float(set(pred.relevant_ids or []) == set(example.relevant_ids or []))
+
+
+def _numbered(passages: list[Passage]) -> list[str]:
+    """How the joint relevance judge sees the passages: "[i] Title | text", numbered from 1."""
+    return [f"[{i}] {text}" for i, text in enumerate(passages_as_context(passages), start=1)]
 
 
 def _finish(node: dict, route: str, answer: str) -> dict:

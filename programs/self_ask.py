@@ -27,6 +27,10 @@ Choices where the papers are open:
 - `done=True` with an empty answer, or `done=False` with an empty follow-up, also ends the loop and goes
   to the final-answer predictor (`stop_reason` records why the loop ended).
 - The prediction's `passages` are all passages gathered (what the final answer saw).
+- Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as degradations in the trace): a
+  `next_step` reply that cannot be read ends the loop and goes to the final-answer predictor
+  (stop_reason "unreadable_step"); a follow-up's intermediate answer (`answer_follow_up`) that cannot be
+  read is "unknown" for it. The final answer call has no fallback: its unreadable reply fails the question.
 - No `answer_mode` knob: the step predictor's answer is empty while a follow-up is asked, so it stays a
   string (a yes/no instruction can be compiled in through demos).
 """
@@ -36,7 +40,7 @@ from __future__ import annotations
 import dspy
 
 from ragzoo.programs import register
-from ragzoo.programs.base import PositiveInt, RagProgram, TopK, dedup_passages, passages_as_context
+from ragzoo.programs.base import PositiveInt, RagProgram, TopK, dedup_passages, degrade, passages_as_context
 from ragzoo.signatures.common import AnswerWithContext, SelfAskFinalAnswer, SelfAskStep, step_text
 
 
@@ -66,7 +70,12 @@ class SelfAsk(RagProgram):
         stop_reason = "max_steps"
         answer = None
         for _ in range(self.max_steps):
-            step = self.next_step(context=passages_as_context(context), question=question, steps=steps)
+            step = degrade(lambda: self.next_step(context=passages_as_context(context), question=question,
+                                                  steps=steps),
+                           None, "next_step", "went to the final answer")
+            if step is None:
+                stop_reason = "unreadable_step"
+                break
             if step.done:
                 if str(step.answer).strip():
                     answer, stop_reason = str(step.answer).strip(), "done"
@@ -78,7 +87,9 @@ class SelfAsk(RagProgram):
                 stop_reason = "no_follow_up"
                 break
             found = self.retrieve(follow_up, self.k)
-            intermediate = self.answer_follow_up(context=passages_as_context(found), question=follow_up).answer
+            intermediate = degrade(lambda: self.answer_follow_up(context=passages_as_context(found),
+                                                                 question=follow_up).answer,
+                                   "unknown", "answer_follow_up", "answered the follow-up with unknown")
             follow_ups.append(follow_up)
             steps.append(step_text(follow_up, intermediate))
             context = dedup_passages(context, found)

@@ -12,7 +12,9 @@ Rules (Liu et al., arXiv 2308.12574, Sec. 3.2.1; the paper does not spell them o
 - An answer is "unknown" when it normalizes to exactly ``unknown``, or is empty (an empty answer is an
   abstention too). ``lenient=True`` also treats common refusal phrasings ("not enough context",
   "cannot be determined", ...) as unknown; exact match is the default because the paper's prompt asks for
-  the literal word and lenient matching would hide prompt-following failures.
+  the literal word and lenient matching would hide prompt-following failures. The definition is
+  `ragzoo.metrics.rates.is_unknown`, shared with the %Unk rate, so the rate counts exactly the abstentions
+  the programs act on.
 - "unknown" answers do not vote. The winner is the most frequent remaining answer; a tie goes to the
   answer whose first occurrence has the best retrieval rank (the answers are given in rank order). The
   surface form returned is that first occurrence. When every answer is unknown the result is ``unknown``.
@@ -26,21 +28,14 @@ every value is ignored it silently falls back to voting among the ignored ones i
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from dspy.evaluate import normalize_text
 
-UNKNOWN = "unknown"
+from ragzoo.metrics.rates import is_unknown as _is_unknown
 
-# Phrasings a model uses instead of the literal "unknown" (searched in normalized text, lenient mode only).
-_REFUSAL = re.compile(
-    r"\b(i (do not|dont) know|not (enough|sufficient) (information|context)|insufficient (information|context)"
-    r"|no (relevant )?(context|information)|(cannot|can not|cant|unable to) (be )?(determined?|answer(ed)?)"
-    r"|(does not|doesnt|do not|dont) (provide|contain|mention|say)|not (provided|given|mentioned|available)"
-    r"|^n ?a$)\b"
-)
+UNKNOWN = "unknown"
 
 
 def normalize_answer(answer: str) -> str:
@@ -51,11 +46,10 @@ def normalize_answer(answer: str) -> str:
 
 
 def is_unknown(answer: str | None, lenient: bool = False) -> bool:
-    """True when `answer` is an abstention: "unknown" (any case/punctuation) or empty."""
-    normalized = normalize_answer(answer or "")
-    if normalized in ("", UNKNOWN):
-        return True
-    return lenient and bool(_REFUSAL.search(normalized))
+    """True when `answer` is an abstention, by the one definition ragzoo has
+    (`ragzoo.metrics.rates.is_unknown`, which the %Unk rate also uses): "unknown" after normalization, or
+    empty; with `lenient`, refusal phrasings too."""
+    return _is_unknown(answer, refusals=lenient)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,13 @@ predictor names, DSPy version) and only then loads the state: it returns a fully
 
 The signature hashes in the manifest are those of the method as the code builds it (before compilation), so
 a later change to a signature's instructions, fields, types or descriptions in the code is detected on load.
+
+An artifact is untrusted input. Loading follows its retriever only inside RAGZOO_DATA (`untrusted_retriever`: a
+relative corpus or index path, or `fixed`); a URL, an absolute path, a local ColBERT index or another embedding
+model needs `trust_retriever=True` (`--trust-retriever`), or the caller's own `retriever`/`retriever_spec`. Every
+size, count and nesting depth it holds is bounded (the `MAX_*` constants), and a value of the wrong type is an
+`ArtifactError` naming the file, never an AttributeError. Saved manifests keep endpoints without credentials
+(`ragzoo.secrets.storable`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ragzoo.errors import ArtifactError, ConfigError
+from ragzoo.leakage import restore as restore_seen
+from ragzoo.leakage import seen_by
+from ragzoo.secrets import storable, strip_spec
 from ragzoo.files import atomic_write_bytes, atomic_write_json, discard_dir, fsync_dir, jsonable, replace_dir, \
     staging_dir
 
@@ -30,6 +40,19 @@ FORMAT_VERSION = 1
 PROGRAM_FILE = "program.json"
 MANIFEST_FILE = "manifest.json"
 KNN_TRAINSET_FILE = "knn_trainset.json"
+
+# Bounds on what an artifact may ask for: a hand-edited file must not make loading read, build or prompt without
+# limit. Each is far above what `ragzoo compile` writes (an ensemble of 3, a few demos, a 50-question trainset).
+MAX_MANIFEST_BYTES = 16 * 2**20
+MAX_PROGRAM_BYTES = 64 * 2**20
+MAX_TRAINSET_BYTES = 256 * 2**20
+MAX_JSON_DEPTH = 64
+MAX_ENSEMBLE_MEMBERS = 64
+MAX_KNN_TRAINSET = 100_000
+MAX_KNN_K = 100
+MAX_DEMOS_PER_PREDICTOR = 1_000
+MAX_SPEC_CHARS = 4_096
+STRUCTURE_KINDS = ("single", "ensemble", "knn")
 
 # ---------------------------------------------------------------------------------------------------------
 # Signature hashes
@@ -135,10 +158,7 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
     staging = staging_dir(path)
     try:
         program_file = staging / PROGRAM_FILE
-        program.save(str(program_file))  # DSPy JSON state; re-written atomically below after a fsync
-        with open(program_file, "rb") as handle:
-            data = handle.read()
-        json.loads(data)  # never publish a program.json that does not parse
+        data = _program_json(program)  # DSPy's JSON state, serialised here: JSON only, never a pickle
         atomic_write_bytes(program_file, data)
         if structure.get("kind") == "knn":
             atomic_write_json(staging / KNN_TRAINSET_FILE, structure.pop("trainset"))
@@ -148,11 +168,12 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
             "knobs": jsonable(resolved),
             "structure": structure,
             "signature_hashes": hashes,
-            "retriever": retriever_spec,
+            "retriever": strip_spec(retriever_spec),  # an endpoint is stored without its credentials
             "package_versions": package_versions(),
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "program_sha256": hashlib.sha256(data).hexdigest(),
-            **jsonable(info),
+            "seen_questions": seen_by(program),  # hashes of the questions the compile trained/validated on
+            **storable(jsonable(info)),  # no credentials in URLs, no key-shaped values, no secret-named entries
         }
         atomic_write_json(staging / MANIFEST_FILE, manifest)
         fsync_dir(staging)
@@ -161,6 +182,23 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
         discard_dir(staging)
         raise
     return path
+
+
+def _program_json(program) -> bytes:
+    """The program's DSPy state as JSON bytes (what `program.save("x.json")` writes, without its advice to fall
+    back to pickle when a value is not JSON: ragzoo artifacts are JSON only)."""
+    from dspy.utils.saving import get_dependency_versions
+
+    state = program.dump_state()
+    state["metadata"] = {"dependency_versions": get_dependency_versions()}
+    try:
+        data = json.dumps(state, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+    except (TypeError, ValueError) as error:
+        raise ArtifactError(f"the compiled program holds a value that is not JSON ({error}); ragzoo saves "
+                            f"programs as JSON only: keep only JSON values (text, numbers, lists) in its state") \
+            from None
+    json.loads(data)  # never publish a program.json that does not parse
+    return data
 
 
 def is_artifact_dir(path: str | os.PathLike) -> bool:
@@ -222,8 +260,88 @@ def _expected_predictor_names(hashes: dict[str, str], structure: dict) -> list[s
 # Load
 
 
+def _read_bounded(file: Path, limit: int, what: str) -> bytes:
+    """The bytes of `file`, refused past `limit` bytes or when unreadable (one line saying what to do)."""
+    try:
+        size = file.stat().st_size
+        if size > limit:
+            raise ArtifactError(f"{file} is {size // 2**20} MB, more than the {limit // 2**20} MB a {what} may hold; "
+                                f"the artifact was edited or is not a ragzoo artifact, recompile the program")
+        with open(file, "rb") as handle:
+            return handle.read(limit + 1)
+    except OSError as error:
+        raise ArtifactError(f"cannot read {file} ({error.strerror or error}); check its permissions, or "
+                            f"recompile the program") from None
+
+
+def _json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return True
+
+
+def _parse_json(data: bytes, file: Path) -> Any:
+    too_deep = False
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ArtifactError(f"{file} is corrupt or truncated ({error}); recompile the program") from None
+    except RecursionError:
+        value, too_deep = None, True
+    if too_deep or not _json_depth_ok(value):
+        raise ArtifactError(f"{file} is nested more than {MAX_JSON_DEPTH} levels deep, which no ragzoo artifact is; "
+                            f"the file was edited, recompile the program")
+    return value
+
+
+def _corrupt(file: Path, what: str) -> ArtifactError:
+    return ArtifactError(f"{file}: {what}; the manifest was edited or truncated, recompile the program")
+
+
+def _check_manifest_types(manifest: dict, manifest_file: Path) -> None:
+    """Every field that loading reads has the type and size ragzoo writes; anything else is a corrupt artifact."""
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in manifest["signature_hashes"].items()):
+        raise _corrupt(manifest_file, "'signature_hashes' must map predictor names to hash strings")
+    if not all(isinstance(k, str) for k in manifest["knobs"]):
+        raise _corrupt(manifest_file, "'knobs' must map knob names to values")
+    retriever = manifest.get("retriever")
+    if retriever is not None and (not isinstance(retriever, str) or len(retriever) > MAX_SPEC_CHARS):
+        raise _corrupt(manifest_file, "'retriever' must be a retriever spec string")
+    versions = manifest.get("package_versions")
+    if versions is not None and (not isinstance(versions, dict)
+                                 or not all(isinstance(v, str) for v in versions.values())):
+        raise _corrupt(manifest_file, "'package_versions' must map package names to version strings")
+    structure = manifest.get("structure")
+    if structure is None:
+        return
+    if not isinstance(structure, dict) or structure.get("kind", "single") not in STRUCTURE_KINDS:
+        raise _corrupt(manifest_file, f"'structure' must be an object whose kind is one of {list(STRUCTURE_KINDS)}")
+    members = structure.get("members", 1)
+    limit = MAX_ENSEMBLE_MEMBERS if structure.get("kind") == "ensemble" else 1
+    if not isinstance(members, int) or isinstance(members, bool) or not 1 <= members <= limit:
+        raise _corrupt(manifest_file, f"'structure.members' must be an integer from 1 to {limit}, got {members!r}")
+    if structure.get("kind") == "knn":
+        k = structure.get("k", 3)
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_KNN_K:
+            raise _corrupt(manifest_file, f"the KNN 'k' must be an integer from 1 to {MAX_KNN_K}, got {k!r}")
+        bootstrap = structure.get("bootstrap") or {}
+        if not isinstance(bootstrap, dict) or not all(
+                isinstance(v, (str, bool, type(None))) or (isinstance(v, (int, float)) and 0 <= v <= 1000)
+                for v in bootstrap.values()):
+            raise _corrupt(manifest_file, "the KNN 'bootstrap' settings must be numbers from 0 to 1000 or strings")
+        if not isinstance(structure.get("embedder", ""), str):
+            raise _corrupt(manifest_file, "the KNN 'embedder' must be a model name")
+
+
 def read_manifest(path: str | os.PathLike) -> dict:
-    """Read and validate the manifest of the artifact at `path` (format, required keys, types)."""
+    """Read and validate the manifest of the artifact at `path` (size, nesting, format, required keys, types)."""
     path = Path(path)
     if not path.is_dir():
         raise ArtifactError(f"{path} is not a compiled-program directory (expected {PROGRAM_FILE} and "
@@ -231,10 +349,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     manifest_file = path / MANIFEST_FILE
     if not manifest_file.is_file():
         raise ArtifactError(f"{manifest_file} is missing; {path} is not a complete artifact, recompile it")
-    try:
-        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ArtifactError(f"{manifest_file} is corrupt or truncated ({error}); recompile the program") from None
+    manifest = _parse_json(_read_bounded(manifest_file, MAX_MANIFEST_BYTES, "manifest"), manifest_file)
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{manifest_file} is not a JSON object; recompile the program")
     version = manifest.get("format_version")
@@ -249,30 +364,94 @@ def read_manifest(path: str | os.PathLike) -> dict:
         if not isinstance(manifest.get(key), kind):
             raise ArtifactError(f"{manifest_file} lacks a valid {key!r}; the manifest was edited or truncated, "
                                 f"recompile the program")
+    _check_manifest_types(manifest, manifest_file)
     return manifest
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Trust: an artifact names its retriever, but loading follows it only where the user already pointed ragzoo
+
+
+def untrusted_retriever(spec: str | None) -> str | None:
+    """What following `spec` (read from an artifact) would do beyond what the user named, or None when it stays
+    inside RAGZOO_DATA (a relative corpus or index path, no '..', no model option) or replays the passages
+    recorded with the user's own questions (`fixed`)."""
+    from urllib.parse import parse_qsl
+
+    from ragzoo.paths import data_root
+    from ragzoo.secrets import strip_spec
+
+    if spec is None or spec.strip().lower() in ("", "static", "none", "fixed") or \
+            spec.strip().lower().startswith("fixed:"):
+        return None
+    scheme, _sep, rest = spec.strip().partition(":")
+    scheme = scheme.lower()
+    if scheme in ("bm25", "dense", "hybrid"):
+        target, _q, query = rest.partition("?")
+        options = dict(parse_qsl(query, keep_blank_values=True))
+        if "model" in options:
+            return f"loads the embedding model {options['model']!r}"
+        parts = Path(target).parts
+        if not target or Path(target).is_absolute() or target.startswith("~") or ".." in parts or "\\" in target:
+            return f"reads {target!r}, outside RAGZOO_DATA"
+        root = data_root().resolve()
+        inside = (root / target).resolve()
+        if inside != root and root not in inside.parents:
+            return f"reads {target!r}, which links outside RAGZOO_DATA"
+        if Path(target).exists() and Path(target).resolve() != inside:  # a corpus path is tried as given first
+            return f"reads {target!r} in the current folder, outside RAGZOO_DATA"
+        return None
+    if scheme == "colbertv2":
+        return f"sends every question to {strip_spec(spec).partition(':')[2]}"
+    if scheme == "colbert":
+        return f"opens the index folder {rest!r}"
+    return "is not a spec ragzoo follows from an artifact"
+
+
+def _check_trusted(path: Path, spec: str) -> None:
+    from ragzoo.secrets import strip_spec
+
+    reason = untrusted_retriever(spec)
+    if reason:
+        raise ArtifactError(f"{path} asks for retriever {strip_spec(spec)!r}, which {reason}; an artifact's retriever "
+                            f"is followed only inside RAGZOO_DATA: pass --trust-retriever to use it anyway, or "
+                            f"--retriever SPEC to choose your own (Python: trust_retriever=True or retriever_spec=)")
+
+
 def load(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None = None,
-         method: str | None = None, knobs: dict | None = None):
+         method: str | None = None, knobs: dict | None = None, trust_retriever: bool = False):
     """Rebuild the compiled program saved at `path`.
 
-    `retriever` (an object) or `retriever_spec` override the retriever recorded in the manifest. `method`, if
-    given, is the method the caller expects: another method's artifact is refused. `knobs`, if given, must
-    match the manifest's. Raises `ArtifactError` on any mismatch or damage; never returns a half-loaded
-    program. The manifest is attached to the program as `program.ragzoo_manifest`.
+    `retriever` (an object) or `retriever_spec` override the retriever recorded in the manifest. The recorded one
+    is followed only when it stays inside RAGZOO_DATA (a relative corpus path, as `ragzoo compile` records the
+    default) or is `fixed`; any other (a URL, an absolute path, a model option) is refused unless
+    `trust_retriever=True`: an artifact from someone else must not make loading read your files or send your
+    questions to their server. `method`, if given, is the method the caller expects: another method's artifact
+    is refused. `knobs`, if given, must match the manifest's. Raises `ArtifactError` on any mismatch or damage;
+    never returns a half-loaded program. The manifest is attached to the program as `program.ragzoo_manifest`.
     """
     program, _manifest = load_artifact(path, retriever=retriever, retriever_spec=retriever_spec,
-                                       method=method, knobs=knobs)
+                                       method=method, knobs=knobs, trust_retriever=trust_retriever)
     return program
 
 
 def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None = None,
-                  method: str | None = None, knobs: dict | None = None):
+                  method: str | None = None, knobs: dict | None = None, trust_retriever: bool = False):
     """`load`, returning `(program, manifest)`."""
-    from ragzoo import programs
-
     path = Path(path)
     manifest = read_manifest(path)
+    try:
+        return _load_checked(path, manifest, retriever=retriever, retriever_spec=retriever_spec, method=method,
+                             knobs=knobs, trust_retriever=trust_retriever)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError, RecursionError) as error:
+        # a value of the wrong type or shape in a hand-edited file: say so, never an internal error
+        raise ArtifactError(f"{path} is corrupt ({type(error).__name__}: {str(error)[:200]}); the artifact was "
+                            f"edited or damaged, recompile the program") from None
+
+
+def _load_checked(path: Path, manifest: dict, *, retriever, retriever_spec, method, knobs, trust_retriever):
+    from ragzoo import programs
+
     saved_method = manifest["method"]
     if method is not None and method != saved_method:
         raise ArtifactError(f"{path} holds a compiled {saved_method!r} program, not {method!r}; pass the matching "
@@ -293,16 +472,14 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
     program_file = path / PROGRAM_FILE
     if not program_file.is_file():
         raise ArtifactError(f"{program_file} is missing; recompile the program")
-    data = program_file.read_bytes()
+    data = _read_bounded(program_file, MAX_PROGRAM_BYTES, "program file")
     if hashlib.sha256(data).hexdigest() != manifest["program_sha256"]:
         raise ArtifactError(f"{program_file} does not match the sha256 in its manifest (edited, truncated or "
                             f"corrupt); recompile the program")
-    try:
-        state = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ArtifactError(f"{program_file} is not valid JSON ({error}); recompile the program") from None
+    state = _parse_json(data, program_file)
     if not isinstance(state, dict):
         raise ArtifactError(f"{program_file} is not a DSPy state object; recompile the program")
+    _check_state(state, program_file)
 
     _check_versions(path, manifest)
 
@@ -317,6 +494,8 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
         if not spec or spec in ("static", "none"):
             raise ArtifactError(f"{path} was compiled with retriever {spec!r}, which cannot be rebuilt from its "
                                 f"spec; pass retriever= (or --retriever SPEC)")
+        if retriever_spec is None and not trust_retriever:
+            _check_trusted(path, spec)
         from ragzoo.retrieval import make_retriever
 
         retriever = make_retriever(spec)
@@ -332,7 +511,7 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
         raise ArtifactError(f"{path}: the signature of {', '.join(changed)} changed since compilation "
                             f"(instructions, fields or types); recompile the program")
 
-    program = _assemble(fresh, manifest, path, saved_method, saved_knobs, retriever)
+    program = _assemble(fresh, manifest, path, saved_method, saved_knobs, retriever, trust_retriever)
     state.pop("metadata", None)
     names = {name for name, _ in program.named_parameters()}
     if set(state) != names:
@@ -344,11 +523,29 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
         raise ArtifactError(f"{program_file} does not load into {saved_method!r} ({type(error).__name__}: "
                             f"{error}); recompile the program") from None
     programs.tag(program, saved_method, saved_knobs)
+    restore_seen(program, manifest.get("seen_questions"))
     object.__setattr__(program, "ragzoo_manifest", manifest)
     return program, manifest
 
 
-def _assemble(fresh, manifest: dict, path: Path, method: str, knobs: dict, retriever):
+def _check_state(state: dict, program_file: Path) -> None:
+    """Each predictor's state is an object, and its demos a list of at most MAX_DEMOS_PER_PREDICTOR objects (every
+    demo goes into every prompt: an edited file must not make each call pay for a million of them)."""
+    for name, value in state.items():
+        if name == "metadata":
+            continue
+        if not isinstance(value, dict):
+            raise ArtifactError(f"{program_file}: the state of {name!r} is not an object; recompile the program")
+        demos = value.get("demos", [])
+        if not isinstance(demos, list) or not all(isinstance(demo, dict) for demo in demos):
+            raise ArtifactError(f"{program_file}: the demos of {name!r} are not a list of objects; recompile the "
+                                f"program")
+        if len(demos) > MAX_DEMOS_PER_PREDICTOR:
+            raise ArtifactError(f"{program_file}: {name!r} has {len(demos)} demos, more than the "
+                                f"{MAX_DEMOS_PER_PREDICTOR} ragzoo loads; the file was edited, recompile the program")
+
+
+def _assemble(fresh, manifest: dict, path: Path, method: str, knobs: dict, retriever, trust: bool = False):
     from ragzoo import programs
 
     structure = manifest.get("structure") or {"kind": "single", "members": 1}
@@ -359,7 +556,7 @@ def _assemble(fresh, manifest: dict, path: Path, method: str, knobs: dict, retri
         from ragzoo.optimizers.ensemble import EnsembleProgram
 
         size = structure.get("members")
-        if not isinstance(size, int) or size < 1:
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= MAX_ENSEMBLE_MEMBERS:
             raise ArtifactError(f"{path}: the manifest's ensemble size is invalid; recompile the program")
         members = [fresh] + [programs.get(method, retriever=retriever if programs.info(method).uses_retrieval
                                           else None, **knobs) for _ in range(size - 1)]
@@ -367,17 +564,30 @@ def _assemble(fresh, manifest: dict, path: Path, method: str, knobs: dict, retri
     if kind == "knn":
         from ragzoo.optimizers.knn import KNNProgram
 
+        from ragzoo.optimizers.knn import DEFAULT_EMBEDDER
+
         trainset_file = path / KNN_TRAINSET_FILE
-        try:
-            trainset = json.loads(trainset_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ArtifactError(f"{trainset_file} is missing or corrupt ({error}); recompile the program") from None
+        if not trainset_file.is_file():
+            raise ArtifactError(f"{trainset_file} is missing; recompile the program")
+        trainset = _parse_json(_read_bounded(trainset_file, MAX_TRAINSET_BYTES, "KNN training set"), trainset_file)
+        if not isinstance(trainset, list) or not 1 <= len(trainset) <= MAX_KNN_TRAINSET or not all(
+                isinstance(item, dict) and isinstance(item.get("fields"), dict) and isinstance(item.get("inputs"), list)
+                and all(isinstance(name, str) for name in item["inputs"]) for item in trainset):
+            raise ArtifactError(f"{trainset_file} is not a list of 1 to {MAX_KNN_TRAINSET} training examples "
+                                f"({{fields, inputs}}); recompile the program")
+        embedder = structure.get("embedder", DEFAULT_EMBEDDER)
+        if embedder != DEFAULT_EMBEDDER and not trust:
+            raise ArtifactError(f"{path} asks for the embedding model {embedder!r} (ragzoo loads only "
+                                f"{DEFAULT_EMBEDDER} from an artifact); pass --trust-retriever to use it anyway "
+                                f"(Python: trust_retriever=True)")
         return KNNProgram.from_saved(fresh, trainset, structure)
     raise ArtifactError(f"{path}: unknown program structure {kind!r}; upgrade ragzoo or recompile")
 
 
 def _check_versions(path: Path, manifest: dict) -> None:
     saved = (manifest.get("package_versions") or {}).get("dspy")
+    if saved is not None and not isinstance(saved, str):
+        raise ArtifactError(f"{path}: the manifest's DSPy version {saved!r} is not a version string; recompile")
     current = package_versions().get("dspy")
     if not saved or not current or saved == current:
         return

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "datasets": ("ragzoo.commands.datasets", "list every dataset, split and size ragzoo can load"),
     "methods": ("ragzoo.commands.methods", "list methods, their papers, knobs and LM calls per question"),
     "optimizers": ("ragzoo.commands.optimizers", "list optimizer presets"),
+    "corpus": ("ragzoo.commands.corpus", "fetch a corpus by name (wiki17-abstracts) and list corpora"),
     "index": ("ragzoo.commands.index", "build a retrieval index over a corpus"),
     "search": ("ragzoo.commands.search", "query a retriever"),
     "serve": ("ragzoo.commands.serve", "serve a retriever over the ColBERTv2 REST API"),
@@ -28,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compile": ("ragzoo.commands.compile", "compile a method's prompts with a DSPy optimizer and save it"),
     "evaluate": ("ragzoo.commands.evaluate", "evaluate a method or compiled program on a dataset"),
     "report": ("ragzoo.commands.report", "tabulate (and plot) finished runs"),
+    "sweep": ("ragzoo.commands.sweep", "run a grid of methods x datasets x optimizers x LMs (priced, resumable)"),
+    "reproduce": ("ragzoo.commands.reproduce", "run a bundled grid: a paper's main table, its numbers beside ours"),
 }
 
 
@@ -95,6 +98,39 @@ def main(argv: list[str] | None = None) -> int:
     from ragzoo.errors import RagzooError
 
     module = importlib.import_module(COMMANDS[args.command][0])
+    streams = (sys.stdout, sys.stderr)
+    sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
+    try:
+        return _run(module, args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class RedactingStream:
+    """stdout/stderr while a command runs: every known secret (the environment's *_API_KEY/*_TOKEN values, the
+    credentials of an endpoint) and anything shaped like a key is written as `***` (`ragzoo.secrets.redact`), so
+    an LM server that echoes the key in its error cannot get it printed, whoever prints it (ragzoo, DSPy, LiteLLM,
+    a logger created during the command)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        from ragzoo.secrets import redact
+
+        return self._stream.write(redact(text))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _run(module, args) -> int:
+    from ragzoo.errors import RagzooError
+
     try:
         return int(module.run(args) or 0)
     except RagzooError as error:
@@ -106,6 +142,17 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as error:  # unreadable input, read-only or full disk: the user's environment, not a bug
+        if os.environ.get("RAGZOO_DEBUG"):
+            raise
+        print(f"ragzoo {args.command}: error: {_os_error_line(error)}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        if os.environ.get("RAGZOO_DEBUG"):
+            raise
+        print(f"ragzoo {args.command}: error: an input file is nested too deeply to be a ragzoo file (a JSON "
+              f"value hundreds of levels deep); check the files this command reads", file=sys.stderr)
+        return 2
     except Exception as error:  # a bug of ours, not a user mistake: still one line unless asked for more
         if os.environ.get("RAGZOO_DEBUG"):
             raise
@@ -113,6 +160,24 @@ def main(argv: list[str] | None = None) -> int:
               f"(set RAGZOO_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
 
+
+def _os_error_line(error: OSError) -> str:
+    """One line for an OSError: what failed, on which path, and what to do."""
+    import errno
+
+    where = f" {error.filename}" if error.filename else ""
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = "free some disk space (finished work is kept; rerun with --resume where supported)"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "check its permissions, or choose another path"
+    elif error.errno in (errno.EISDIR, errno.ENOTDIR):
+        advice = "a file was expected where there is a folder (or the reverse); check the path"
+    elif error.errno == errno.ENOENT:
+        advice = "check the path"
+    else:
+        advice = "check the path and the disk"
+    return f"cannot use{where}: {reason}; {advice}"
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ragzoo.errors import ConfigError
-from ragzoo.secrets import SECRET_HINT, is_secret_name, looks_like_secret
+from ragzoo.secrets import SECRET_HINT, is_secret_name, looks_like_secret, register_secret, url_credentials
 
 
 def add_secret_trap(parser: argparse.ArgumentParser) -> None:
@@ -83,11 +83,70 @@ def resolve(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any
         if flag is not None and flag != [] :
             resolved[name] = flag
         elif name in from_file:
-            resolved[name] = from_file[name]
+            resolved[name] = _file_value(name, from_file[name], default, args.config)
         else:
             resolved[name] = default
     refuse_secrets({**resolved, "api_key": getattr(args, "api_key", None)})
+    for name in ("api_base", "retriever"):  # what an endpoint carries is redacted from every error text
+        if isinstance(resolved.get(name), str) and "://" in resolved[name]:
+            for value in url_credentials(resolved[name].partition(":")[2] if name == "retriever" else resolved[name]):
+                register_secret(value)
+    if "out" in defaults:  # a command that writes a run or an artifact (ask's 0 is a plain budget stop, exit 3)
+        refuse_empty_budgets(resolved)
     return resolved
+
+
+# options whose default is None, by the type their flag parses to (every other None-default option is text)
+_NUMBER_OPTIONS = {"n": int, "max_calls": int, "max_cost": float, "train_n": int, "dev_n": int, "threads": int,
+                   "trials": int, "seed": int, "timeout": float, "deadline": float, "max_reasks": int,
+                   "max_concurrency": int, "abort_failure_rate": float}
+
+
+def _file_value(name: str, value: Any, default: Any, path: Any) -> Any:
+    """A config-file value of the type its flag would give, else a one-line ConfigError naming the option (a
+    flag's type is checked by argparse; a file's values are checked here)."""
+    def wrong(kind: str) -> ConfigError:
+        return ConfigError(f"config file {path}: {name} must be {kind}, got {value!r}")
+
+    expected = _NUMBER_OPTIONS.get(name) or (type(default) if default is not None else str)
+    if value is None:
+        return default
+    if expected is bool:
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+    elif expected is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong("an integer")
+    elif expected is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise wrong("a number")
+    elif expected is list:  # repeatable flags (--knob K=V ...): a list of K=V strings, one string, or a table
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return value
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise wrong("a list of K=V strings (or a table)")
+    elif expected is str:
+        if name == "metric" and isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return ",".join(value)  # metric = ["em", "f1"] reads as --metric em,f1
+        if not isinstance(value, str):
+            raise wrong("text")
+    return value
+
+
+def refuse_empty_budgets(values: dict[str, Any]) -> None:
+    """`--max-calls 0` / `--max-cost 0` allow no LM call at all: an evaluate or compile would stop before its first
+    question and leave an empty run directory or artifact. Refused, with what to do instead (a dry run shows calls
+    and cost for free)."""
+    for name, unit in (("max_calls", "LM calls"), ("max_cost", "USD")):
+        value = values.get(name)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if value == 0:
+            raise ConfigError(f"--{name.replace('_', '-')} 0 allows no LM call, so nothing would run; give a "
+                              f"positive budget ({unit}), or use --lm dry-run:MODEL to see calls and cost "
+                              f"without paying")
 
 
 def knob_dict(value: Any) -> dict[str, Any]:
@@ -101,3 +160,38 @@ def knob_dict(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = [value]
     return parse_knob_args(list(value))
+
+
+MIN_FREE_BYTES = 16 * 2**20  # compile/evaluate refuse to start (and pay) when --out's disk has less free space
+
+
+def check_out_writable(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Before any paid work: `path` (to be created or written into) is not a file, its nearest existing folder is
+    a writable directory, and its disk has some room. Raises ConfigError saying what to change."""
+    import shutil
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path} is a file, not a folder; choose another {flag}")
+    parent = path if path.is_dir() else path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: {parent} is not a folder; choose another {flag}")
+    if not os.access(parent, os.W_OK | os.X_OK) or _read_only_mount(parent):
+        raise ConfigError(f"{flag} {path}: {parent} is not writable; choose another {flag} (checked before any LM "
+                          f"call, so nothing is paid for a result that could not be saved)")
+    try:
+        free = shutil.disk_usage(parent).free
+    except OSError:
+        return
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(f"{flag} {path}: only {free // 1024} KiB free on its disk; free some space or choose "
+                          f"another {flag} (checked before any LM call)")
+
+
+def _read_only_mount(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False

@@ -16,8 +16,13 @@ Choices:
   `engine="litellm"` for providers or options only LiteLLM knows (the `hosted_vllm/` prefix is routed
   to LiteLLM by `auto` anyway).
 - Defaults: temperature 0 (None for OpenAI reasoning models, which refuse other values), DSPy's response
-  cache on (`cache=False` turns it off), `num_retries=3` (at most 10). DSPy owns retries and backs off
-  exponentially (1 s, 2 s, 4 s, ... capped at 60 s) unless the server sends `Retry-After`.
+  cache on (`cache=False` turns it off), `num_retries=3` (at most 10), `timeout=120` s per request.
+  DSPy owns retries and backs off exponentially (1 s, 2 s, 4 s, ... capped at 60 s) unless the server
+  sends `Retry-After`, which it honours.
+- Endpoints (`ragzoo.endpoints`): `max_concurrency` (default 8) requests in flight per endpoint, shared by
+  every LM, thread and run of the process; the endpoint is part of the response-cache key unless
+  `cache_namespace=False`; `price="IN,OUT"` (USD per million tokens) prices a model LiteLLM does not know,
+  so `--max-cost` can bind (a cost budget on an unpriced model is refused).
 - Dry-run: `dspy.LM("dry-run/<priced-model>", engine=DryRunEngine(...))`. Every predictor gets type-valid
   placeholders for its output fields through DSPy's real adapters; prompts are formatted and counted with
   tiktoken's cl100k encoding; cost is estimated from LiteLLM's price table for the priced model (default
@@ -64,7 +69,29 @@ def make_dry_run_lm(priced_model: str = DEFAULT_PRICED_MODEL, *, cache: bool = F
 # ---------------------------------------------------------------------------------------------------------
 
 _ALLOWED_KWARGS = {"cache", "num_retries", "temperature", "max_tokens", "timeout", "engine", "model_type",
-                   "top_p", "stop", "seed", "callbacks", "n", "rollout_id"}
+                   "top_p", "stop", "seed", "callbacks", "n", "rollout_id", "max_concurrency", "cache_namespace",
+                   "price"}
+DEFAULT_TIMEOUT = 120.0  # seconds per LM request (each retry gets its own); a hung server cannot hang a run
+
+
+def parse_price(price) -> tuple[float, float] | None:
+    """A price for an unpriced model: "IN,OUT" USD per million prompt / completion tokens (or a pair)."""
+    if price is None or price == "":
+        return None
+    try:
+        if isinstance(price, str):
+            parts = [float(part) for part in price.replace("/1M", "").split(",")]
+        else:
+            parts = [float(part) for part in price]
+        if len(parts) == 1:
+            parts = parts * 2
+        prompt, completion = parts
+    except (TypeError, ValueError):
+        raise ConfigError(f"--price must be 'IN,OUT' USD per million prompt and completion tokens, e.g. "
+                          f"0.15,0.60; got {price!r}") from None
+    if prompt < 0 or completion < 0 or prompt != prompt or completion != completion:
+        raise ConfigError(f"--price must be non-negative, got {price!r}")
+    return prompt / 1e6, completion / 1e6
 
 
 def _refuse_secrets(spec: str, api_base: str | None, kwargs: dict) -> None:
@@ -129,7 +156,17 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
             raise ConfigError(f"option(s) {extra} do not apply to the dry-run LM")
         return make_dry_run_lm(priced, cache=kw.get("cache", False), callbacks=kw.get("callbacks"))
 
+    from ragzoo.endpoints import DEFAULT_MAX_CONCURRENCY, check_max_concurrency, endpoint_of, \
+        install_cache_namespace, set_max_concurrency
+
+    max_concurrency = check_max_concurrency(kw.pop("max_concurrency", DEFAULT_MAX_CONCURRENCY))
+    namespaced = kw.pop("cache_namespace", True)
+    price = parse_price(kw.pop("price", None))
     _check_model_string(spec)
+    kw.setdefault("timeout", DEFAULT_TIMEOUT)
+    timeout = kw["timeout"]
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout!r}")
     engine = kw.pop("engine", "auto")
     if engine not in ("auto", "litellm", "lm15"):
         raise ConfigError(f"engine must be 'auto', 'litellm' or 'lm15', got {engine!r}")
@@ -149,6 +186,17 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
         raise ConfigError(f"cannot build LM {spec!r}: {exc}") from exc
     except Exception as exc:  # DSPy's LMConfigurationError and friends
         raise LMError(f"cannot build LM {spec!r}: {exc}") from exc
+    from ragzoo.usage import _price_lookup
+
+    _price_lookup(spec)  # imports LiteLLM's price table now (seconds), not inside the first example's deadline
+    lm.endpoint = endpoint_of(lm)
+    set_max_concurrency(lm.endpoint, max_concurrency)
+    lm.max_concurrency = max_concurrency
+    if price is not None:
+        lm.price = price
+    if namespaced:
+        install_cache_namespace()
+        lm.cache_namespace = lm.endpoint
     return lm
 
 
@@ -179,4 +227,9 @@ def describe_lm(lm) -> dict[str, Any]:
     priced = getattr(lm, "priced_model", None)
     if priced:
         description["priced_model"] = priced
+    if getattr(lm, "max_concurrency", None):
+        description["max_concurrency"] = lm.max_concurrency
+    if getattr(lm, "price", None):
+        description["price_per_million"] = [round(p * 1e6, 6) for p in lm.price]
+    description["cache_namespace"] = bool(getattr(lm, "cache_namespace", None))
     return description

@@ -11,8 +11,11 @@ A run directory holds:
 
 `resume=True` reads predictions.jsonl, drops a torn last line (a write cut by SIGKILL) by rewriting the file
 with only complete lines, and skips every id already there. Examples run inside
-`ragzoo.tracing.trace_example()`; an exception of one example (parse error, LM error, retriever error) is
-recorded and scored 0 and the run goes on. `threads > 1` uses DSPy's `ParallelExecutor`, which copies the
+`ragzoo.tracing.trace_example()`; an exception of one example (parse error, LM error, retriever error, a
+missed `deadline`) is recorded in one line and scored 0 and the run goes on; re-asks, lenient reads and
+degradations are counted per example (`reasks`, `lenient_reads`, `degradations` + `degraded`) and in the
+summary. `retry_failed=True` runs again exactly the failed examples; a run whose first examples fail for
+the setup (LM, timeout, retriever) stops early (`summary["aborted"]`). `threads > 1` uses DSPy's `ParallelExecutor`, which copies the
 caller's DSPy settings (`dspy.context(lm=...)`, adapter, callbacks) into each worker thread.
 """
 
@@ -39,8 +42,20 @@ RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE)
 LOCK_FILE = ".ragzoo-run.lock"
 # What must match to resume a run: the same questions, program, retriever, LM and metrics (the LM's cache
 # and retry options may change).
-RESUME_KEYS = ("method", "program", "knobs", "dataset", "split", "n", "seed", "data", "field_map", "retriever",
+# (`n` may grow: a resumed run extends to more questions, each finished one checked to be among them.)
+RESUME_KEYS = ("method", "program", "knobs", "dataset", "split", "seed", "data", "field_map", "retriever",
                "metrics")
+DEFAULT_DEADLINE = 600.0  # seconds one example may take before it is recorded as a timeout failure
+
+
+class ExampleTimeout(TimeoutError):
+    """An example that did not finish within its deadline (its calls may still be running; it is recorded)."""
+
+
+class SetupBroken(RunError):
+    """A run stopped early because so many examples failed that the setup (server, key, model) looks broken."""
+
+    exit_code = 5
 RESUME_LM_KEYS = ("model", "api_base", "priced_model", "dry_run")
 
 
@@ -121,6 +136,8 @@ class PredictionWriter:
     def write(self, record: dict) -> bool:
         line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
         with self._lock:
+            if self._handle.closed:
+                return False  # the run was interrupted and closed: a straggler's result is not kept
             if record["id"] in self._ids:
                 return False  # a straggler re-run of an example already written
             self._handle.write(line)
@@ -151,7 +168,11 @@ def read_predictions(path: Path, repair: bool = False) -> list[dict]:
             record = json.loads(line.decode("utf-8")) if complete else None
         except (UnicodeDecodeError, json.JSONDecodeError):
             record = None
-        if not isinstance(record, dict) or "id" not in record or record["id"] in seen:
+        identifier = record.get("id") if isinstance(record, dict) else None
+        if not isinstance(identifier, (str, int)) or isinstance(identifier, bool) or identifier in seen:
+            if record is not None and not repair:  # a whole line that is not a record: edited or corrupt
+                raise RunError(f"{path}: line {index + 1} is not a prediction record (no valid id, or a repeated "
+                               f"one); the run file was edited or is corrupt: rerun with --resume to repair it")
             dropped += 1
             continue
         seen.add(record["id"])
@@ -264,6 +285,8 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
     def total_of(key: str) -> float:
         return sum(float(r.get(key) or 0) for r in records)
 
+    reasked = sum(1 for r in records if r.get("reasks"))
+    degraded = sum(1 for r in records if r.get("degradations"))
     summary = {
         "n": n,
         "n_expected": total if total is not None else n,
@@ -272,6 +295,11 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
                     for name in metric_names},
         "failures": sum(failures.values()),
         "failures_by_kind": dict(sorted(failures.items())),
+        "reasks": int(total_of("reasks")),
+        "examples_reasked": reasked,
+        "lenient_reads": int(total_of("lenient_reads")),
+        "degradations": int(total_of("degradations")),
+        "examples_degraded": degraded,
         "usage": {
             "lm_calls": int(total_of("lm_calls")),
             "prompt_tokens": int(total_of("prompt_tokens")),
@@ -280,6 +308,14 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
             "retrievals": int(total_of("retrievals")),
             "lm_calls_per_question": total_of("lm_calls") / n if n else 0.0,
             "tokens_per_question": (total_of("prompt_tokens") + total_of("completion_tokens")) / n if n else 0.0,
+            "cached_calls": int(total_of("cached_calls")),
+            # spend above; what the same calls would have used and cost with no cache below
+            "tokens_if_uncached": int(total_of("prompt_tokens") + total_of("completion_tokens")
+                                      + total_of("cached_prompt_tokens") + total_of("cached_completion_tokens")),
+            "tokens_per_question_if_uncached": (total_of("prompt_tokens") + total_of("completion_tokens")
+                                                + total_of("cached_prompt_tokens")
+                                                + total_of("cached_completion_tokens")) / n if n else 0.0,
+            "cost_if_uncached": round(total_of("cost") + total_of("cached_cost"), 6),
             "latency_mean": total_of("latency") / n if n else 0.0,
         },
     }
@@ -287,26 +323,86 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
     return summary
 
 
-def run_example(program, example, position: int, metrics: list[tuple[str, Callable]]) -> dict:
+def call_with_deadline(fn: Callable[[], Any], deadline: float | None) -> Any:
+    """`fn()` in this thread's context, or `ExampleTimeout` after `deadline` seconds (None/0: no deadline). The
+    call runs in a daemon thread that is left behind on a timeout: its result, if it ever comes, is dropped
+    (its LM requests end with their own per-call timeout)."""
+    import contextvars
+
+    if not deadline:
+        return fn()
+    context = contextvars.copy_context()
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome["value"] = context.run(fn)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="ragzoo-example", daemon=True).start()
+    if not done.wait(deadline):
+        raise ExampleTimeout(f"the example did not finish within its {deadline:g} s deadline (--deadline)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """An error message as one short line: never an example's whole content in a run record or a log."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def program_inputs(program, example) -> dict:
+    """The example's inputs, plus the gold fields a program in an oracle setting declares it needs at test
+    time (`program.oracle_inputs`: FILCO's SILVER, Post-Fusion's "with gold passage"); such runs are upper
+    bounds by construction, and their config records the knob that made them so."""
+    inputs = dict(example.inputs())
+    for name in getattr(program, "oracle_inputs", ()) or ():
+        value = example.get(name)
+        if value is not None:
+            inputs[name] = value
+    return inputs
+
+
+def run_example(program, example, position: int, metrics: list[tuple[str, Callable]], *,
+                deadline: float | None = None) -> dict:
     """Run one example inside a trace and return its prediction record (exceptions recorded, scored 0).
-    `BudgetExceeded` propagates: the example was not run and must not be recorded."""
+    `BudgetExceeded` propagates: the example was not run and must not be recorded. With `deadline`, an example
+    still running after that many seconds is recorded as a `timeout` failure."""
     from ragzoo.tracing import trace_example
 
     prediction, error = None, None
     started = time.perf_counter()
     with trace_example() as trace:
         try:
-            prediction = program(**example.inputs())
+            prediction = call_with_deadline(lambda: program(**program_inputs(program, example)), deadline)
         except BudgetExceeded:
             raise
         except Exception as exc:  # one example's failure is data, not the end of the run
-            error = {"kind": classify_error(exc), "type": type(exc).__name__, "message": str(exc)[:2000]}
+            from ragzoo.secrets import redact  # a server that echoes the key must not get it stored
+
+            error = {"kind": classify_error(exc), "type": type(exc).__name__, "message": _one_line(redact(str(exc)))}
     latency = time.perf_counter() - started
+    calls = list(trace.lm_calls)  # a timed-out example's calls may still be landing
     scores = {}
     for name, metric in metrics:
         scores[name] = metric(example, prediction) if prediction is not None else 0.0
-    usage = {"lm_calls": len(trace.lm_calls), "prompt_tokens": trace.prompt_tokens,
-             "completion_tokens": trace.completion_tokens, "cost": round(trace.cost, 8)}
+    usage = {"lm_calls": len(calls), "prompt_tokens": sum(c.prompt_tokens for c in calls),
+             "completion_tokens": sum(c.completion_tokens for c in calls),
+             "cost": round(sum(c.cost for c in calls), 8), "cached_calls": sum(1 for c in calls if c.cached),
+             "cached_prompt_tokens": sum(c.cached_prompt_tokens for c in calls),
+             "cached_completion_tokens": sum(c.cached_completion_tokens for c in calls),
+             "cached_cost": round(sum(c.cached_cost for c in calls), 8)}
+    degradations = list(trace.degradations)
+    if prediction is not None:  # a method may also return what it degraded on its prediction
+        for item in prediction.get("degradations") or []:
+            if item not in degradations:
+                degradations.append(item if isinstance(item, dict) else {"where": "?", "what": str(item)})
     answer = prediction.get("answer") if prediction is not None else None
     return {
         "id": example_id(example, position),
@@ -318,24 +414,57 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         **usage,
         "retrievals": len(trace.retrievals),
         "lm_trace": [{"predictor": c.signature, "prompt_tokens": c.prompt_tokens,
-                      "completion_tokens": c.completion_tokens, "cached": c.cached} for c in trace.lm_calls],
+                      "completion_tokens": c.completion_tokens, "cached": c.cached} for c in calls],
+        "reasks": len(trace.reasks),
+        "lenient_reads": len(trace.lenient),
+        "degradations": len(degradations),
+        "degraded": degradations,
+        "reasked": list(trace.reasks),
         "latency": round(latency, 4),
         "error": error,
     }
 
 
+SETUP_FAILURE_KINDS = ("lm", "timeout", "retriever")
+
+
 def evaluate(program, examples: list, metrics: str | Callable | list = "em", out_dir: str | os.PathLike | None = None,
              *, threads: int = 1, resume: bool = False, force: bool = False, config: dict | None = None,
-             progress: bool | None = None, max_calls: int | None = None, max_cost: float | None = None) -> dict:
+             progress: bool | None = None, max_calls: int | None = None, max_cost: float | None = None,
+             deadline: float | None = DEFAULT_DEADLINE, retry_failed: bool = False, adapter=None,
+             abort_failure_rate: float | None = 0.5, abort_min_examples: int = 10,
+             refuse_leakage: bool = False) -> dict:
     """Evaluate `program` on `examples` with the active DSPy LM; write a run directory at `out_dir` (or keep
     everything in memory when None). Returns the summary (also in summary.json); the records of this call
-    are in `summary["records"]` when `out_dir` is None."""
+    are in `summary["records"]` when `out_dir` is None.
+
+    Real models: `adapter` ("chat", "json", "xml": ragzoo's lenient adapters with bounded re-asks, see
+    `ragzoo.adapters`; or an adapter object; default the active one, else DSPy's ChatAdapter) is recorded in the run config; `deadline`
+    seconds per example (None: none) records a stalled example as a `timeout` failure and goes on;
+    `retry_failed` (implies `resume`) runs again exactly the examples of the run that failed; once
+    `abort_min_examples` examples of this call finished and at least `abort_failure_rate` of them failed
+    for the setup (LM, timeout, retriever), the run stops early (`summary["aborted"]`, nothing more is
+    started; None disables).
+
+    Leakage: a program compiled on some of `examples` (see `ragzoo.leakage`) is evaluated with a warning and
+    the overlap recorded in the run config and summary (`compiled_on`); `refuse_leakage` makes it an error."""
+    import dspy
     from dspy.utils.parallelizer import ParallelExecutor
 
+    from ragzoo.adapters import adapter_name, make_adapter
     from ragzoo.metrics.scoring import resolve_metrics, safe_metric
     from ragzoo.usage import Budget, metering
 
     Budget(max_calls, max_cost)  # a bad budget fails before the run directory is touched
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0):
+        raise RunError(f"--deadline must be a positive number of seconds, got {deadline!r}")
+    if abort_failure_rate is not None and not 0 < float(abort_failure_rate) <= 1:
+        raise RunError(f"--abort-failure-rate must be in (0, 1], got {abort_failure_rate!r}")
+    resume = resume or retry_failed
+    if isinstance(adapter, str):
+        adapter = make_adapter(adapter)
+    elif adapter is None:
+        adapter = dspy.settings.adapter  # None: DSPy's default ChatAdapter (the CLI always passes --adapter)
     resolved = [(name, safe_metric(fn)) for name, fn in resolve_metrics(metrics)]
     metric_names = [name for name, _ in resolved]
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
@@ -344,9 +473,24 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     if len(set(ids)) != len(ids):
         raise RunError("the examples have duplicate ids; give each question a unique id (--field-map id=...)")
 
+    from ragzoo.leakage import overlap
+
+    leaked = overlap(program, examples)
+    if leaked:
+        described = " and ".join(f"{count} in its {'training' if role == 'train' else 'validation'} questions"
+                                 for role, count in leaked.items())
+        if refuse_leakage:
+            raise RunError(f"the program was compiled on {described} of these {len(examples)} questions: scores "
+                           f"on them are not held out; evaluate on another split")
+        logger.warning("the program was compiled on %s of these %d questions: those scores are not held out",
+                       described, len(examples))
     run_config = dict(config or {})
     run_config.setdefault("n", len(examples))
     run_config["metrics"] = metric_names
+    run_config["compiled_on"] = leaked
+    run_config["adapter"] = adapter_name(adapter)
+    run_config["lenient"] = getattr(adapter, "max_reasks", None) is not None
+    run_config.setdefault("deadline", deadline)
     with contextlib.ExitStack() as stack:  # a run directory is owned by this process until the summary is written
         previous: list[dict] = []
         writer = None
@@ -355,6 +499,10 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             out = stack.enter_context(open_run_dir(out_dir, run_config, resume=resume, force=force))
             previous = read_predictions(out / PREDICTIONS_FILE, repair=True) if resume else []
             check_same_questions(previous, examples, ids, out)
+            if retry_failed and any(r.get("error") for r in previous):
+                previous = [r for r in previous if not r.get("error")]
+                text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in previous)
+                atomic_write_bytes(out / PREDICTIONS_FILE, text.encode("utf-8"))
             atomic_write_json(out / CONFIG_FILE, jsonable(run_config))
             fsync_dir(out)
             writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
@@ -365,47 +513,92 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         stop: list[str] = []
         bar = _progress(len(examples), len(done), progress)
         running = [sum(r.get("metrics", {}).get(metric_names[0], 0) or 0 for r in previous), len(previous)]
+        aborted: list[str] = []
+        tally = {"finished": 0, "setup_failures": 0, "failures": 0, "last_error": ""}
+        plain = _plain_progress(len(examples), progress, bar)
+        min_examples = max(1, int(abort_min_examples))
+
+        write_failed: list[OSError] = []
+        closing = threading.Event()  # set on the way out (end, Ctrl-C): workers still running keep nothing
 
         def work(item):
             position, example = item
-            if stop:
+            if stop or closing.is_set():
                 return None
             try:
-                record = run_example(program, example, position, resolved)
+                record = run_example(program, example, position, resolved, deadline=deadline)
             except BudgetExceeded as error:
                 with lock:
                     if not stop:
                         stop.append(str(error))
                 return None
-            written = writer.write(record) if writer is not None else True
+            except BaseException as error:  # noqa: BLE001 - never let the executor log a whole example
+                logger.warning("example %s: %s", example_id(example, position), _one_line(error, 200))
+                return None
+            if closing.is_set():
+                return None
+            try:
+                written = writer.write(record) if writer is not None else True
+            except OSError as error:  # a full disk or a lost folder: stop paying for examples that cannot be kept
+                with lock:
+                    write_failed.append(error)
+                    stop.append(f"cannot write {PREDICTIONS_FILE} ({error.strerror or error})")
+                return None
             with lock:
                 if written:
                     new_records.append(record)
                     running[0] += record["metrics"].get(metric_names[0], 0) or 0
                     running[1] += 1
+                    tally["finished"] += 1
+                    if record.get("error"):
+                        tally["failures"] += 1
+                        if record["error"].get("kind") in SETUP_FAILURE_KINDS:
+                            tally["setup_failures"] += 1
+                            tally["last_error"] = f"{record['error']['kind']}: {record['error'].get('message', '')}"
+                    if (abort_failure_rate is not None and not stop and tally["finished"] >= min_examples
+                            and tally["setup_failures"] >= float(abort_failure_rate) * tally["finished"]):
+                        reason = (f"{tally['setup_failures']} of the first {tally['finished']} examples failed for the "
+                                  f"setup (last: {_one_line(tally['last_error'], 200)}); the LM or retriever looks "
+                                  f"broken")
+                        aborted.append(reason)
+                        stop.append(reason)
                     if bar is not None:
                         bar.update(1)
                         bar.set_postfix({metric_names[0]: f"{running[0] / running[1]:.3f}"})
+                    if plain is not None:
+                        plain(running[1], tally["failures"])
             return True
 
         started = time.perf_counter()
         try:
-            with metering(max_calls, max_cost):
+            with (dspy.context(adapter=adapter) if adapter is not None else contextlib.nullcontext()), \
+                    metering(max_calls, max_cost):
                 executor = ParallelExecutor(num_threads=threads, max_errors=len(todo) + 1, disable_progress_bar=True,
                                             timeout=0)
                 if todo:
                     executor.execute(work, todo)
         finally:
+            closing.set()
             if writer is not None:
-                writer.close()
+                try:
+                    writer.close()
+                except OSError as error:
+                    write_failed.append(error)
             if bar is not None:
                 bar.close()
+        if write_failed:
+            error = write_failed[0]
+            raise RunError(f"writing {out / PREDICTIONS_FILE} failed ({error.strerror or error}); the run stopped at "
+                           f"the first failed write and keeps the {len(previous) + len(new_records)} examples written: "
+                           f"free disk space (or fix the folder) and rerun with --resume")
         records = previous + new_records
         order = {identifier: i for i, identifier in enumerate(ids)}
         records.sort(key=lambda r: order.get(r["id"], len(order)))
         extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads,
-                 "stopped": stop[0] if stop else None, "resumed_from": len(previous)}
+                 "stopped": stop[0] if stop and not aborted else None, "aborted": aborted[0] if aborted else None,
+                 "resumed_from": len(previous), "adapter": run_config["adapter"]}
         summary = summarize(records, metric_names, total=len(examples), extra=extra)
+        summary["compiled_on"] = leaked
         for key in ("method", "program", "dataset", "split", "lm"):
             if key in run_config:
                 summary[key] = run_config[key]
@@ -414,6 +607,27 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         else:
             summary["records"] = records
     return summary
+
+
+def _plain_progress(total: int, enabled: bool | None, bar) -> Callable[[int, int], None] | None:
+    """Periodic plain lines on stderr (about every 10%, at most every 30 s) when no progress bar is shown and
+    stderr is not a terminal (batch jobs); None otherwise."""
+    import sys
+
+    if enabled is False or enabled is True or (bar is not None and not getattr(bar, "disable", False)):
+        return None
+    if sys.stderr.isatty():
+        return None
+    step = max(1, total // 10)
+    last = [time.monotonic()]
+
+    def say(done: int, failures: int) -> None:
+        now = time.monotonic()
+        if done % step == 0 or done == total or now - last[0] >= 30:
+            last[0] = now
+            print(f"evaluate: {done}/{total} done, {failures} failed", file=sys.stderr, flush=True)
+
+    return say
 
 
 def _progress(total: int, initial: int, enabled: bool | None):

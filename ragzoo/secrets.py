@@ -45,3 +45,114 @@ def masked(name: str, value: Any) -> Any:
     if looks_like_secret(value, strict=True):
         return MASK
     return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Endpoints stored without credentials, and known secret values redacted from every error text
+
+SECRET_ENV = re.compile(r"(_API_KEY|_API_TOKEN|_TOKEN|_SECRET|_SECRET_KEY|_PASSWORD|_ACCESS_KEY)$", re.IGNORECASE)
+MIN_SECRET_LENGTH = 8  # shorter values ("stub", "none") would mangle ordinary text; real keys are longer
+NOT_SECRETS = {"ragzoo-no-key"}  # the placeholder key ragzoo itself sends to local servers
+# a path segment that is a credential rather than a route: 20+ word characters mixing letters and digits, with no
+# dash or dot (a deployment name such as gpt-4o-mini-2024-07-18 is a route), or 24+ hex digits
+_TOKEN_SEGMENT = re.compile(r"^((?=[A-Za-z0-9_]*[0-9])(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{20,}|[0-9a-fA-F]{24,})$")
+_VERSION_VALUE = re.compile(r"^[0-9][0-9.\-]*(-?[A-Za-z]+)?$")
+_registered: set[str] = set()
+
+
+def _usable_secret(value: str | None) -> bool:
+    return bool(value) and len(value) >= MIN_SECRET_LENGTH and value not in NOT_SECRETS
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret value met at run time (a credential found in an endpoint), so `redact` hides it."""
+    if isinstance(value, str) and _usable_secret(value.strip()):
+        _registered.add(value.strip())
+
+
+def known_secrets() -> list[str]:
+    """Values `redact` hides: every `*_API_KEY`/`*_TOKEN`/`*_SECRET`/`*_PASSWORD` variable of the environment
+    and every credential registered from an endpoint; longest first (a key containing another is hidden whole)."""
+    import os
+
+    values = {value for name, value in os.environ.items() if SECRET_ENV.search(name) and _usable_secret(value)}
+    values |= _registered
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: Any) -> Any:
+    """`text` with every known secret value (environment keys, endpoint credentials) and anything shaped like a
+    provider key (sk-..., hf_..., Bearer ...) replaced by `***`. Non-strings are returned unchanged."""
+    if not isinstance(text, str) or not text:
+        return text
+    for value in known_secrets():
+        if value in text:
+            text = text.replace(value, MASK)
+    return _SECRET_VALUE.sub(MASK, text)
+
+
+def url_credentials(url: str) -> list[str]:
+    """The credential parts of a URL: userinfo, query values, token-like path segments."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        found = [parts.username, parts.password]
+        found += [value for _name, value in parse_qsl(parts.query, keep_blank_values=True)
+                  if not _VERSION_VALUE.match(value)]  # every query value but a version or date (api-version=...)
+        found += [unquote(segment) for segment in parts.path.split("/") if _is_token_segment(unquote(segment))]
+        if parts.fragment:
+            found.append(parts.fragment)
+    except ValueError:
+        return []
+    return [value for value in found if value]
+
+
+def _is_token_segment(segment: str) -> bool:
+    return bool(_TOKEN_SEGMENT.match(segment)) or looks_like_secret(segment, strict=True)
+
+
+def strip_url(url: Any) -> Any:
+    """`url` as it may be stored: no userinfo, no query, no fragment, token-like path segments as `***`.
+    Every removed part is registered, so it is also redacted from error texts. Non-URLs are returned unchanged."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    if not isinstance(url, str) or "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return MASK
+    for value in url_credentials(url):
+        register_secret(value)
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port else host
+    path = "/".join(MASK if _is_token_segment(unquote(segment)) else segment for segment in parts.path.split("/"))
+    return urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+def strip_spec(spec: Any) -> Any:
+    """A retriever spec as it may be stored: a `colbertv2:URL` keeps its URL without credentials."""
+    if not isinstance(spec, str) or "://" not in spec:
+        return spec
+    scheme, sep, rest = spec.partition(":")
+    if "://" in scheme + sep:  # a bare URL
+        return strip_url(spec)
+    return f"{scheme}:{strip_url(rest)}" if rest.split("://", 1)[0].isalpha() else strip_url(spec)
+
+
+def storable(value: Any, name: str = "") -> Any:
+    """A configuration (dict/list/str, recursively) as it may be written to config.json or a manifest: URLs
+    without credentials, secret-named entries and key-shaped values masked."""
+    if isinstance(value, dict):
+        return {key: storable(item, str(key)) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(item, name) for item in value]
+    if isinstance(value, str):
+        if is_secret_name(name) and value:
+            return MASK
+        return redact(strip_spec(value)) if "://" in value else redact(value)
+    return value

@@ -20,8 +20,32 @@ requests past the end are answered normally), a dict {index: fault}, or a functi
     "truncated"      HTTP 200 whose JSON body is cut in half
     "garbage"        HTTP 200 with a completion that does not parse for the signature
     "empty"          HTTP 200 with an empty completion
+    "hang"           the reply never comes (until the server stops): a straggler
 `latency` (seconds) delays every chat reply. Counters: `requests` (chat requests), `faults_served`,
 `log` (one `(index, fault kind or "ok")` per chat request), `models_requests`.
+
+Slips (`slips=`): format slips of a real model, on HTTP 200 replies. A rate (`slips=0.1`: a seeded 10% of
+replies slip, the shape drawn from `slip_shapes`, default all of `SLIP_SHAPES`; the draw is a function of
+`slip_seed` and the request's messages, so a rerun slips the same requests whatever the thread order, and a
+re-ask, whose messages differ, is drawn afresh), or a schedule like `faults` (list / dict / function giving a
+shape name or None per request). Shapes:
+    "preamble"     chatty sentence before the answer       "fences"      the answer inside ``` fences
+    "glued"        field headers glued to the previous value (no line break before "[[ ## x ## ]]")
+    "json"         a JSON object instead of the field format (the field format when JSON was asked for)
+    "fenced_json"  a JSON object inside ```json fences
+    "words"        typed values written in words: bool "Yes." / "No.", Literal "It is X.", list[int] "0 and 2",
+                   int "two"
+    "empty"        an empty reply                          "length"      half the reply, finish_reason "length"
+    "headers"      headers in another style ("**answer:** value" lines)
+Counters: `slips_served` ({shape: count}).
+
+Capacity (`capacity=N`): at most N chat requests are served at once; one more is answered at once with
+HTTP 429 and `Retry-After: <capacity_retry_after>`. Counters: `rejected`, `max_in_flight`.
+
+As a command (rehearse a setup before paying for a real model; Ctrl-C stops it):
+    python -m ragzoo.stubserver --port 8000 --latency 0.2 --slips 0.1 --capacity 4
+    ragzoo evaluate --method rag --dataset hotpotqa -n 20 --lm openai/stub-model \
+        --api-base http://127.0.0.1:8000/v1 --out runs/rehearsal
 """
 
 from __future__ import annotations
@@ -43,7 +67,7 @@ from ragzoo.engines import approx_tokens
 # Faults
 # ---------------------------------------------------------------------------------------------------------
 
-FAULT_KINDS = ("http", "reset", "timeout", "truncated", "garbage", "empty")
+FAULT_KINDS = ("http", "reset", "timeout", "hang", "truncated", "garbage", "empty")
 
 
 @dataclass(frozen=True)
@@ -65,10 +89,10 @@ class Fault:
             return cls("http", status=int(head), retry_after=float(arg) if arg else None)
         if head == "timeout":
             return cls("timeout", seconds=float(arg) if arg else 5.0)
-        if head in ("reset", "truncated", "garbage", "empty"):
+        if head in ("reset", "hang", "truncated", "garbage", "empty"):
             return cls(head)
         raise ValueError(f"unknown stub fault {spec!r}; use e.g. '429', '429:0', '503', 'reset', 'timeout:2', "
-                         "'truncated', 'garbage', 'empty'")
+                         "'hang', 'truncated', 'garbage', 'empty'")
 
     @property
     def label(self) -> str:
@@ -130,10 +154,28 @@ def _unquote(note: str) -> str:
     return note
 
 
+_FIELD_TYPE = re.compile(r"^\d+\. `(\w+)` \((.*)\)", re.MULTILINE)
+_BY_TYPE = {"bool": True, "int": 1, "float": 0.5, "list[int]": [1], "list[str]": None}
+
+
+def _value_from_type(name: str, type_name: str | None) -> Any:
+    """XMLAdapter prints no note for nested (list) fields: the type in the field list says what to answer."""
+    from ragzoo.engines import placeholder_text
+
+    if type_name == "list[str]":
+        return [placeholder_text(name)]
+    if type_name in _BY_TYPE:
+        return _BY_TYPE[type_name]
+    return placeholder_text(name)
+
+
 def adapter_answer(system: str) -> dict[str, Any]:
     """{output field: placeholder value} for the signature described by a DSPy adapter system message."""
     notes = {match.group(1): _unquote(match.group(2).strip()) for match in _NOTE.finditer(system)}
-    return {name: _value_from_note(name, notes.get(name)) for name in _output_fields(system)}
+    start = system.find("Your output fields are:")
+    types_ = dict(_FIELD_TYPE.findall(system[start:])) if start >= 0 else {}
+    return {name: _value_from_note(name, notes[name]) if name in notes else _value_from_type(name, types_.get(name))
+            for name in _output_fields(system)}
 
 
 def _render(value: Any) -> str:
@@ -142,16 +184,122 @@ def _render(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, bool) else str(value)
 
 
+def prompt_style(system: str) -> str:
+    """Which DSPy adapter wrote the prompt: "chat", "xml" or "json"."""
+    if "[[ ## completed ## ]]" in system:
+        return "chat"
+    if re.search(r"<(\w+)>\s*\{\1\}", system):
+        return "xml"
+    return "json"
+
+
+def render_answer(values: dict[str, Any], style: str) -> str:
+    """The well-formed reply of `values` in an adapter's format."""
+    if style == "chat":
+        parts = [f"[[ ## {name} ## ]]\n{_render(value)}" for name, value in values.items()]
+        return "\n\n".join(parts) + "\n\n[[ ## completed ## ]]"
+    if style == "xml":
+        return "\n".join(_xml_field(name, value) for name, value in values.items())
+    return json.dumps(values)
+
+
+def _xml_field(name: str, value: Any) -> str:
+    if isinstance(value, list):  # XMLAdapter asks for lists as <name><item>...</item></name>
+        return f"<{name}>" + "".join(f"<item>{_render(item)}</item>" for item in value) + f"</{name}>"
+    return f"<{name}>\n{_render(value)}\n</{name}>"
+
+
 def adapter_responder(messages: list[dict], body: dict | None = None) -> str:
-    """Answer a DSPy-formatted chat request with type-valid placeholders (ChatAdapter or JSONAdapter)."""
+    """Answer a DSPy-formatted chat request with type-valid placeholders (Chat, JSON or XML adapter)."""
     system = next((_content(m) for m in messages if m.get("role") in ("system", "developer")), "")
     values = adapter_answer(system)
     if not values:
         return "stub answer"
-    if "[[ ## completed ## ]]" in system:
+    return render_answer(values, prompt_style(system))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Slips: the format mistakes of real models
+# ---------------------------------------------------------------------------------------------------------
+
+SLIP_SHAPES = ("preamble", "fences", "glued", "json", "fenced_json", "words", "empty", "length", "headers")
+PREAMBLE = "Sure! Here is my answer, in the format you asked for.\n\n"
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _in_words(value: Any, note: str | None) -> Any:
+    note = note or ""
+    if isinstance(value, bool):
+        return "Yes." if value else "No."
+    if isinstance(value, int) and note.startswith("must be a single int") and 0 <= value <= 10:
+        return _NUMBER_WORDS[value]
+    if isinstance(value, str) and note.startswith(("must exactly match", "must be one of")):
+        return f"I would say it is {value}."
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if not value:
+            return "None of them."
+        if len(value) == 1:
+            return f"Only {value[0]}."
+        return ", ".join(str(v) for v in value[:-1]) + f" and {value[-1]}"
+    return value
+
+
+def slip_answer(system: str, shape: str) -> tuple[str, str]:
+    """(reply text, finish_reason) of a reply to the adapter prompt `system` that slips in `shape`."""
+    if shape not in SLIP_SHAPES:
+        raise ValueError(f"unknown slip shape {shape!r}; known: {', '.join(SLIP_SHAPES)}")
+    notes = {match.group(1): _unquote(match.group(2).strip()) for match in _NOTE.finditer(system)}
+    values = adapter_answer(system) or {"answer": "stub answer"}
+    style = prompt_style(system)
+    normal = render_answer(values, style)
+    if shape == "preamble":
+        return PREAMBLE + normal, "stop"
+    if shape == "fences":
+        return f"```\n{normal}\n```", "stop"
+    if shape == "glued":
+        if style == "xml":
+            return "".join(_xml_field(name, value).replace("\n", "") for name, value in values.items()), "stop"
         parts = [f"[[ ## {name} ## ]]\n{_render(value)}" for name, value in values.items()]
-        return "\n\n".join(parts) + "\n\n[[ ## completed ## ]]"
-    return json.dumps(values)
+        return " ".join(parts) + " [[ ## completed ## ]]", "stop"
+    if shape == "json":
+        return (render_answer(values, "chat") if style == "json" else json.dumps(values)), "stop"
+    if shape == "fenced_json":
+        return f"```json\n{json.dumps(values, indent=2)}\n```", "stop"
+    if shape == "words":
+        worded = {name: _in_words(value, notes.get(name)) for name, value in values.items()}
+        return render_answer(worded, style), "stop"
+    if shape == "empty":
+        return "", "stop"
+    if shape == "length":
+        return normal[: max(1, len(normal) // 2)], "length"
+    return "\n\n".join(f"**{name}:** {_render(value)}" for name, value in values.items()), "stop"  # headers
+
+
+def _system_of(messages: list[dict]) -> str:
+    return next((_content(m) for m in messages if m.get("role") in ("system", "developer")), "")
+
+
+def seeded_slips(rate: float, seed: int = 0, shapes: Sequence[str] = SLIP_SHAPES) -> Callable[[int, dict], str | None]:
+    """A slip schedule: a `rate` share of requests slip, in a shape drawn from `shapes`; both draws are a
+    function of `seed` and the request's messages only (thread order and request index do not matter)."""
+    import hashlib
+    import random
+
+    shapes = tuple(shapes)
+    unknown = sorted(set(shapes) - set(SLIP_SHAPES))
+    if unknown or not shapes:
+        raise ValueError(f"unknown slip shape(s) {unknown}; known: {', '.join(SLIP_SHAPES)}")
+    if not 0.0 <= float(rate) <= 1.0:
+        raise ValueError(f"slip rate must be between 0 and 1, got {rate!r}")
+
+    def schedule(index: int, body: dict) -> str | None:
+        digest = hashlib.sha256(json.dumps([seed, body.get("messages")], sort_keys=True, default=str).encode())
+        rng = random.Random(digest.hexdigest())
+        if rng.random() >= rate:
+            return None
+        return rng.choice(shapes)
+
+    return schedule
 
 
 def _content(message: dict) -> str:
@@ -202,9 +350,24 @@ class _Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             self._json(400, {"error": {"message": "the stub server does not stream", "type": "invalid_request_error"}})
             return
+        if not stub._enter():
+            retry = {"Retry-After": f"{stub.capacity_retry_after:g}"}
+            self._json(429, {"error": {"message": f"the stub serves {stub.capacity} requests at a time",
+                                       "type": "rate_limit_error"}}, retry)
+            return
+        try:
+            self._complete(stub, body, messages)
+        finally:
+            stub._leave()
+
+    def _complete(self, stub: "StubLMServer", body: dict, messages: list) -> None:
         index, fault = stub._next(body)
         if stub.latency:
             stub._wait(stub.latency)
+        if fault is not None and fault.kind == "hang":
+            stub._wait(None)
+            self.close_connection = True
+            return
         if fault is not None and fault.kind == "reset":
             self._reset()
             return
@@ -215,10 +378,14 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "rate_limit_error" if fault.status == 429 else "server_error"
             self._json(fault.status, {"error": {"message": f"stub fault {fault.status}", "type": kind}}, headers)
             return
+        finish_reason = "stop"
+        shape = stub._slip(index, body) if fault is None else None
         if fault is not None and fault.kind == "garbage":
             text = GARBAGE
         elif fault is not None and fault.kind == "empty":
             text = ""
+        elif shape is not None:
+            text, finish_reason = slip_answer(_system_of(messages), shape)
         else:
             text = stub.answer(messages, body)
         prompt_tokens = sum(approx_tokens(_content(m)) for m in messages)
@@ -226,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
         payload = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", stub.model),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason,
                          "logprobs": None}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
@@ -276,9 +443,19 @@ class StubLMServer:
     """A real HTTP server on 127.0.0.1 speaking the OpenAI chat-completions API (see module docstring)."""
 
     def __init__(self, responder: Responder | str | None = None, *, latency: float = 0.0, faults: Faults = None,
-                 model: str = "stub-model", host: str = "127.0.0.1", port: int = 0):
+                 model: str = "stub-model", host: str = "127.0.0.1", port: int = 0,
+                 slips: "float | Sequence[str | None] | Mapping[int, str] | Callable | None" = None,
+                 slip_seed: int = 0, slip_shapes: Sequence[str] = SLIP_SHAPES, capacity: int | None = None,
+                 capacity_retry_after: float = 0.05):
         self.responder = responder if responder is not None else adapter_responder
         self.latency = float(latency)
+        self.capacity = capacity
+        self.capacity_retry_after = float(capacity_retry_after)
+        self.rejected = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.slips_served: dict[str, int] = {}
+        self.set_slips(slips, seed=slip_seed, shapes=slip_shapes)
         self.model = model
         self.host = host
         self.port = port
@@ -337,6 +514,46 @@ class StubLMServer:
         else:
             self._faults = [Fault.parse(value) for value in faults]
 
+    def set_slips(self, slips, *, seed: int = 0, shapes: Sequence[str] = SLIP_SHAPES) -> None:
+        """Replace the slip schedule: a rate (seeded, see `seeded_slips`), a list / dict / function of shapes
+        per request index, or None (no slips)."""
+        if slips is None:
+            self._slips = None
+        elif isinstance(slips, (int, float)) and not isinstance(slips, bool):
+            self._slips = seeded_slips(float(slips), seed, shapes)
+        elif callable(slips):
+            self._slips = slips
+        else:
+            table = dict(slips) if isinstance(slips, Mapping) else dict(enumerate(slips))
+            for shape in table.values():
+                if shape is not None and shape not in SLIP_SHAPES:
+                    raise ValueError(f"unknown slip shape {shape!r}; known: {', '.join(SLIP_SHAPES)}")
+            self._slips = lambda index, body: table.get(index)
+
+    def _slip(self, index: int, body: dict) -> str | None:
+        if self._slips is None:
+            return None
+        shape = self._slips(index, body)
+        if shape is not None:
+            with self._lock:
+                self.slips_served[shape] = self.slips_served.get(shape, 0) + 1
+                if self.log and self.log[-1][0] == index:
+                    self.log[-1] = (index, f"slip:{shape}")
+        return shape
+
+    def _enter(self) -> bool:
+        with self._lock:
+            if self.capacity is not None and self.in_flight >= self.capacity:
+                self.rejected += 1
+                return False
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return True
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
     def answer(self, messages: list[dict], body: dict) -> str:
         if isinstance(self.responder, str):
             return self.responder
@@ -344,7 +561,8 @@ class StubLMServer:
 
     def reset_counters(self) -> None:
         with self._lock:
-            self.requests = self.models_requests = self.faults_served = 0
+            self.requests = self.models_requests = self.faults_served = self.rejected = self.max_in_flight = 0
+            self.slips_served.clear()
             self.log.clear()
 
     def _next(self, body: dict) -> tuple[int, Fault | None]:
@@ -369,5 +587,69 @@ class StubLMServer:
         with self._lock:
             self.models_requests += 1
 
-    def _wait(self, seconds: float) -> None:
+    def _wait(self, seconds: float | None) -> None:
         self._stopping.wait(seconds)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# python -m ragzoo.stubserver
+# ---------------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the stub until Ctrl-C (or SIGTERM); one line says where."""
+    import argparse
+    import signal
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m ragzoo.stubserver",
+        description="A loopback OpenAI-compatible LM server with type-valid placeholder answers, latency, faults, "
+                    "format slips and a capacity limit: rehearse a setup (threads, timeouts, budgets, adapters) "
+                    "before paying for a real model. Point ragzoo at it with --lm openai/stub-model "
+                    "--api-base http://127.0.0.1:PORT/v1.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: loopback only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port)")
+    parser.add_argument("--model", default="stub-model", help="model id listed by /v1/models (default stub-model)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before every reply (default 0)")
+    parser.add_argument("--slips", type=float, default=0.0, help="share of replies that slip their format, 0..1")
+    parser.add_argument("--slip-shapes", default=",".join(SLIP_SHAPES),
+                        help=f"comma-separated slip shapes (default all: {','.join(SLIP_SHAPES)})")
+    parser.add_argument("--slip-seed", type=int, default=0, help="seed of the slip draw (default 0)")
+    parser.add_argument("--capacity", type=int, help="requests served at once; more get HTTP 429 (default no limit)")
+    parser.add_argument("--retry-after", type=float, default=0.05, help="Retry-After of a capacity 429 (s)")
+    parser.add_argument("--fault-every", type=int, default=0, metavar="N",
+                        help="every N-th request gets --fault (default never)")
+    parser.add_argument("--fault", default="503", help="the fault of --fault-every: 429, 503, reset, hang, "
+                                                        "timeout:S, truncated, garbage, empty (default 503)")
+    args = parser.parse_args(argv)
+    shapes = [shape.strip() for shape in args.slip_shapes.split(",") if shape.strip()]
+    try:
+        fault = Fault.parse(args.fault)
+        faults = (lambda index, body: fault if (index + 1) % args.fault_every == 0 else None) \
+            if args.fault_every > 0 else None
+        server = StubLMServer(latency=args.latency, faults=faults, model=args.model, host=args.host, port=args.port,
+                              slips=args.slips or None, slip_seed=args.slip_seed, slip_shapes=shapes,
+                              capacity=args.capacity, capacity_retry_after=args.retry_after)
+        server.start()
+    except (ValueError, OSError) as error:
+        print(f"python -m ragzoo.stubserver: {error}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"stub LM server on {server.base_url}/v1 (model {args.model}); use --lm openai/{args.model} "
+          f"--api-base {server.base_url}/v1; Ctrl-C stops", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        print(f"stub LM server stopped after {server.requests} chat request(s), slips {server.slips_served or 0}, "
+              f"429s for capacity {server.rejected}", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,6 @@
-"""Per-example accounting: LM calls and retrievals made while one example runs.
+"""Per-example accounting: LM calls and retrievals made while one example runs, and what real models did
+to it: re-asks after an unreadable reply (`record_reask`, written by `ragzoo.adapters`) and the
+degradations a method chose when a call stayed unreadable (`record_degradation`, written by programs).
 
 A trace is bound to the current context (thread or task) with `trace_example()`; programs record
 retrievals through `record_retrieval`, and the LM layer records calls through `record_lm_call`. Nothing
@@ -23,6 +25,11 @@ class LMCallRecord:
     cost: float = 0.0
     latency: float = 0.0
     cached: bool = False
+    # a cache hit spends nothing: its tokens (counted on the text) and list-price cost are kept here, so a
+    # report can show tokens and cost as if uncached beside what was spent
+    cached_prompt_tokens: int = 0
+    cached_completion_tokens: int = 0
+    cached_cost: float = 0.0
 
 
 @dataclass
@@ -37,6 +44,9 @@ class RetrievalRecord:
 class ExampleTrace:
     lm_calls: list[LMCallRecord] = field(default_factory=list)
     retrievals: list[RetrievalRecord] = field(default_factory=list)
+    reasks: list[dict] = field(default_factory=list)  # {"predictor", "reason"} per re-ask sent
+    lenient: list[dict] = field(default_factory=list)  # {"predictor", "how"} per reply read only leniently
+    degradations: list[dict] = field(default_factory=list)  # {"where", "what"} per degradation a method chose
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -55,6 +65,8 @@ class ExampleTrace:
         return {
             "lm_calls": len(self.lm_calls),
             "retrievals": len(self.retrievals),
+            "reasks": len(self.reasks),
+            "degradations": len(self.degradations),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost": self.cost,
@@ -89,3 +101,24 @@ def record_lm_call(record: LMCallRecord) -> None:
     trace = _current.get()
     if trace is not None:
         trace.lm_calls.append(record)
+
+
+def record_reask(predictor: str, reason: str) -> None:
+    trace = _current.get()
+    if trace is not None:
+        trace.reasks.append({"predictor": predictor, "reason": reason[:200]})
+
+
+def record_lenient(predictor: str, how: str) -> None:
+    trace = _current.get()
+    if trace is not None:
+        trace.lenient.append({"predictor": predictor, "how": how})
+
+
+def record_degradation(where: str, what: str) -> None:
+    """Record that a method went on without a call's output, and how (e.g. `record_degradation("filter",
+    "kept the set unfiltered: the filter's reply could not be read")`). Programs call this where they catch
+    `ragzoo.adapters.UnreadableOutput`; the run record counts and lists it per example."""
+    trace = _current.get()
+    if trace is not None:
+        trace.degradations.append({"where": where, "what": what[:300]})

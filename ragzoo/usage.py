@@ -13,8 +13,13 @@ How it works:
   records a call id once.
 - One pricing rule (`call_cost`): an LM with a `priced_model` (the dry-run LM) is priced at that model's
   list price; otherwise the cost the provider reported (LiteLLM's `response_cost`); otherwise the LM's own
-  model at LiteLLM's list price (0 when the model has no price). Cache hits cost nothing and carry no
-  tokens (`cached=True`).
+  model at LiteLLM's list price (0 when the model has no price); a user's `price` (`--price`) comes before
+  the provider's report. A cost budget on a model with no price at all is refused (`ConfigError`). Cache hits cost nothing and spend no
+  tokens (`cached=True`, `prompt_tokens == 0`); what they would have used is kept apart
+  (`cached_prompt_tokens`, `cached_completion_tokens`, `cached_cost`, counted on the text), so a report
+  shows spend and tokens-as-if-uncached separately.
+- Concurrency: a `TrackedLM` call holds one request slot of its endpoint (`ragzoo.endpoints`), a limit
+  shared by every thread and run of the process.
 - One budget (`Budget`): DSPy swallows exceptions raised in callbacks, so a budget is enforced by the LM
   itself: `BudgetedCalls.__call__` reserves a call on every open meter's budget before anything is sent
   and raises `ragzoo.errors.BudgetExceeded` once a budget is reached. `TrackedLM` (what `make_lm` builds)
@@ -52,7 +57,8 @@ _METERS_KEY = "ragzoo_meters"
 class Usage:
     """Thread-safe running totals of LM calls: counts, tokens, cost, latency, and per predictor."""
 
-    _COUNTS = ("lm_calls", "cached_calls", "failed_calls", "prompt_tokens", "completion_tokens")
+    _COUNTS = ("lm_calls", "cached_calls", "failed_calls", "prompt_tokens", "completion_tokens",
+               "cached_prompt_tokens", "cached_completion_tokens")
 
     def __init__(self, lm_calls: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0,
                  *, cached_calls: int = 0, failed_calls: int = 0, latency: float = 0.0,
@@ -66,11 +72,19 @@ class Usage:
         self.cost = cost
         self.latency = latency
         self.by_signature: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (by_signature or {}).items()}
+        # what cache hits would have used and cost (they spent nothing): tokens/cost as if uncached are these
+        # plus the spent ones
+        self.cached_prompt_tokens = 0
+        self.cached_completion_tokens = 0
+        self.cached_cost = 0.0
 
     def add(self, record: LMCallRecord) -> None:
         with self._lock:
             self.lm_calls += 1
             self.cached_calls += int(record.cached)
+            self.cached_prompt_tokens += record.cached_prompt_tokens
+            self.cached_completion_tokens += record.cached_completion_tokens
+            self.cached_cost += record.cached_cost
             self.prompt_tokens += record.prompt_tokens
             self.completion_tokens += record.completion_tokens
             self.cost += record.cost
@@ -93,6 +107,7 @@ class Usage:
             for name in self._COUNTS:
                 setattr(self, name, getattr(self, name) + getattr(snapshot, name))
             self.cost += snapshot.cost
+            self.cached_cost += snapshot.cached_cost
             self.latency += snapshot.latency
             for name, theirs in snapshot.by_signature.items():
                 mine = self.by_signature.setdefault(name, {"calls": 0, "prompt_tokens": 0,
@@ -102,9 +117,13 @@ class Usage:
 
     def snapshot(self) -> "Usage":
         with self._lock:
-            return Usage(self.lm_calls, self.prompt_tokens, self.completion_tokens, self.cost,
+            copy = Usage(self.lm_calls, self.prompt_tokens, self.completion_tokens, self.cost,
                          cached_calls=self.cached_calls, failed_calls=self.failed_calls, latency=self.latency,
                          by_signature=self.by_signature)
+            copy.cached_prompt_tokens = self.cached_prompt_tokens
+            copy.cached_completion_tokens = self.cached_completion_tokens
+            copy.cached_cost = self.cached_cost
+            return copy
 
     def minus(self, earlier: "Usage") -> "Usage":
         """What was added since the snapshot `earlier`."""
@@ -115,17 +134,23 @@ class Usage:
             delta = {key: value - before.get(key, 0) for key, value in per.items()}
             if delta.get("calls"):
                 by_signature[name] = delta
-        return Usage(now.lm_calls - earlier.lm_calls, now.prompt_tokens - earlier.prompt_tokens,
-                     now.completion_tokens - earlier.completion_tokens, now.cost - earlier.cost,
-                     cached_calls=now.cached_calls - earlier.cached_calls,
-                     failed_calls=now.failed_calls - earlier.failed_calls, latency=now.latency - earlier.latency,
-                     by_signature=by_signature)
+        delta = Usage(now.lm_calls - earlier.lm_calls, now.prompt_tokens - earlier.prompt_tokens,
+                      now.completion_tokens - earlier.completion_tokens, now.cost - earlier.cost,
+                      cached_calls=now.cached_calls - earlier.cached_calls,
+                      failed_calls=now.failed_calls - earlier.failed_calls, latency=now.latency - earlier.latency,
+                      by_signature=by_signature)
+        delta.cached_prompt_tokens = now.cached_prompt_tokens - earlier.cached_prompt_tokens
+        delta.cached_completion_tokens = now.cached_completion_tokens - earlier.cached_completion_tokens
+        delta.cached_cost = now.cached_cost - earlier.cached_cost
+        return delta
 
     def to_dict(self) -> dict[str, Any]:
         with self._lock:
             return {"lm_calls": self.lm_calls, "cached_calls": self.cached_calls, "failed_calls": self.failed_calls,
                     "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                    "cost": self.cost, "latency": round(self.latency, 4),
+                    "cost": self.cost, "cached_prompt_tokens": self.cached_prompt_tokens,
+                    "cached_completion_tokens": self.cached_completion_tokens, "cached_cost": self.cached_cost,
+                    "latency": round(self.latency, 4),
                     "by_signature": {name: dict(per) for name, per in self.by_signature.items()}}
 
     def __deepcopy__(self, memo) -> "Usage":
@@ -160,6 +185,9 @@ def use_local_price_map() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+_PRICE_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=256)
 def _price_lookup(model: str) -> tuple[float, float] | None:
     # LiteLLM's lookup of an unpriced model is slow (it walks its provider list and prints): remember both
@@ -169,11 +197,15 @@ def _price_lookup(model: str) -> tuple[float, float] | None:
 
     import litellm
 
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints its provider list for an unknown model
-            prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
-    except Exception:  # LiteLLM raises several types for an unknown model
-        return None
+    # One lookup at a time: redirect_stdout swaps the process-wide sys.stdout, and two threads restoring it
+    # out of order would leave it pointing at a StringIO (every later print of the process lost).
+    with _PRICE_LOCK:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints its provider list for an unknown model
+                prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=1,
+                                                                      completion_tokens=1)
+        except Exception:  # LiteLLM raises several types for an unknown model
+            return None
     known = model in litellm.model_cost or model.split("/", 1)[-1] in litellm.model_cost
     if not known and not (prompt_cost or completion_cost):
         return None
@@ -191,6 +223,14 @@ def price_per_token(model: str) -> tuple[float, float]:
     return prices
 
 
+def is_priced(lm) -> bool:
+    """Whether calls of `lm` get a cost: a dry-run priced model, a user's price, or a listed model."""
+    if getattr(lm, "priced_model", None) or getattr(lm, "price", None):
+        return True
+    model = getattr(lm, "model", None)
+    return bool(model) and _price_lookup(str(model)) is not None
+
+
 def estimate_cost(model: str | None, prompt_tokens: int, completion_tokens: int) -> float:
     """USD for the tokens at LiteLLM's list price for `model` (0.0 if the model is not priced)."""
     if not model:
@@ -206,6 +246,9 @@ def call_cost(lm, prompt_tokens: int, completion_tokens: int, reported: float | 
     priced = getattr(lm, "priced_model", None)
     if priced:
         return estimate_cost(priced, prompt_tokens, completion_tokens)
+    price = getattr(lm, "price", None)
+    if price:  # a price the user gave (--price) for a model LiteLLM does not know
+        return prompt_tokens * price[0] + completion_tokens * price[1]
     if reported is not None:
         return float(reported)
     return estimate_cost(getattr(lm, "model", None), prompt_tokens, completion_tokens)
@@ -345,8 +388,20 @@ def measure_call(lm, inputs: dict, outputs, name: str, latency: float) -> LMCall
         prompt_tokens = approx_tokens(text) if text else 0
         completion_tokens = approx_tokens(completion) if completion else 0
     cost = 0.0 if cached else call_cost(lm, prompt_tokens, completion_tokens, reported)
-    return LMCallRecord(signature=name, model=getattr(lm, "model", ""), prompt_tokens=prompt_tokens,
-                        completion_tokens=completion_tokens, cost=cost, latency=latency, cached=cached)
+    record = LMCallRecord(signature=name, model=getattr(lm, "model", ""), prompt_tokens=prompt_tokens,
+                          completion_tokens=completion_tokens, cost=cost, latency=latency, cached=cached)
+    if cached:  # spent nothing; keep what the call would have cost, counted on the text
+        from ragzoo.engines import approx_tokens
+
+        messages = (entry or {}).get("messages") or inputs.get("messages") or []
+        prompt = inputs.get("prompt")
+        text = prompt if isinstance(prompt, str) else "\n\n".join(
+            _text_of(m.get("content") if isinstance(m, dict) else m) for m in messages)
+        completion = _text_of(outputs)
+        record.cached_prompt_tokens = approx_tokens(text) if text else 0
+        record.cached_completion_tokens = approx_tokens(completion) if completion else 0
+        record.cached_cost = call_cost(lm, record.cached_prompt_tokens, record.cached_completion_tokens)
+    return record
 
 
 class UsageCallback(BaseCallback):
@@ -437,9 +492,38 @@ class TrackedLM(BudgetedCalls, dspy.LM):
 
     priced_model: str | None = None
 
+    endpoint: str | None = None  # the endpoint whose concurrency limit this LM's calls share (see ragzoo.endpoints)
+    cache_namespace: str | None = None  # added to DSPy's cache key (the endpoint, set by ragzoo.lm.make_lm)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         attach(self)
+
+    def __call__(self, *args, **kwargs):
+        from ragzoo.endpoints import endpoint_slot
+
+        with endpoint_slot(self):  # one request slot of the endpoint, shared by every thread and run
+            return super().__call__(*args, **kwargs)
+
+    async def acall(self, *args, **kwargs):
+        import asyncio
+
+        from ragzoo.endpoints import limiter, endpoint_of
+
+        gate = limiter(endpoint_of(self))
+        while True:  # an async caller must not block its loop: poll for a slot
+            with gate._condition:
+                if gate.limit is None or gate.in_flight < gate.limit:
+                    gate.in_flight += 1
+                    gate.max_in_flight = max(gate.max_in_flight, gate.in_flight)
+                    break
+            await asyncio.sleep(0.01)
+        try:
+            return await super().acall(*args, **kwargs)
+        finally:
+            with gate._condition:
+                gate.in_flight -= 1
+                gate._condition.notify()
 
     def dump_state(self) -> dict[str, Any]:
         from dspy.clients.base_lm import _BUILTIN_LM_CLASS_PATH, LM_CLASS_STATE_KEY
@@ -476,6 +560,10 @@ def metering(max_calls: int | None = None, max_cost: float | None = None) -> Ite
     active LM is swapped for a budgeted copy if it is not a `TrackedLM`). Meters nest: each sees the calls
     made while it is open."""
     budget = None if max_calls is None and max_cost is None else Budget(max_calls, max_cost)
+    active = dspy.settings.lm
+    if max_cost is not None and active is not None and not is_priced(active):
+        raise ConfigError(f"--max-cost cannot bind: model {getattr(active, 'model', active)!r} has no known price; "
+                          f"give one with --price IN,OUT (USD per million prompt, completion tokens)")
     meter = Meter(budget)
     callbacks = list(dspy.settings.get("callbacks", None) or [])
     if not any(callback is USAGE_CALLBACK for callback in callbacks):

@@ -1,13 +1,17 @@
 """Signatures of ActiveRAG (Xu et al. 2024, arXiv 2402.13547): the initial chain of thought, the four
-knowledge-construction agents (Table 6) and their four cognitive-nexus prompts (Table 7).
+knowledge-construction agents (Table 6), their four cognitive-nexus calls (Table 7), and the two Table 3
+ablations whose nexus is fed the raw passages or reading notes instead of constructed knowledge.
 
-Instructions are our own words, keeping what distinguishes each agent: what it looks for in the passages,
-and how its nexus uses that knowledge to check and improve the model's first reasoning.
+Instructions are written from what each call must produce, not from the paper's wording: each agent is
+defined by WHAT it extracts (knowledge the model likely has plus what extends it; knowledge the model likely
+lacks; facts that support inference; facts that contradict likely beliefs), and each nexus by how it checks
+and repairs the first reasoning with that extract.
 
-The initial chain of thought sees the question only. Each knowledge-construction agent sees the question and
-the passages. Each nexus sees the question, the passages (the official code runs the nexus as the second
-turn of the agent's chat, so the passages are in its context), the initial reasoning with its answer, and
-the agent's constructed knowledge.
+What each call sees: the initial chain of thought, the question only; a knowledge-construction agent, the
+question and the passages; a nexus, the question, the whole initial reply (reasoning and answer) and the
+agent's extract, exactly the three inputs the paper's nexus prompts list (Table 7). The official code runs
+the nexus as the second turn of the agent's chat, so the passages are in its context there: the
+`*_WITH_PASSAGES` variants (knob `nexus_passages=True` of the program) add them.
 """
 
 from __future__ import annotations
@@ -35,44 +39,54 @@ class InitialChainOfThought(dspy.Signature):
 
 
 class AssociateKnowledge(dspy.Signature):
-    """Acting as a cognitive scientist helping to answer the question, read the passages and pull out two
-    kinds of knowledge: the basic facts a language model probably already knows about the question, and the
-    more advanced details that go beyond them. Explain what each contributes, and consolidate them into an
-    understanding of the question that is deeper and wider than before."""
+    """From the passages, extract what bears on the question at two levels: the well-known facts a language
+    model most likely has already, and the less common details that extend them. Say what each level adds,
+    then combine both into one account of the question that is broader and deeper than the well-known facts
+    alone."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc=PASSAGES)
-    knowledge: str = dspy.OutputField(desc="foundational knowledge, advanced information, and the role of each")
+    knowledge: str = dspy.OutputField(desc="well-known facts, extending details, and what each adds")
 
 
 class AnchoringKnowledge(dspy.Signature):
-    """Acting as a cognitive scientist helping to answer the question, read the passages and pull out what a
-    language model is likely NOT to know already: background, unfamiliar entities and concepts needed to
-    understand the question. Explain the role of each piece."""
+    """From the passages, extract what a language model most likely does NOT already know but needs for this
+    question: background, little-known entities, unfamiliar terms or concepts. For each, say how it helps
+    to understand or answer the question."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc=PASSAGES)
-    knowledge: str = dspy.OutputField(desc="unfamiliar knowledge from the passages and the role it plays")
+    knowledge: str = dspy.OutputField(desc="unfamiliar knowledge from the passages and how each piece helps")
 
 
 class LogicianKnowledge(dspy.Signature):
-    """Acting as a logician helping to answer the question, read the passages and pull out the content that
-    supports causal and logical inference toward the answer. Consolidate it and explain how it strengthens
-    the reasoning chain."""
+    """From the passages, extract the facts from which the answer can be inferred: causes, relations,
+    dates, quantities, the links between entities. Merge them into a compact set of premises and show how
+    they lead, step by step, toward the answer."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc=PASSAGES)
-    knowledge: str = dspy.OutputField(desc="consolidated facts for reasoning and how they support the inference")
+    knowledge: str = dspy.OutputField(desc="merged premises and how they support the inference")
 
 
 class CognitionKnowledge(dspy.Signature):
-    """Acting as a fact-checking researcher who guards language models against confident but false answers,
-    read the passages (treat them as authoritative and correct) and pull out what is likely to contradict or
-    correct the model's existing beliefs about the question. Explain which mistakes this knowledge prevents."""
+    """Take the passages as correct. Extract from them whatever is likely to contradict or correct what a
+    language model would believe about this question: common misconceptions, outdated facts, easily
+    confused entities. For each, say which wrong answer it rules out."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc=PASSAGES)
-    knowledge: str = dspy.OutputField(desc="knowledge that contradicts or updates likely beliefs, and its role")
+    knowledge: str = dspy.OutputField(
+        desc="knowledge that contradicts or updates likely beliefs, and what it rules out")
+
+
+class ReadingNotes(dspy.Signature):
+    """Write short reading notes on the passages for this question: the key point of each passage and
+    whether it is relevant to the question (Table 3's "w. Note" ablation feeds these notes to the nexus)."""
+
+    question: str = dspy.InputField()
+    passages: list[str] = dspy.InputField(desc=PASSAGES)
+    knowledge: str = dspy.OutputField(desc="one note per passage: key point and relevance to the question")
 
 
 # ------------------------------------------------------------------------------------ cognitive nexus
@@ -80,40 +94,54 @@ class CognitionKnowledge(dspy.Signature):
 
 class _NexusFields(dspy.Signature):
     question: str = dspy.InputField()
-    passages: list[str] = dspy.InputField(desc=PASSAGES)
     initial_reasoning: str = dspy.InputField(desc=INITIAL)
-    knowledge: str = dspy.InputField(desc="knowledge constructed from the passages")
+    knowledge: str = dspy.InputField(desc="knowledge constructed from the retrieved passages")
     enhanced_reasoning: str = dspy.OutputField(
         desc="a check of the initial reasoning for errors, then the reasoning improved with the knowledge")
     answer: str = dspy.OutputField(desc=SHORT_ANSWER)
 
 
 class AssociateNexus(_NexusFields):
-    """A language model answered the question with the initial reasoning below. Knowledge was gathered from
-    the passages: basic facts the model is familiar with and advanced information beyond them. Check the
-    initial reasoning for mistakes, then rework it with this knowledge so it understands the question more
-    fully and reaches past what the model knew. Answer from the improved reasoning."""
+    """The initial reasoning is a model's first attempt at the question. The knowledge pairs facts the
+    model already knew with details that extend them. Find where the attempt goes wrong or stops short,
+    rebuild the reasoning so it uses the extending details, and answer from the rebuilt reasoning."""
 
 
 class AnchoringNexus(_NexusFields):
-    """A language model answered the question with the initial reasoning below. Knowledge was gathered from
-    the passages that the model is unlikely to have known: background, unfamiliar entities and concepts.
-    Check the initial reasoning for mistakes, then rework it grounded in this knowledge. Answer from the
-    improved reasoning."""
+    """The initial reasoning is a model's first attempt at the question. The knowledge supplies background
+    and entities the model probably did not know. Find where the attempt goes wrong or lacks that
+    background, rebuild the reasoning on top of it, and answer from the rebuilt reasoning."""
 
 
 class LogicianNexus(_NexusFields):
-    """A language model answered the question with the initial reasoning below. Knowledge that supports
-    causal and logical inference was gathered from the passages. Check the initial reasoning for mistakes,
-    then rebuild its chain of inference step by step with this knowledge. Answer from the improved
-    reasoning."""
+    """The initial reasoning is a model's first attempt at the question. The knowledge lists premises the
+    answer can be inferred from. Find the faulty or missing steps of the attempt, rebuild the chain of
+    inference from those premises one step at a time, and answer from the rebuilt chain."""
 
 
 class CognitionNexus(_NexusFields):
-    """A language model answered the question with the initial reasoning below. Knowledge that may contradict
-    what the model believes was gathered from the passages, which are authoritative and taken as correct.
-    Check the initial reasoning for factual mistakes, correct them with this knowledge, and rework the
-    reasoning so it avoids confident errors. Answer from the improved reasoning."""
+    """The initial reasoning is a model's first attempt at the question. The knowledge, taken as correct,
+    names beliefs it contradicts. Find the claims of the attempt that the knowledge refutes, replace them,
+    rebuild the reasoning without them, and answer from the rebuilt reasoning."""
+
+
+class PassagesNexus(_NexusFields):
+    """The initial reasoning is a model's first attempt at the question. Check it against the retrieved
+    passages given as knowledge, fix what they contradict or fill in what they add, and answer from the
+    checked reasoning. (Table 3's "CoT w. Passage": raw passages instead of constructed knowledge.)"""
+
+
+class NotesNexus(_NexusFields):
+    """The initial reasoning is a model's first attempt at the question. Check it against the reading notes
+    on the retrieved passages given as knowledge, fix what they contradict or fill in what they add, and
+    answer from the checked reasoning. (Table 3's "CoT w. Note".)"""
+
+
+def _with_passages(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """`signature` with the retrieved passages as a second input (the official code's chat context)."""
+    extended = signature.insert(1, "passages", dspy.InputField(desc=PASSAGES), type_=list[str])
+    extended.__name__ = extended.__qualname__ = f"{signature.__name__}WithPassages"
+    return extended
 
 
 Agent = Literal["associate", "anchoring", "logician", "cognition"]
@@ -122,6 +150,8 @@ KNOWLEDGE_SIGNATURES = {"associate": AssociateKnowledge, "anchoring": AnchoringK
                         "logician": LogicianKnowledge, "cognition": CognitionKnowledge}
 NEXUS_SIGNATURES = {"associate": AssociateNexus, "anchoring": AnchoringNexus,
                     "logician": LogicianNexus, "cognition": CognitionNexus}
+NEXUS_SIGNATURES.update(passages=PassagesNexus, notes=NotesNexus)  # Table 3's ablations
+NEXUS_WITH_PASSAGES = {agent: _with_passages(signature) for agent, signature in NEXUS_SIGNATURES.items()}
 
 
 def initial_reply(reasoning: str, answer: str) -> str:

@@ -39,19 +39,19 @@ class FilterTopic(dspy.Signature):
 
 
 class TopicRelevanceAnalysis(dspy.Signature):
-    """Put aside what you already know about the topic and rely only on the knowledge listed. Go through the
-    knowledge passages one at a time and decide whether each helps to answer the question; discard the
-    irrelevant ones and state which remain. Several passages may be relevant. Work step by step."""
+    """Judge the listed knowledge passages on their own terms: what you already believe about the topic does
+    not count, only what each passage says. For each passage in turn, give a verdict on whether it bears on
+    the question and a short reason, then list the ones that do. Any number of them may."""
 
-    topic: str = dspy.InputField(desc="the topic of the question, whose background knowledge to set aside")
+    topic: str = dspy.InputField(desc="the topic of the question; set your own background on it aside")
     question: str = dspy.InputField()
     knowledge: str = dspy.InputField(desc=KNOWLEDGE)
     relevance_analysis: str = dspy.OutputField(desc="a per-passage relevance verdict with a short reason")
 
 
 class RelevanceAnalysis(dspy.Signature):
-    """Go carefully through the knowledge passages one at a time and decide whether each helps to answer the
-    question; discard every irrelevant one and state which remain. It is possible that none is relevant."""
+    """For each listed knowledge passage in turn, give a verdict on whether it bears on the question and a
+    short reason, then list the ones that do. Be strict: none of them may."""
 
     question: str = dspy.InputField()
     knowledge: str = dspy.InputField(desc=KNOWLEDGE)
@@ -59,8 +59,8 @@ class RelevanceAnalysis(dspy.Signature):
 
 
 class SelectRelevantIds(dspy.Signature):
-    """Following the relevance analysis given as context, output only the ids of the knowledge passages
-    that are relevant to the question. Use the ids shown in the knowledge list; the list may be empty."""
+    """Turn the relevance analysis in the context into the list of ids of the knowledge passages it found
+    relevant to the question, using the ids of the knowledge list. The list may be empty."""
 
     context: str = dspy.InputField(desc="the relevance analysis of these passages")
     question: str = dspy.InputField()

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dspy
 
 CONTEXT = "background passages, '[i] «Title | text»' per line"
-ANSWER = "a short factoid phrase taken from the context (often 1-5 words), or exactly 'unknown'"
+ANSWER = ("the answer as a few words copied from the passages (a name, date, number or short phrase), "
+          "or the single word 'unknown'")
 
 
 class PassageQA(dspy.Signature):
-    """Answer the question from the background context with a short factoid phrase drawn from the context.
-    Make your best guess at an extractive answer. If the context does not let you answer, reply with exactly
-    the word unknown."""
+    """Read the numbered passages and answer the question with a short span taken from them. Commit to the
+    most likely span even when the support is partial. Only when no passage bears on the question, answer
+    with the single word unknown."""
 
     context: str = dspy.InputField(desc=CONTEXT)
     question: str = dspy.InputField()
@@ -27,24 +28,24 @@ class PassageQA(dspy.Signature):
 
 
 class PruningQA(dspy.Signature):
-    """Answer the question with a short factoid answer. First reason step by step by elimination: go through
-    the sources one at a time, rule out the ones that do not bear on the question, and deduce the answer
-    from what is left. If the context does not let you answer, reply with exactly the word unknown."""
+    """Find the answer by elimination: take the numbered passages in turn, rule out each one that does not
+    bear on the question and say why, and derive a short answer from the passage(s) left standing. Only
+    when every passage is ruled out, answer with the single word unknown."""
 
     context: str = dspy.InputField(desc=CONTEXT)
     question: str = dspy.InputField()
-    rationale: str = dspy.OutputField(desc="step-by-step elimination of irrelevant sources leading to the answer")
+    rationale: str = dspy.OutputField(desc="passage-by-passage elimination that ends at the answer")
     answer: str = dspy.OutputField(desc=ANSWER)
 
 
 class SummaryQA(dspy.Signature):
-    """Answer the question with a short factoid answer. First reason step by step by summarizing: find the
-    sources that bear on the question, summarize what they say about it, and derive the answer from that
-    summary. If the context does not let you answer, reply with exactly the word unknown."""
+    """Find the answer by summarizing: pick out the numbered passages that bear on the question, condense
+    what they say about it in a few sentences, and derive a short answer from that summary. Only when no
+    passage bears on the question, answer with the single word unknown."""
 
     context: str = dspy.InputField(desc=CONTEXT)
     question: str = dspy.InputField()
-    rationale: str = dspy.OutputField(desc="step-by-step summary of the relevant sources leading to the answer")
+    rationale: str = dspy.OutputField(desc="a summary of the passages that bear on the question, ending at the answer")
     answer: str = dspy.OutputField(desc=ANSWER)
 
 
@@ -57,3 +58,27 @@ class DistillAnswer(dspy.Signature):
     question: str = dspy.InputField()
     candidate_answers: list[str] = dspy.InputField(desc="answers proposed from individual passages, best-ranked first")
     answer: str = dspy.OutputField(desc=ANSWER)
+
+
+# One-shot demos of our own (not the paper's Outerbridge example): three sources, one of which answers.
+_DEMO_CONTEXT = "\n".join([
+    "[1] «Lake Baikal | Lake Baikal is a rift lake in Siberia and the deepest lake in the world.»",
+    "[2] «Trans-Siberian Railway | The Trans-Siberian Railway connects Moscow with Vladivostok; its main "
+    "line was completed in 1916.»",
+    "[3] «Circum-Baikal Railway | The Circum-Baikal Railway runs along the southern shore of Lake Baikal. "
+    "It was opened in 1904 as part of the Trans-Siberian route.»",
+])
+_DEMO_QUESTION = "In what year did the railway along the southern shore of Lake Baikal open?"
+PRUNING_DEMO = dspy.Example(
+    context=_DEMO_CONTEXT, question=_DEMO_QUESTION,
+    rationale="Passage 1 describes the lake itself and says nothing about a railway, so it is ruled out. "
+              "Passage 2 is about the whole Trans-Siberian line and gives 1916 for its main line, not for the "
+              "section along the lake, so it is ruled out. Passage 3 is about the railway on the southern "
+              "shore and says it opened in 1904.",
+    answer="1904")
+SUMMARY_DEMO = dspy.Example(
+    context=_DEMO_CONTEXT, question=_DEMO_QUESTION,
+    rationale="Passages 2 and 3 concern railways near the lake. Together they say: the Trans-Siberian main "
+              "line was finished in 1916, and its Circum-Baikal section, which follows the southern shore of "
+              "Lake Baikal, opened in 1904. The railway along the southern shore therefore opened in 1904.",
+    answer="1904")

@@ -34,8 +34,7 @@ class DirectAnswer(dspy.Signature):
 
 
 class PassageRelevance(dspy.Signature):
-    """Judge whether this one retrieved passage is relevant to the question, i.e. whether it contains
-    information that helps answer it."""
+    """Does this single passage state something that helps settle the question? Judge the passage alone."""
 
     question: str = dspy.InputField()
     passage: str = dspy.InputField(desc="one retrieved passage, 'Title | text'")
@@ -43,8 +42,9 @@ class PassageRelevance(dspy.Signature):
 
 
 class PassagesRelevanceJoint(dspy.Signature):
-    """Look at all retrieved passages together and list those that are relevant to the question and,
-    together, sufficient to answer it. Return an empty list if they are not."""
+    """Decide, for the numbered passages as a set, whether they can settle the question. If they can, give
+    the numbers of the passages that are needed for it; if even all of them together leave the question
+    open, give an empty list."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc="retrieved passages, numbered from 1")
@@ -53,7 +53,7 @@ class PassagesRelevanceJoint(dspy.Signature):
 
 
 class RelevantPassagesAnswer(dspy.Signature):
-    """Answer the question using the knowledge in the relevant passages."""
+    """The passages were judged to bear on the question. Base the answer on what they state."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc="passages judged relevant to the question")

@@ -10,7 +10,7 @@ import argparse
 from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, add_lm_args
 
 DEFAULTS = {"program": None, "method": None, **{k: v for k, v in DATA_DEFAULTS.items() if k != "n"},
-            **LM_DEFAULTS, "json": False}
+            **LM_DEFAULTS, "json": False, "trust_retriever": False}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--method", help="a method id (see ragzoo methods)")
     parser.add_argument("question", help="the question to answer")
     parser.add_argument("--json", action="store_true", default=None, help="print one JSON object")
+    parser.add_argument("--trust-retriever", action="store_true", default=None,
+                        help="follow the --program artifact's retriever even outside RAGZOO_DATA (a URL, an absolute "
+                             "path); without it such a retriever is refused, naming what it asked for")
     add_data_args(parser, n=False, split_help="with --retriever fixed: the split whose recorded passages to "
                                               "replay (default: the dataset's evaluation split)")
     add_lm_args(parser)
@@ -50,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
 
     import dspy
 
-    from ragzoo.commands.common import (budget_stop, build_lm, check_question_source, find_budget_error,
-                                        is_fixed_spec, program_from_config)
+    from ragzoo.commands.common import (budget_stop, build_adapter, build_lm, check_question_source,
+                                        find_budget_error, is_fixed_spec, program_from_config)
     from ragzoo.config import refuse_secrets, resolve
     from ragzoo.errors import ConfigError
     from ragzoo.runs import classify_error
+    from ragzoo.secrets import redact
     from ragzoo.tracing import trace_example
     from ragzoo.usage import metering
 
@@ -75,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         examples = _recorded_questions(config, question)
     program, description = program_from_config(config, examples)
     budget = None
-    with dspy.context(lm=lm), metering(max_calls=config.get("max_calls"), max_cost=config.get("max_cost")), \
+    with dspy.context(lm=lm, adapter=build_adapter(config)), \
+            metering(max_calls=config.get("max_calls"), max_cost=config.get("max_cost")), \
             trace_example() as trace:
         try:
             prediction = program(question=question)
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(exc, ConfigError):
                 raise
             budget = find_budget_error(exc)
-            prediction, error = None, f"{classify_error(exc)}: {type(exc).__name__}: {exc}"
+            prediction, error = None, redact(f"{classify_error(exc)}: {type(exc).__name__}: {exc}")
     if budget is not None:
         return budget_stop("ask", budget)
     passages = list(prediction.get("passages") or []) if prediction is not None else []

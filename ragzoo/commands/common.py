@@ -24,9 +24,11 @@ EXIT_STOPPED = 3  # a run or compile stopped by --max-calls / --max-cost (finish
 
 # flags of `add_lm_args`, with their defaults (commands merge these into their own DEFAULTS)
 LM_DEFAULTS: dict[str, Any] = {"lm": None, "api_base": None, "retriever": None, "knob": [], "no_cache": False,
-                               "max_calls": None, "max_cost": None, "seed": 0}
+                               "max_calls": None, "max_cost": None, "seed": 0, "adapter": "chat", "max_reasks": 2,
+                               "max_concurrency": 8, "timeout": 120.0, "price": None}
 # flags of `add_data_args`; split and metric stay None unless given, so the dataset's defaults can apply
-DATA_DEFAULTS: dict[str, Any] = {"dataset": None, "split": None, "data": None, "field_map": None, "n": None}
+DATA_DEFAULTS: dict[str, Any] = {"dataset": None, "split": None, "data": None, "field_map": None, "n": None,
+                                 "preset": None}
 
 
 def add_lm_args(parser: argparse.ArgumentParser) -> None:
@@ -41,11 +43,22 @@ def add_lm_args(parser: argparse.ArgumentParser) -> None:
                                                                       "(default: the paper's values)")
     parser.add_argument("--no-cache", action="store_true", default=None,
                         help="bypass DSPy's LM cache (key: sha256 of the request: model, messages, sampling "
-                             "options; api_key/api_base excluded)")
+                             "options and the endpoint; never the key)")
     parser.add_argument("--max-calls", type=int, help="stop before the LM call past this many (default: no limit)")
     parser.add_argument("--max-cost", type=float, help="stop before the LM call past this many USD "
                                                        "(default: no limit)")
     parser.add_argument("--seed", type=int, help="sampling seed (default 0)")
+    # real models (ragzoo.adapters, ragzoo.endpoints)
+    parser.add_argument("--adapter", choices=("chat", "json", "xml"),
+                        help="prompt/reply format: chat (default), json or xml; replies are read leniently and an "
+                             "unreadable one is re-asked (recorded in the run config and the manifest)")
+    parser.add_argument("--max-reasks", type=int, help="re-asks after an unreadable reply, per call (default 2)")
+    parser.add_argument("--max-concurrency", type=int,
+                        help="LM requests in flight per endpoint, shared by all threads (default 8)")
+    parser.add_argument("--timeout", type=float, help="seconds per LM request (default 120)")
+    parser.add_argument("--price", metavar="IN,OUT",
+                        help="USD per million prompt,completion tokens for a model LiteLLM has no price for "
+                             "(needed for --max-cost on a local model)")
     parser.add_argument("--config", help="TOML/YAML file of options; flags win")
     add_secret_trap(parser)
 
@@ -59,6 +72,9 @@ def add_data_args(parser: argparse.ArgumentParser, *, split_help: str, n: bool =
     parser.add_argument("--data", metavar="FILE", help="a question file (JSONL/JSON/CSV/TSV) instead of --dataset")
     parser.add_argument("--field-map", help="fields of --data: question=q,answers=gold,id=qid "
                                             "(default: question, answers, id)")
+    parser.add_argument("--preset", choices=("paper",),
+                        help="paper: the papers' evaluation split, metric and answer mode for --dataset (StrategyQA: "
+                             "yes/no answers scored by accuracy), and a compile pool disjoint from that split")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -80,25 +96,58 @@ def apply_dataset_defaults(config: dict, *, split_kind: str, metric_kind: str | 
     evaluation list, "headline": one metric, None: no metric) from the dataset's defaults when the user gave
     none. Returns (and stores as `config["defaults_used"]`) what was filled in, for the run record."""
     from ragzoo.data import dataset_defaults
+    from ragzoo.errors import ConfigError
 
     defaults = dataset_defaults(config.get("dataset")) if not config.get("data") else dataset_defaults(None)
     used: dict[str, Any] = {}
+    paper = config.get("preset") == "paper"
+    evaluated = (defaults.paper_split if paper else None) or defaults.eval_split
+    if paper:
+        used["preset"] = "paper"
+        _preset_answer_mode(config, defaults.answer_mode, used)
     if config.get("dataset") and not config.get("split"):
         if split_kind == "train":
             config["split"] = used["split"] = defaults.train_split
-            if defaults.exclude_eval:
+            if paper and evaluated == defaults.train_split:
+                raise ConfigError(f"--preset paper: {config['dataset']}'s compile split is its evaluation split; "
+                                  f"name a --split to compile on")
+            if paper and evaluated != defaults.eval_split:
+                used["disjoint_from"] = evaluated  # another split than the one papers evaluate on
+            elif defaults.exclude_eval:
                 used["excluded_split"] = defaults.eval_split
             elif defaults.disjoint:
                 used["disjoint_from"] = defaults.eval_split
             else:
                 used["overlaps"] = defaults.eval_split
         else:
-            config["split"] = used["split"] = defaults.eval_split
+            config["split"] = used["split"] = evaluated
     if metric_kind is not None and not config.get("metric"):
         config["metric"] = used["metric"] = defaults.eval_metrics if metric_kind == "eval" else defaults.metric
     if used:
         config["defaults_used"] = used
     return used
+
+
+def _preset_answer_mode(config: dict, answer_mode: str | None, used: dict) -> None:
+    """`--preset paper` on a dataset whose papers use another answer mode: set the `answer_mode` knob of a
+    `--method` that has it (a compiled `--program` keeps the mode it was compiled with)."""
+    if not answer_mode or not config.get("method"):
+        return
+    from ragzoo import programs
+    from ragzoo.config import knob_dict
+
+    from ragzoo.errors import ConfigError
+
+    knobs = knob_dict(config.get("knob"))
+    if "answer_mode" in knobs or "answer_mode" not in programs.info(config["method"]).knobs:
+        return
+    try:
+        programs.resolve_knobs(config["method"], {"answer_mode": answer_mode})
+    except ConfigError:  # the method answers in another set of modes: leave it alone
+        return
+    config["knob"] = [*(config.get("knob") or []), f"answer_mode={answer_mode}"] \
+        if not isinstance(config.get("knob"), dict) else {**config["knob"], "answer_mode": answer_mode}
+    used["knob"] = f"answer_mode={answer_mode}"
 
 
 def describe_defaults(command: str, config: dict) -> str | None:
@@ -119,6 +168,10 @@ def describe_defaults(command: str, config: dict) -> str | None:
         parts.append(split)
     if "metric" in used:
         parts.append(f"--metric {used['metric']}")
+    if "knob" in used:
+        parts.append(f"--knob {used['knob']}")
+    if used.get("preset") == "paper":
+        source = f"the paper preset of {config.get('dataset')}"
     return f"ragzoo {command}: used {source}: {', '.join(parts)} (pass --split/--metric to choose)"
 
 
@@ -146,10 +199,27 @@ def build_lm(config: dict):
 
     if not config.get("lm"):
         raise ConfigError("no LM given; pass --lm openai/gpt-4o-mini (key in the environment) or --lm dry-run")
+    from ragzoo.engines import is_dry_run_spec
+    from ragzoo.endpoints import preflight
+
     options = {}
     if config.get("no_cache"):
         options["cache"] = False
-    return make_lm(config["lm"], api_base=config.get("api_base"), **options)
+    if not is_dry_run_spec(str(config["lm"]).strip()):
+        for key in ("max_concurrency", "timeout", "price"):
+            if config.get(key) is not None:
+                options[key] = config[key]
+    lm = make_lm(config["lm"], api_base=config.get("api_base"), **options)
+    preflight(lm)  # the key is there and the server answers, in one line, before anything is spent
+    return lm
+
+
+def build_adapter(config: dict):
+    """The lenient adapter of `--adapter` / `--max-reasks` (see ragzoo.adapters)."""
+    from ragzoo.adapters import DEFAULT_MAX_REASKS, make_adapter
+
+    reasks = config.get("max_reasks")
+    return make_adapter(config.get("adapter"), max_reasks=DEFAULT_MAX_REASKS if reasks is None else int(reasks))
 
 
 def lm_description(lm) -> dict:
@@ -215,7 +285,7 @@ def program_from_config(config: dict, examples: list | None = None):
         if uses_retrieval and (config.get("retriever") or is_fixed_spec(spec)):
             retriever = build_retriever(spec, examples=examples)
         program, manifest = load_artifact(config["program"], retriever=retriever, method=config.get("method"),
-                                          knobs=knobs or None)
+                                          knobs=knobs or None, trust_retriever=bool(config.get("trust_retriever")))
         return program, {"program": str(config["program"]), "method": manifest["method"],
                          "knobs": manifest["knobs"], "retriever": config.get("retriever") or manifest.get("retriever")}
     if not config.get("method"):

@@ -3,9 +3,12 @@
 `--dry-run` runs the same compile with the dry-run LM (placeholder answers, real retrieval, counted prompts)
 and prints the LM calls, tokens and estimated cost per stage, then saves nothing. `--max-calls` /
 `--max-cost` stop a real compile cleanly, keeping the best program so far (the manifest says so); with
-`--search` they are totals over all trials. Questions come from `--dataset [--split]` or `--data FILE`;
-without `--split`/`--metric` the dataset's defaults apply (a training split on disk, disjoint from its
-evaluation split where possible), recorded in the manifest (`defaults_used`) and named on stderr."""
+`--search` they are totals over all trials. A method that declares compile stages (FILCO's filter on oracle
+labels, RA-ISF's gates with gate_stages=true, SKR's memory) has them run first; the manifest records each one
+(`compile_stages`, and its usage under `stages`), see docs/staged_compilation.md. Questions come from
+`--dataset [--split]` or `--data FILE`; without `--split`/`--metric` the dataset's defaults apply (a training
+split on disk, disjoint from its evaluation split where possible), recorded in the manifest (`defaults_used`)
+and named on stderr."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ DEFAULTS = {
     "method": None, **{k: v for k, v in DATA_DEFAULTS.items() if k != "n"}, "dev_split": None, "train_n": 50,
     "dev_n": 50, "optimizer": "bootstrap", "metric": None, **LM_DEFAULTS, "out": None, "dry_run": False,
     "threads": 1, "force": False, "optimizer_setting": [], "search": [], "trials": 10,
+    "storage": None,
 }
 
 
@@ -44,7 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--search", action="append", metavar="KNOB=V1,V2",
                         help="knob search: values to try for a knob (repeatable); Optuna searches them jointly "
                              "with the optimizers given as --optimizer a,b and saves the best program")
-    parser.add_argument("--trials", type=int, help="knob search trials (default 10)")
+    parser.add_argument("--trials", type=int, help="knob search trials (default 10; at most the grid's size: "
+                                                   "each point is tried once)")
+    parser.add_argument("--storage", help="knob search in an Optuna storage (sqlite:///search.db, journal:PATH, "
+                                          "postgresql://...): workers started with the same command share the "
+                                          "search, and a rerun resumes it")
     add_lm_args(parser)
 
 
@@ -111,39 +119,66 @@ def search_space(pairs: list[str]) -> dict[str, list[str]]:
 
 def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict, optimizers: list[str],
                 dry_run: bool) -> int:
+    from pathlib import Path
+
     import dspy
 
     from ragzoo.artifacts import save
-    from ragzoo.commands.common import EXIT_STOPPED, lm_description, say_defaults
+    from ragzoo.commands.common import EXIT_STOPPED, build_adapter, lm_description, say_defaults
     from ragzoo.engines import is_dry_run
     from ragzoo.errors import ConfigError
     from ragzoo.optimizers import search_knobs
+    from ragzoo.optimizers.knob_search import claim_once
 
     if knobs:
         raise ConfigError("--knob and --search cannot be combined; give fixed knobs as a single value, "
                           "e.g. --search k=5")
     space = search_space(config["search"])
-    with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):
+    storage = None if dry_run else config.get("storage")  # an estimate is not a search to share or resume
+    with dspy.context(lm=lm, adapter=build_adapter(config)), contextlib.redirect_stdout(sys.stderr):
         found = search_knobs(config["method"], retriever, space, trainset=train, valset=dev, optimizers=optimizers,
                              metric=config["metric"], n_trials=int(config["trials"]), seed=int(config["seed"]),
-                             threads=int(config["threads"]),
+                             threads=int(config["threads"]), storage=storage,
                              # budgets are totals over all trials (search_knobs meters the whole search)
                              max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
+    placeholder = is_dry_run(lm)
+    if found.capped:
+        print(f"note: --trials {config['trials']} is more than the grid's {found.grid_size} points; each point is "
+              f"tried once", file=sys.stderr)
+    for trial in found.trials:
+        shown = ", ".join(f"{k}={v}" for k, v in trial["knobs"].items())
+        score = "n/a" if placeholder else f"{trial['score']:.3f}"
+        note = f"  stopped: {trial['stopped']}" if trial.get("stopped") else (
+            f"  error: {trial['error']}" if trial.get("error") else "")
+        print(f"trial {shown}  {trial['optimizer']}  dev {config['metric']}={score}  "
+              f"LM calls {trial.get('lm_calls', 0)}{note}")
     calls = sum(trial.get("lm_calls", 0) for trial in found.trials)
     best = ", ".join(f"{k}={v}" for k, v in found.best_knobs.items())
-    score = "n/a (dry-run: placeholder answers)" if is_dry_run(lm) else f"{found.best_score:.3f}"
-    print(f"knob search over {len(found.trials)} trials ({calls} LM calls): best {best} with "
-          f"{found.best_optimizer}, dev {config['metric']}={score}")
+    score = "n/a (dry-run: placeholder answers)" if placeholder else f"{found.best_score:.3f}"
+    where = f", {found.ran_here} run here; study {found.study_name} in {storage}" if storage else ""
+    print(f"knob search over {len(found.trials)} trials of a {found.grid_size}-point grid ({calls} LM calls"
+          f"{where}): best {best} with {found.best_optimizer}, dev {config['metric']}={score}")
     stopped = getattr(found, "stopped", None)
     if dry_run:
         say_defaults("compile", config)
+        return 0
+    if found.pending and not stopped:
+        print(f"ragzoo compile: {found.pending} trial(s) still running in other workers of this search; the worker "
+              f"that finishes last saves {config['out']}", file=sys.stderr)
+        return 0
+    if storage and not config["force"] and not claim_once(storage, f"{found.study_name}:saved:"
+                                                                   f"{Path(config['out']).resolve()}") \
+            and Path(config["out"]).exists():
+        print(f"ragzoo compile: search complete; another worker saved {config['out']}", file=sys.stderr)
         return 0
     save(found.best_program, config["out"], method=config["method"], knobs=found.best_knobs,
          overwrite=bool(config["force"]), dataset=config["dataset"], split=config["split"],
          data=config.get("data"), dev_split=_dev_split_label(config),
          sizes={"train": len(train), "dev": len(dev)}, optimizer=found.best_optimizer, metric=config["metric"],
          score=found.best_score, lm=lm_description(lm), seed=config["seed"],
-         knob_search={"space": space, "optimizers": optimizers, "trials": found.trials},
+         knob_search={"space": found.space or space, "optimizers": optimizers, "trials": found.trials,
+                      "grid_size": found.grid_size, "study": found.study_name if storage else None,
+                      "best_recompiled": found.recompiled_best},
          defaults_used=config.get("defaults_used"), stopped=stopped,
          config={k: v for k, v in config.items() if k not in ("force",)})
     print(f"saved {config['out']}: {config['method']} with {best}")
@@ -167,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ragzoo import programs
     from ragzoo.artifacts import save
-    from ragzoo.commands.common import (EXIT_STOPPED, apply_dataset_defaults, budget_stop, build_lm,
+    from ragzoo.adapters import adapter_name
+    from ragzoo.commands.common import (EXIT_STOPPED, apply_dataset_defaults, budget_stop, build_adapter, build_lm,
                                         build_retriever, check_metrics, check_question_source,
                                         find_budget_error, lm_description, say_defaults)
     from ragzoo.config import knob_dict, resolve
@@ -184,6 +220,12 @@ def run(args: argparse.Namespace) -> int:
     dry_run = bool(config["dry_run"]) or (is_dry_run_spec(config.get("lm")) and not config.get("out"))
     if not dry_run and not config.get("out"):
         raise ConfigError("no --out given; name the artifact directory to write (or use --dry-run)")
+    if not dry_run:  # before any LM call: a result that cannot be saved must not be paid for
+        from ragzoo.artifacts import check_replaceable
+        from ragzoo.config import check_out_writable
+
+        check_out_writable(config["out"])
+        check_replaceable(config["out"], bool(config["force"]))
     if not dry_run and Path(config["out"]).exists() and not config["force"]:
         raise ArtifactError(f"{config['out']} already exists; choose another --out or pass --force to replace it")
     optimizers = [name.strip() for name in str(config["optimizer"]).split(",") if name.strip()]
@@ -215,19 +257,21 @@ def run(args: argparse.Namespace) -> int:
                 raise
             return budget_stop("compile", budget)
     program = programs.get(config["method"], retriever=retriever, **resolved)
-    with dspy.context(lm=lm), contextlib.redirect_stdout(sys.stderr):  # DSPy optimizers print progress
+    adapter = build_adapter(config)
+    with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr):  # optimizers print progress
         result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
                                  metric=config["metric"], seed=int(config["seed"]), threads=int(config["threads"]),
                                  settings=_settings(config.get("optimizer_setting")),
-                                 max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
+                                 max_calls=config.get("max_calls"), max_cost=config.get("max_cost"),
+                                 stage_resources={"dataset": config.get("dataset")})
     source = config.get("dataset") or config.get("data")
     if dry_run:
         priced = getattr(lm, "priced_model", "")
         print(f"dry run of {config['method']} + {config['optimizer']} on {source} "
               f"(train {len(train)}, dev {len(dev)}), priced as {priced}:")
         print_stages(result, estimate=True)
-        print("note: placeholder answers rarely pass the metric, so bootstrap-style optimizers try every training "
-              "example: the compile estimate is close to the upper bound")
+        print("note: under the dry-run LM every trace passes the metric, as with a model that answers the training "
+              "questions right: the estimate counts the bootstrapped demos in every later prompt")
         say_defaults("compile", config)
         return 0
     save(result.program, config["out"], overwrite=bool(config["force"]),
@@ -237,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
          optimizer_settings=result.settings, metric=result.metric, score=result.score,
          lm=lm_description(lm), seed=config["seed"], usage=result.usage.to_dict(),
          stages=[stage.to_dict() for stage in result.stages], cost=round(result.usage.cost, 6),
-         stopped=result.stopped, notes=result.notes,
+         stopped=result.stopped, notes=result.notes, compile_stages=result.staged,
+         adapter=adapter_name(adapter), max_reasks=getattr(adapter, "max_reasks", None),
          config={k: v for k, v in config.items() if k not in ("force",)})
     score = "n/a" if result.score is None else f"{result.score:.3f}"
     if is_dry_run(lm):

@@ -12,8 +12,12 @@ from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, ad
 
 DEFAULTS = {
     "program": None, "method": None, **DATA_DEFAULTS, **LM_DEFAULTS, "out": None, "threads": 1, "resume": False,
-    "force": False, "metric": None,
+    "force": False, "metric": None, "trust_retriever": False, "deadline": 600.0, "retry_failed": False,
+    "abort_failure_rate": 0.5,
+    "allow_failures": False, "refuse_leakage": False,
 }
+EXIT_FAILURES = 4  # the run finished, and some examples failed (pass --allow-failures to exit 0)
+EXIT_ABORTED = 5  # the run stopped early: the first examples failed for the setup (LM, timeout, retriever)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +28,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                      "strategyqa: train_first500; see ragzoo datasets)")
     parser.add_argument("--out", help="run directory to write")
     parser.add_argument("--threads", type=int, help="parallel examples (default 1)")
-    parser.add_argument("--resume", action="store_true", default=None, help="continue an interrupted run")
+    parser.add_argument("--resume", action="store_true", default=None,
+                        help="continue an interrupted run (a larger -n extends it)")
+    parser.add_argument("--retry-failed", action="store_true", default=None,
+                        help="run again exactly the examples of the run that failed (implies --resume)")
+    parser.add_argument("--deadline", type=float,
+                        help="seconds one example may take; past it the example is recorded as a timeout "
+                             "failure and the run goes on (default 600)")
+    parser.add_argument("--abort-failure-rate", type=float,
+                        help="stop early when at least this share of the first 10 examples failed for the "
+                             "setup (LM, timeout, retriever); 1 = only if all did; default 0.5")
+    parser.add_argument("--allow-failures", action="store_true", default=None,
+                        help="exit 0 even when examples failed (default: exit 4)")
     parser.add_argument("--force", action="store_true", default=None, help="overwrite an existing run")
+    parser.add_argument("--refuse-leakage", action="store_true", default=None,
+                        help="refuse to evaluate a compiled program on questions it was compiled on (default: "
+                             "evaluate with a loud warning, the overlap recorded in the run)")
+    parser.add_argument("--trust-retriever", action="store_true", default=None,
+                        help="follow the --program artifact's retriever even outside RAGZOO_DATA (a URL, an absolute "
+                             "path); without it such a retriever is refused, naming what it asked for")
     parser.add_argument("--metric", help="comma-separated metrics (default: the dataset's: em,f1; "
                                          "strategyqa: acc)")
     add_lm_args(parser)
@@ -34,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import dspy
 
-    from ragzoo.commands.common import (EXIT_STOPPED, apply_dataset_defaults, build_lm, check_metrics,
-                                        check_question_source, lm_description, load_examples,
+    from ragzoo.commands.common import (EXIT_STOPPED, apply_dataset_defaults, build_adapter, build_lm,
+                                        check_metrics, check_question_source, lm_description, load_examples,
                                         program_from_config, say_defaults)
     from ragzoo.config import resolve
     from ragzoo.engines import is_dry_run
@@ -48,15 +69,28 @@ def run(args: argparse.Namespace) -> int:
     check_question_source(config)
     apply_dataset_defaults(config, split_kind="eval", metric_kind="eval")
     check_metrics(config["metric"])
+    from ragzoo.config import check_out_writable
+
+    check_out_writable(config["out"])  # before any LM call (and the endpoint check): results must be keepable
+    adapter = build_adapter(config)
     lm = build_lm(config)
     examples = load_examples(config)  # before the program: a `fixed` retriever replays their passages
     program, description = program_from_config(config, examples)
-    run_config = {**{k: v for k, v in config.items() if k not in ("resume", "force")}, **description,
-                  "lm": lm_description(lm)}
+    _warn_adapter_mismatch(config, adapter)
+    from ragzoo.secrets import storable
+
+    run_config = storable({**{k: v for k, v in config.items()  # endpoints stored without credentials
+                              if k not in ("resume", "force", "retry_failed", "allow_failures")}, **description,
+                           "lm": lm_description(lm)})
+    deadline = config.get("deadline")
     with dspy.context(lm=lm):
         summary = evaluate(program, examples, config["metric"], config["out"], threads=int(config["threads"]),
                            resume=bool(config["resume"]), force=bool(config["force"]), config=run_config,
-                           max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
+                           max_calls=config.get("max_calls"), max_cost=config.get("max_cost"),
+                           deadline=float(deadline) if deadline else None,
+                           retry_failed=bool(config.get("retry_failed")), adapter=adapter,
+                           abort_failure_rate=config.get("abort_failure_rate"),
+                           refuse_leakage=bool(config.get("refuse_leakage")))
     if is_dry_run(lm):
         metrics = "metrics n/a (dry-run: placeholder answers)"
     else:
@@ -66,8 +100,44 @@ def run(args: argparse.Namespace) -> int:
           f"LM calls/question={usage['lm_calls_per_question']:.2f}  tokens={usage['prompt_tokens']}+"
           f"{usage['completion_tokens']}  cost=${usage['cost']:.4f}  failures={summary['failures']} "
           f"{summary['failures_by_kind'] or ''}".rstrip())
+    if summary.get("reasks") or summary.get("degradations") or usage.get("cached_calls"):
+        print(f"  re-asks={summary.get('reasks', 0)} ({summary.get('examples_reasked', 0)} questions)  "
+              f"degradations={summary.get('degradations', 0)} ({summary.get('examples_degraded', 0)} questions)  "
+              f"cached calls={usage.get('cached_calls', 0)}  tokens if uncached={usage.get('tokens_if_uncached', 0)}"
+              f"  cost if uncached=${usage.get('cost_if_uncached', 0):.4f}")
     say_defaults("evaluate", config)
+    if summary.get("compiled_on"):
+        seen = ", ".join(f"{count} {role}" for role, count in summary["compiled_on"].items())
+        print(f"ragzoo evaluate: WARNING: the program was compiled on some of these questions ({seen}); their "
+              f"scores are not held out (--refuse-leakage refuses such runs)", file=sys.stderr)
+    if summary.get("aborted"):
+        print(f"ragzoo evaluate: stopped early: {summary['aborted']}; fix the setup, then rerun with "
+              f"--retry-failed", file=sys.stderr)
+        return EXIT_ABORTED
     if summary.get("stopped"):
         print(f"stopped: {summary['stopped']}; rerun with --resume to continue", file=sys.stderr)
         return EXIT_STOPPED
+    if summary["failures"] and not config.get("allow_failures"):
+        print(f"ragzoo evaluate: {summary['failures']} of {summary['n']} examples failed "
+              f"({', '.join(f'{k}: {v}' for k, v in summary['failures_by_kind'].items())}); see the error of each in "
+              f"predictions.jsonl; rerun them with --retry-failed (--allow-failures exits 0)", file=sys.stderr)
+        return EXIT_FAILURES
     return 0
+
+
+def _warn_adapter_mismatch(config: dict, adapter) -> None:
+    """A compiled program records its adapter; running it under another one warns once."""
+    if not config.get("program"):
+        return
+    from ragzoo.adapters import adapter_name, warn_adapter_mismatch
+    from ragzoo.artifacts import read_manifest
+
+    try:
+        compiled = read_manifest(config["program"]).get("adapter")
+    except Exception:  # noqa: BLE001 - the loader already said what is wrong with the artifact
+        return
+    if isinstance(compiled, dict):
+        compiled = compiled.get("name")
+    if warn_adapter_mismatch(compiled, adapter_name(adapter), where=str(config["program"])):
+        print(f"ragzoo evaluate: warning: {config['program']} was compiled under the {compiled} adapter and runs "
+              f"under {adapter_name(adapter)}; pass --adapter {compiled} to run it as compiled", file=sys.stderr)

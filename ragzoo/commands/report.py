@@ -1,16 +1,39 @@
-"""`ragzoo report RUN [RUN ...]`: a table of finished runs (method, n, metrics, LM calls per question, tokens,
-cost, failures); `--plot out.png` draws a metric against LM calls per question, one point per run."""
+"""`ragzoo report RUN [RUN ...]`: a table of runs that says what it compares.
+
+- The metrics table: method (with the knobs that tell same-method runs apart), n done, every metric (mean with
+  a seeded 95% bootstrap CI over questions with `--ci`), LM calls, tokens, cost per question, failures;
+  partial runs (n done < n asked, or killed before their summary) and mostly-failed runs are marked.
+- The runs table: dataset/split, LM, optimizer, n done / n asked, failures, mean latency, status.
+- Runs that answered different questions are said to: how many questions all of them share; `--shared` puts
+  every run's means on those shared questions only.
+- A metric a run lacks is an error (`--metric` names the metrics; by default those every run has, and the
+  ones left out are named).
+- `--compare` (two runs): the paired test on the questions both answered (the paired permutation test, with
+  the difference and its paired bootstrap CI), and the questions where they disagree; refused when they
+  share no question.
+- `--plot out.png`: the metric against LM calls per question, one labelled point per run with its CI.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+MOSTLY_FAILED = 0.5
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", help="run directories written by ragzoo evaluate")
-    parser.add_argument("--plot", help="write a PNG: metric vs LM calls per question")
-    parser.add_argument("--metric", help="metric for the plot (default: the first of each run)")
+    parser.add_argument("runs", nargs="+", help="run directories written by ragzoo evaluate (or grid cells)")
+    parser.add_argument("--plot", help="write a PNG: metric vs LM calls per question, with 95%% CIs")
+    parser.add_argument("--metric", help="comma-separated metrics to show (default: those every run has); a "
+                                         "run without one is an error")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--ci", action="store_true", help="show each mean with its 95%% bootstrap CI")
+    parser.add_argument("--shared", action="store_true",
+                        help="compute every run's figures on the questions all runs answered")
+    parser.add_argument("--compare", action="store_true",
+                        help="two runs: paired test, difference with its CI, and the questions they disagree on")
+    parser.add_argument("--show", type=int, default=20, help="disagreeing questions listed by --compare")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap / permutation seed")
 
 
 def _recorded_dry_run(lm) -> bool:
@@ -23,45 +46,295 @@ def _recorded_dry_run(lm) -> bool:
     return is_dry_run_spec(lm)
 
 
-def rows(run_dirs: list[str]) -> list[dict]:
+def _lm_name(lm) -> str:
+    if isinstance(lm, dict):
+        name = str(lm.get("model") or "?")
+        if lm.get("priced_model"):
+            name += f" (priced as {lm['priced_model']})"
+        return name
+    return str(lm or "?")
+
+
+def _optimizer(config: dict) -> str:
+    program = config.get("program")
+    if not program:
+        return "none (uncompiled)"
+    try:
+        from ragzoo.artifacts import read_manifest
+
+        manifest = read_manifest(program)
+        return str(manifest.get("optimizer") or "?")
+    except Exception:  # noqa: BLE001 - the artifact may have moved since the run; the run is still reportable
+        return "? (artifact not found)"
+
+
+def _load(run_dir: str) -> dict:
     from pathlib import Path
 
-    from ragzoo.runs import load_run
+    from ragzoo.runs import SUMMARY_FILE, load_run
 
-    table = []
-    for run_dir in run_dirs:
-        config, summary, _records = load_run(run_dir)
-        usage = summary.get("usage", {})
-        label = config.get("method") or "?"
+    from ragzoo.errors import RunError
+
+    try:
+        loaded = load_run(run_dir)
+    except (AttributeError, TypeError, KeyError, ValueError) as error:  # a value of the wrong type in a run file
+        raise RunError(f"{run_dir} holds a corrupt run file ({type(error).__name__}: {str(error)[:120]}); rerun "
+                       f"the evaluation or remove the run") from None
+    config, summary, records = _checked_run(run_dir, *loaded)
+    n_asked = config.get("n") or summary.get("n_expected") or len(records)
+    killed = not (Path(run_dir) / SUMMARY_FILE).is_file()
+    return {"dir": str(run_dir), "config": config, "summary": summary, "records": records,
+            "n_asked": int(n_asked), "killed": killed}
+
+
+def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, list[dict]]:
+    """The run's files as `report` reads them: a value of the wrong type (a hand-edited or damaged file) is a
+    one-line 'corrupt run' error naming the file, never an internal error."""
+    from pathlib import Path
+
+    from ragzoo.errors import RunError
+    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, summarize
+
+    def corrupt(name: str, what: str) -> RunError:
+        return RunError(f"{Path(run_dir) / name} is corrupt ({what}); rerun the evaluation or remove the run")
+
+    if not isinstance(config, dict):
+        raise corrupt(CONFIG_FILE, "not a JSON object")
+    metrics = config.get("metrics")
+    if metrics is not None and (not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics)):
+        raise corrupt(CONFIG_FILE, "'metrics' is not a list of metric names")
+    n = config.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise corrupt(CONFIG_FILE, "'n' is not a count")
+    if config.get("knobs") is not None and not isinstance(config["knobs"], dict):
+        raise corrupt(CONFIG_FILE, "'knobs' is not an object")
+    for key in ("method", "program"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise corrupt(CONFIG_FILE, f"{key!r} is not a string")
+    for index, record in enumerate(records, 1):
+        numbers = [record.get(key) for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cost",
+                                                "retrievals", "latency")]
+        scores = record.get("metrics", {})
+        if not isinstance(record.get("id"), (str, int)) or isinstance(record.get("id"), bool) \
+                or not isinstance(scores, dict) \
+                or not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                           for v in [*numbers, *scores.values()]) \
+                or not isinstance(record.get("error") or {}, dict):
+            raise corrupt(PREDICTIONS_FILE, f"record {index} has a field of the wrong type")
+    if not isinstance(summary, dict) or not isinstance(summary.get("metrics", {}), dict) \
+            or not isinstance(summary.get("usage", {}), dict):
+        summary = summarize(records, list(metrics or ["em"]), total=n)  # derived data: recomputed from the records
+    return config, summary, records
+
+
+def _labels(runs: list[dict]) -> list[str]:
+    """Method labels, with the knobs that differ between runs of the same method (two `rag` runs with k=3
+    and k=5 read "rag k=3" and "rag k=5"), and the program's folder for compiled runs."""
+    from pathlib import Path
+
+    labels = []
+    for run in runs:
+        config = run["config"]
+        method = config.get("method") or "?"
+        knobs = config.get("knobs") or {}
+        same = [other["config"].get("knobs") or {} for other in runs if (other["config"].get("method") or "?") == method]
+        differing = sorted(k for k in knobs if any(other.get(k) != knobs[k] for other in same))
+        label = method + "".join(f" {k}={knobs[k]}" for k in differing)
         if config.get("program"):
-            label = f"{label} ({Path(str(config['program'])).name})"
+            label += f" ({Path(str(config['program'])).name})"
+        labels.append(label)
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    return [f"{label} [{Path(run['dir']).name}]" if counts[label] > 1 else label for label, run in zip(labels, runs)]
+
+
+def _metric_names(runs: list[dict], requested: str | None) -> tuple[list[str], list[str]]:
+    """(metrics to show, metrics left out because some run lacks them). A requested metric a run lacks is an
+    error."""
+    from ragzoo.errors import ConfigError
+
+    have = [list(run["config"].get("metrics") or run["summary"].get("metrics", {}).keys()) for run in runs]
+    if requested:
+        names = [name.strip() for name in requested.split(",") if name.strip()]
+        for run, metrics in zip(runs, have):
+            missing = [name for name in names if name not in metrics]
+            if missing:
+                raise ConfigError(f"run {run['dir']} has no metric {', '.join(missing)} (it has "
+                                  f"{', '.join(metrics) or 'none'}); report the metrics every run has")
+        return names, []
+    shared = [name for name in have[0] if all(name in metrics for metrics in have[1:])] if have else []
+    left = sorted({name for metrics in have for name in metrics} - set(shared))
+    return shared, left
+
+
+def _scores(run: dict, metric: str, ids: set[str] | None = None) -> dict[str, float]:
+    return {str(r["id"]): float((r.get("metrics") or {}).get(metric) or 0.0) for r in run["records"]
+            if ids is None or str(r["id"]) in ids}
+
+
+def shared_ids(runs: list[dict]) -> set[str]:
+    sets = [{str(r["id"]) for r in run["records"]} for run in runs]
+    return set.intersection(*sets) if sets else set()
+
+
+def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False, ci: bool = False,
+         seed: int = 0) -> list[dict]:
+    """One row per run. `shared`: figures over the questions every run answered."""
+    from ragzoo import stats
+
+    runs = [_load(run_dir) for run_dir in run_dirs]
+    names, left_out = _metric_names(runs, metric)
+    common = shared_ids(runs) if shared else None
+    table = []
+    for run, label in zip(runs, _labels(runs)):
+        config, summary = run["config"], run["summary"]
+        records = [r for r in run["records"] if common is None or str(r["id"]) in common]
+        n = len(records)
+        failures = sum(1 for r in records if r.get("error"))
         dry_run = _recorded_dry_run(config.get("lm"))
-        table.append({"run": str(run_dir), "method": label, "n": summary.get("n", 0), "dry_run": dry_run,
-                      "metrics": summary.get("metrics", {}), "lm_calls_per_question": usage.get("lm_calls_per_question", 0.0),
-                      "tokens_per_question": usage.get("tokens_per_question", 0.0), "cost": usage.get("cost", 0.0),
-                      "failures": summary.get("failures", 0), "complete": summary.get("complete", True)})
+        metrics, intervals = {}, {}
+        for name in names:
+            values = list(_scores(run, name, common).values())
+            metrics[name] = sum(values) / n if n else 0.0
+            if ci and values and not dry_run:
+                interval = stats.bootstrap_ci(values, seed=seed)
+                intervals[name] = [interval.low, interval.high]
+        status = []
+        partial = len(run["records"]) < run["n_asked"] or bool(summary.get("stopped"))
+        if len(run["records"]) < run["n_asked"]:
+            status.append(f"partial {len(run['records'])}/{run['n_asked']}")
+        if run["killed"]:
+            status.append("no summary: killed or still running")
+        if summary.get("stopped"):
+            status.append("stopped by budget")
+        if n and failures / n > MOSTLY_FAILED:
+            status.append(f"mostly failed {failures}/{n}")
+        table.append({
+            "run": run["dir"], "method": label, "knobs": config.get("knobs") or {},
+            "dataset": config.get("dataset") or config.get("data") or "?", "split": config.get("split"),
+            "lm": _lm_name(config.get("lm")), "optimizer": _optimizer(config), "n": n, "n_done": len(run["records"]),
+            "n_asked": run["n_asked"], "dry_run": dry_run, "metrics": metrics, "ci": intervals,
+            "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / n if n else 0.0,
+            "tokens_per_question": sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0)
+                                       for r in records) / n if n else 0.0,
+            "cost": sum(float(r.get("cost") or 0) for r in records),
+            "latency_mean": sum(float(r.get("latency") or 0) for r in records) / n if n else 0.0,
+            "failures": failures, "complete": not partial,
+            "mostly_failed": bool(n and failures / n > MOSTLY_FAILED),
+            "status": "; ".join(status) or "complete", "left_out_metrics": left_out,
+        })
     return table
 
 
-def format_table(table: list[dict]) -> str:
+def _aligned(header: list[str], lines: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+            for line in lines]
+    return out
+
+
+def format_table(table: list[dict], *, common: int | None = None, shared: bool = False, show_ci: bool = True) -> str:
     metric_names: list[str] = []
     for row in table:
         for name in row["metrics"]:
             if name not in metric_names:
                 metric_names.append(name)
+
+    def value(row, name):
+        if row.get("dry_run"):
+            return "n/a*"
+        text = f"{row['metrics'][name]:.3f}"
+        if show_ci and name in row.get("ci", {}):
+            low, high = row["ci"][name]
+            text += f" [{low:.3f}, {high:.3f}]"
+        return text
+
     header = ["method", "n", *metric_names, "calls/q", "tokens/q", "cost $", "failures"]
-    lines = [[str(row["method"]) + ("" if row["complete"] else " (partial)"), str(row["n"]),
-              *[("n/a*" if row.get("dry_run") else f"{row['metrics'][m]:.3f}") if m in row["metrics"] else "-"
-                for m in metric_names],
-              f"{row['lm_calls_per_question']:.2f}", f"{row['tokens_per_question']:.0f}", f"{row['cost']:.4f}",
-              str(row["failures"])] for row in table]
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-    out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
-    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
-            for line in lines]
+    lines = [[str(row["method"]) + ("" if row["complete"] else " (partial)")
+              + (" (mostly failed)" if row.get("mostly_failed") else ""), str(row["n"]),
+              *[value(row, m) for m in metric_names], f"{row['lm_calls_per_question']:.2f}",
+              f"{row['tokens_per_question']:.0f}", f"{row['cost']:.4f}", str(row["failures"])] for row in table]
+    out = _aligned(header, lines)
+    out.append("")
+    details = [[str(row["method"]), f"{row['dataset']}{'/' + row['split'] if row.get('split') else ''}", row["lm"],
+                row["optimizer"], f"{row['n_done']}/{row['n_asked']}", str(row["failures"]),
+                f"{row['latency_mean']:.2f}", row["status"]] for row in table]
+    out += _aligned(["run", "dataset/split", "LM", "optimizer", "done/asked", "failures", "latency s", "status"],
+                    details)
+    notes = []
     if any(row.get("dry_run") for row in table):
-        out.append("* dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
-    return "\n".join(out)
+        notes.append("* dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
+    if show_ci and any(row.get("ci") for row in table):
+        notes.append("[low, high]: 95% percentile bootstrap CI over questions (10000 resamples, seeded)")
+    left = sorted({name for row in table for name in row.get("left_out_metrics", [])})
+    if left:
+        notes.append(f"metrics left out because not every run has them: {', '.join(left)} (--metric to choose)")
+    if len(table) > 1 and common is not None:
+        sizes = [row["n_done"] for row in table]
+        if shared:
+            notes.append(f"every figure is over the {common} questions all runs answered")
+        elif common < max(sizes):
+            notes.append(f"warning: these runs answered different questions: {common} shared by all (of "
+                         f"{'/'.join(map(str, sizes))}); their means are not comparable. --shared recomputes them "
+                         f"on the shared questions; --compare tests two runs on them")
+        datasets = {(row["dataset"], row.get("split")) for row in table}
+        if len(datasets) > 1:
+            notes.append(f"warning: the runs are on different datasets/splits: "
+                         f"{', '.join(f'{d}/{s}' for d, s in sorted(datasets, key=str))}")
+    if any(not row["complete"] for row in table):
+        notes.append("(partial): killed, stopped or not finished; rerun its evaluate with --resume")
+    return "\n".join(out + ([""] + notes if notes else []))
+
+
+def compare(run_a: str, run_b: str, *, metric: str | None = None, seed: int = 0, show: int = 20) -> dict:
+    """The paired comparison of two runs on the questions both answered."""
+    from ragzoo import stats
+    from ragzoo.errors import ConfigError
+
+    runs = [_load(run_a), _load(run_b)]
+    names, _ = _metric_names(runs, metric)
+    if not names:
+        raise ConfigError("the two runs share no metric; pass --metric with one both have")
+    name = names[0]
+    for run in runs:
+        if _recorded_dry_run(run["config"].get("lm")):
+            raise ConfigError(f"{run['dir']} is a dry run (placeholder answers): there is nothing to compare")
+    common = shared_ids(runs)
+    sizes = [len(run["records"]) for run in runs]
+    if not common:
+        raise ConfigError(f"refusing to compare: the runs share no question ({sizes[0]} and {sizes[1]} answered); "
+                          f"evaluate both on the same questions (same --dataset/--split/-n/--seed)")
+    ids = sorted(common)
+    a, b = _scores(runs[0], name, common), _scores(runs[1], name, common)
+    result = stats.compare([a[i] for i in ids], [b[i] for i in ids], seed=seed)
+    by_id = [{str(r["id"]): r for r in run["records"]} for run in runs]
+    disagree = [{"id": i, "question": by_id[0][i].get("question"), "gold": by_id[0][i].get("gold"),
+                 "a": by_id[0][i].get("prediction"), "b": by_id[1][i].get("prediction"), "score_a": a[i],
+                 "score_b": b[i]} for i in ids if a[i] != b[i]]
+    labels = _labels(runs)
+    return {"a": labels[0], "b": labels[1], "run_a": run_a, "run_b": run_b, "metric": name, "shared": len(ids),
+            "n_a": sizes[0], "n_b": sizes[1], "comparison": result.to_dict(), "disagreements": disagree,
+            "shown": disagree[:max(0, show)]}
+
+
+def format_compare(found: dict) -> str:
+    c = found["comparison"]
+    d = c["difference"]
+    lines = [f"A = {found['a']} ({found['run_a']})", f"B = {found['b']} ({found['run_b']})",
+             f"on the {found['shared']} questions both answered (A answered {found['n_a']}, B {found['n_b']}), "
+             f"metric {found['metric']}:",
+             f"  A {c['mean_a']:.3f}   B {c['mean_b']:.3f}   A − B = {d['mean']:+.3f} "
+             f"[95% CI {d['low']:+.3f}, {d['high']:+.3f}] (paired bootstrap over questions, 10000 resamples)",
+             f"  {c['test']}: p = {c['p_value']:.4f}",
+             f"  A better on {c['a_better']}, B better on {c['b_better']}, equal on {c['ties']}"]
+    if found["shown"]:
+        lines.append(f"questions where they disagree ({len(found['disagreements'])}; first {len(found['shown'])}):")
+        for item in found["shown"]:
+            lines.append(f"  {item['id']}: {str(item['question'])[:80]!r} gold={item['gold']!r} "
+                         f"A={item['a']!r} ({item['score_a']:.2f}) B={item['b']!r} ({item['score_b']:.2f})")
+    return "\n".join(lines)
 
 
 def plot(table: list[dict], path: str, metric: str | None = None) -> str:
@@ -75,24 +348,36 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
     table = [row for row in table if not row.get("dry_run")]
     if not table:
         raise ConfigError("every run is a dry run: their answers are placeholders, so there is no metric to plot")
-    metric = metric or next((name for row in table for name in row["metrics"]), None)
-    if metric is None or not any(metric in row["metrics"] for row in table):
-        raise ConfigError(f"no run has metric {metric!r} to plot; pass --metric with one the runs have")
+    metric = metric.split(",")[0].strip() if metric else next((name for row in table for name in row["metrics"]), None)
+    if metric is None:
+        raise ConfigError("the runs share no metric to plot; pass --metric with one every run has")
+    lacking = [row["run"] for row in table if metric not in row["metrics"]]
+    if lacking:
+        raise ConfigError(f"run(s) {', '.join(lacking)} have no metric {metric!r}; pass --metric with one every "
+                          f"run has")
     from pathlib import Path
 
     target = Path(path)
     if target.parent and not target.parent.is_dir():
         raise ConfigError(f"cannot write the plot to {path}: folder {target.parent} does not exist; create it "
                           f"or choose another --plot path")
-    figure, axes = plt.subplots(figsize=(6, 4))
+    figure, axes = plt.subplots(figsize=(7, 4.5))
     for row in table:
-        if metric in row["metrics"]:
-            axes.scatter(row["lm_calls_per_question"], row["metrics"][metric])
-            axes.annotate(row["method"], (row["lm_calls_per_question"], row["metrics"][metric]),
-                          textcoords="offset points", xytext=(4, 4), fontsize=8)
-    axes.set_xlabel("LM calls per question")
-    axes.set_ylabel(metric)
+        x, y = row["lm_calls_per_question"], row["metrics"][metric]
+        label = f"{row['method']} (n={row['n']}{', partial' if not row['complete'] else ''})"
+        if metric in row.get("ci", {}):
+            low, high = row["ci"][metric]
+            axes.errorbar(x, y, yerr=[[y - low], [high - y]], fmt="o", capsize=4, label=label)
+        else:
+            axes.scatter(x, y, label=label)
+        axes.annotate(row["method"], (x, y), textcoords="offset points", xytext=(5, 5), fontsize=9)
+    axes.set_xlabel("LM calls per question", fontsize=11)
+    axes.set_ylabel(f"{metric} (mean over questions" + (", 95% CI)" if any(r.get("ci") for r in table) else ")"),
+                    fontsize=11)
+    datasets = sorted({f"{row['dataset']}{'/' + row['split'] if row.get('split') else ''}" for row in table})
+    axes.set_title(f"{metric} vs LM calls — {', '.join(datasets)}", fontsize=11)
     axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -102,12 +387,30 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    table = rows(args.runs)
+    from ragzoo.errors import ConfigError
+
+    if args.compare:
+        if len(args.runs) != 2:
+            raise ConfigError(f"--compare takes exactly two runs, got {len(args.runs)}")
+        found = compare(args.runs[0], args.runs[1], metric=args.metric, seed=args.seed, show=args.show)
+        print(json.dumps(found, indent=2, default=str) if args.json else format_compare(found))
+        return 0
+    table = rows(args.runs, metric=args.metric, shared=args.shared, ci=args.ci or bool(args.plot), seed=args.seed)
     if args.json:
         print(json.dumps(table, indent=2))
     else:
-        print(format_table(table))
+        common = len(shared_ids([{"records": [{"id": r} for r in _ids(run)]} for run in args.runs])) \
+            if len(args.runs) > 1 else None
+        print(format_table(table, common=common, shared=args.shared, show_ci=args.ci))
     if args.plot:
         metric = plot(table, args.plot, args.metric)
         print(f"plot: {args.plot} ({metric} vs LM calls per question)")
     return 0
+
+
+def _ids(run_dir: str) -> list[str]:
+    from pathlib import Path
+
+    from ragzoo.runs import PREDICTIONS_FILE, read_predictions
+
+    return [str(r["id"]) for r in read_predictions(Path(run_dir) / PREDICTIONS_FILE)]

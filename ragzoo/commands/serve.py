@@ -1,5 +1,8 @@
 """`ragzoo serve --retriever SPEC [--host 127.0.0.1] [--port 8893] [--max-query-chars N]`: the ColBERTv2
-REST API (see `ragzoo.retrieval.server` for the routes and bounds)."""
+REST API (see `ragzoo.retrieval.server` for the routes and bounds).
+
+`ragzoo serve --program DIR --lm SPEC [--api-base URL]`: a compiled program behind `POST /ask` and an
+OpenAI-compatible `/v1/chat/completions` (see `ragzoo.serving`). Keys come from the environment only."""
 
 from __future__ import annotations
 
@@ -10,15 +13,17 @@ from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ragzoo.retrieval.base import MAX_K
-    from ragzoo.retrieval.server import MAX_QUERY_CHARS
+    from ragzoo.retrieval.server import DEFAULT_MAX_PENDING, MAX_QUERY_CHARS
 
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.epilog = (f"GET <path>?query=...&k=... or POST JSON {{\"query\", \"k\"}}; k is an integer in 1..{MAX_K}. "
                      f"A query over --max-query-chars is cut where the backend would cut it anyway (colbert, "
-                     f"dense: their token budget), otherwise refused with HTTP 413 naming the limit.")
-    parser.add_argument("--retriever", default=DEFAULT_RETRIEVER,
+                     f"dense: their token budget), otherwise refused with HTTP 413 naming the limit. "
+                     f"With --program DIR: POST /ask {{\"question\"}} and POST /v1/chat/completions (OpenAI).")
+    parser.add_argument("--retriever", default=None,
                         help="retriever spec: bm25:<corpus>, dense:<corpus>, hybrid:<corpus>, colbertv2:<url>, ...; "
-                             "the default is bm25 over the shipped wiki17 abstracts sample")
+                             f"default: {DEFAULT_RETRIEVER} (the shipped wiki17 abstracts sample), or with "
+                             "--program the artifact's own retriever")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (loopback: this machine only)")
     parser.add_argument("--port", type=int, default=8893, help="TCP port")
     parser.add_argument("--path", default="/", help="search route (also served at /api/search)")
@@ -26,14 +31,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="longest query accepted, in characters; generous by default because programs "
                              "send long queries on purpose (BlendFilter blends the question with a generated "
                              "passage or a chain-of-thought answer)")
+    parser.add_argument("--max-pending", type=int, default=DEFAULT_MAX_PENDING, metavar="N",
+                        help="retrieval: requests answered or waiting at once; past it, 503 with Retry-After")
+    program = parser.add_argument_group("serving a compiled program")
+    program.add_argument("--program", default=None, help="a compiled-program directory to serve")
+    program.add_argument("--lm", default=None, help="LM spec for the program (LiteLLM model, or dry-run)")
+    program.add_argument("--api-base", default=None, help="URL of an OpenAI-compatible upstream LM server")
+    program.add_argument("--name", default=None, help="model name the OpenAI route reports (default: ragzoo-METHOD)")
+    program.add_argument("--max-concurrency", type=int, default=32, metavar="N",
+                         help="questions answered at once (worker threads)")
+    program.add_argument("--max-queue", type=int, default=64, metavar="N",
+                         help="questions waiting beyond --max-concurrency; past it, 503 with Retry-After")
+    program.add_argument("--no-cache", action="store_true", help="bypass DSPy's LM cache")
+    program.add_argument("--trust-retriever", action="store_true",
+                         help="follow the artifact's own retriever even when it reads outside RAGZOO_DATA or "
+                              "contacts a host (see ragzoo ask --help)")
+    program.add_argument("--max-calls", type=int, default=None, help="LM calls allowed per question")
+    program.add_argument("--max-cost", type=float, default=None, help="USD allowed per question")
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
     from ragzoo.errors import ConfigError
-    from ragzoo.retrieval.server import serve
-    from ragzoo.retrieval.specs import make_retriever
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be in 1..65535, got {args.port}")
@@ -41,11 +61,52 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--path must start with '/', got {args.path!r}")
     if args.max_query_chars < 1:
         raise ConfigError(f"--max-query-chars must be a positive number of characters, got {args.max_query_chars}")
-    spec = args.retriever or DEFAULT_RETRIEVER
-    retriever = make_retriever(spec)
+    if args.max_pending < 1:
+        raise ConfigError(f"--max-pending must be at least 1, got {args.max_pending}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"ragzoo serve: warning: listening on {args.host}, reachable from other machines", file=sys.stderr)
+    if args.program:
+        return _serve_program(args)
+    if args.lm or args.api_base:
+        raise ConfigError("--lm/--api-base go with --program DIR (a compiled program to serve)")
+    from ragzoo.retrieval.server import serve
+    from ragzoo.retrieval.specs import make_retriever
+
+    spec = args.retriever or DEFAULT_RETRIEVER
+    retriever = make_retriever(spec)
     print(f"serving {spec} on http://{args.host}:{args.port}{args.path} (GET ?query=&k=, POST JSON; /health; "
           f"queries up to {args.max_query_chars:,} characters)", file=sys.stderr)
-    serve(retriever, host=args.host, port=args.port, path=args.path, max_query_chars=args.max_query_chars)
+    serve(retriever, host=args.host, port=args.port, path=args.path, max_query_chars=args.max_query_chars,
+          max_pending=args.max_pending)
+    return 0
+
+
+def _serve_program(args: argparse.Namespace) -> int:
+    import sys
+
+    from ragzoo.commands.common import build_lm, program_from_config
+    from ragzoo.config import refuse_secrets
+    from ragzoo.errors import ConfigError
+    from ragzoo.retrieval.server import run_app
+    from ragzoo.serving import ProgramService, create_app
+
+    if args.max_concurrency < 1 or args.max_queue < 0:
+        raise ConfigError("--max-concurrency must be at least 1 and --max-queue at least 0")
+    for flag, value in (("--max-calls", args.max_calls), ("--max-cost", args.max_cost)):
+        if value is not None and not value > 0:
+            raise ConfigError(f"{flag} must be a positive number, got {value}")
+    config = {"program": args.program, "lm": args.lm, "api_base": args.api_base, "retriever": args.retriever,
+              "knob": [], "no_cache": args.no_cache,
+              "trust_retriever": args.trust_retriever}
+    refuse_secrets({"api_base": args.api_base or ""})
+    lm = build_lm(config)
+    program, description = program_from_config(config)
+    name = args.name or f"ragzoo-{description['method']}"
+    service = ProgramService(program, lm, name=name, method=description["method"],
+                             max_concurrency=args.max_concurrency, max_queue=args.max_queue,
+                             max_calls=args.max_calls, max_cost=args.max_cost)
+    print(f"serving program {description['method']} as {name!r} on http://{args.host}:{args.port} "
+          f"(POST /ask, POST /v1/chat/completions, GET /v1/models, /health; {args.max_concurrency} at once, "
+          f"{args.max_queue} waiting)", file=sys.stderr)
+    run_app(create_app(service), host=args.host, port=args.port)
     return 0

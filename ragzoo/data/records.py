@@ -42,6 +42,8 @@ def check_file(path: str | os.PathLike) -> Path:
         raise DataError(f"{path}: is a folder, expected a file")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: file is empty")
+    if not os.access(path, os.R_OK):
+        raise DataError(f"{path}: not readable (permission denied); check its permissions")
     return path
 
 
@@ -53,7 +55,7 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[Located]:
         for line_number, raw in enumerate(handle, start=1):
             where = f"{path}:{line_number}"
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a BOM some editors write
             except UnicodeDecodeError as error:
                 raise DataError(f"{where}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
             if not line.strip():
@@ -85,8 +87,11 @@ def read_json_document(path: Path) -> Any:
 
     path = check_file(path)
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             return json.load(handle)
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to be a question file (hundreds of levels); check the "
+                        f"file") from None
     except UnicodeDecodeError as error:
         line = _line_of_byte(path, error.start)
         raise DataError(f"{path}:{line}: not valid UTF-8 ({error.reason})") from None
@@ -107,6 +112,9 @@ def _as_answer_list(value: Any, where: str, field: str) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise DataError(f"{where}: field '{field}' must be a string or a list of strings, "
                         f"got {type(value).__name__}")
+    if any(isinstance(item, (list, tuple, dict)) for item in value):
+        raise DataError(f"{where}: field '{field}' must be a string or a list of strings, got a nested "
+                        f"{type(next(i for i in value if isinstance(i, (list, tuple, dict)))).__name__} inside")
     answers = [str(item).strip() for item in value if item is not None and str(item).strip()]
     if not answers:
         raise DataError(f"{where}: field '{field}' has no non-empty answer")
@@ -130,6 +138,10 @@ def to_record(item: Located, *, question_field: str = QUESTION_KEY, answers_fiel
         raise DataError(f"{where}: missing answers field '{answers_field}' (fields: {present}); "
                         f"map it with --field-map answers=<field>")
     answers = _as_answer_list(data[field], where, field)
+    for name in {id_field or ID_KEY}:
+        if isinstance(data.get(name), (list, dict, bool)):
+            raise DataError(f"{where}: field '{name}' must be a string or a number (an example id), got "
+                            f"{type(data[name]).__name__}")
     if id_field is not None:
         if data.get(id_field) in (None, ""):
             raise DataError(f"{where}: missing id field '{id_field}'")

@@ -119,6 +119,8 @@ class DatasetDefaults:
     disjoint: the (filtered) training pool shares no question with `eval_split`.
     metric: the headline metric (compile's default): accuracy on yes/no for StrategyQA, EM otherwise.
     eval_metrics: evaluate's default metric list.
+    paper_split: the split the papers evaluate on when it is not `eval_split` (`--preset paper`).
+    answer_mode: the answer mode the papers use (`--preset paper` sets the knob on methods that have it).
     """
 
     eval_split: str
@@ -127,12 +129,15 @@ class DatasetDefaults:
     eval_metrics: str = "em,f1"
     exclude_eval: bool = False
     disjoint: bool = True
+    paper_split: str | None = None
+    answer_mode: str | None = None
 
 
 DEFAULTS: dict[str, DatasetDefaults] = {
-    "hotpotqa": DatasetDefaults("dev", "train"),
+    "hotpotqa": DatasetDefaults("dev", "train", paper_split="dev_first500"),  # BlendFilter's, DSPy's first 500
     "2wikimultihopqa": DatasetDefaults("dev_first500", "dev_activerag500", exclude_eval=True),
-    "strategyqa": DatasetDefaults("train_first500", "train", metric="acc", eval_metrics="acc", exclude_eval=True),
+    "strategyqa": DatasetDefaults("train_first500", "train", metric="acc", eval_metrics="acc", exclude_eval=True,
+                                  answer_mode="yes_no"),
     "nq_open": DatasetDefaults("dev", "efficientqa_dev"),
     "triviaqa": DatasetDefaults("dev", "dpr_dev_from_train"),
     "squad_open": DatasetDefaults("dev", "dev", disjoint=False),  # no other SQuAD split on disk

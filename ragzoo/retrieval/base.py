@@ -96,6 +96,10 @@ class BaseRetriever:
             check_query(query)
         return self._search_batch(list(queries), k)
 
+    def warm_up(self) -> None:
+        """Do once, before serving, what would otherwise slow the first queries (a server calls it before it
+        says ready). Nothing by default."""
+
     def truncate_query(self, query: str) -> str | None:
         """The leading part of `query` this backend actually reads, when it cuts long queries itself (a
         token budget: colbert, dense encoders), so a server may cut an over-long query there instead of

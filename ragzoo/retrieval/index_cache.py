@@ -36,8 +36,15 @@ FORMAT_VERSION = 1
 
 
 def resolve_corpus(path: str | os.PathLike) -> Path:
-    """A corpus path as given, else relative to `RAGZOO_DATA`; DataError if neither exists or it is empty."""
+    """A corpus path as given, else relative to `RAGZOO_DATA`, else a corpus name fetched with `ragzoo corpus
+    fetch` (e.g. `wiki17-abstracts`); DataError if none exists or it is empty."""
     candidate = Path(path).expanduser()
+    if not candidate.exists() and not (data_root() / candidate).exists():
+        from ragzoo.retrieval.fetch import resolve_named
+
+        named = resolve_named(str(path))
+        if named is not None:
+            return named.resolve()
     if not candidate.exists() and not candidate.is_absolute():
         in_data = data_root() / candidate
         if in_data.exists():

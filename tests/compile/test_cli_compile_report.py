@@ -103,5 +103,7 @@ def test_cli_dry_run_prints_stage_estimates(tmp_path, corpus, capsys, data_dir):
     assert code == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
-    assert rows["compile"][1] == "5" and rows["validation"][1] == "3" and rows["total"][2] == "8"
+    # under the dry-run LM every trace passes, as with a model that gets the training questions right: bootstrap
+    # stops after its 3 demos (not all 5 training questions), and validation prompts carry the demos
+    assert rows["compile"][1] == "3" and rows["validation"][1] == "3" and rows["total"][2] == "6"
     assert float(rows["total"][-1]) > 0 and "gpt-4o-mini" in out and not list(tmp_path.glob("art*"))

@@ -34,3 +34,24 @@ def test_several_optimizers_without_search_are_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--search" in err and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_search_prints_typed_trials_once_each_and_resumes_from_its_storage(tmp_path, capsys):
+    storage = f"journal:{tmp_path / 'search.log'}"
+    args = ["compile", "--method", "rag", "--dataset", "hotpotqa", "--train-n", "4", "--dev-n", "2",
+            "--optimizer", "none,labeled", "--search", "k=1,2", "--trials", "12", "--lm", "dry-run",
+            "--retriever", f"bm25:{_corpus(tmp_path)}", "--out", str(tmp_path / "best"), "--storage", storage]
+    assert main(args) == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.startswith("trial ")]
+    assert len(lines) == 4 and len(set(lines)) == 4  # a 2x2 grid: each point once, not 12 trials
+    assert all("=n/a" in line and "LM calls 2" in line for line in lines), lines  # 2 dev questions each
+    assert "more than the grid's 4 points" in captured.err
+    search = json.loads((tmp_path / "best" / "manifest.json").read_text())["knob_search"]
+    trials = search["trials"]
+    assert search["space"] == {"k": [1, 2]} and search["grid_size"] == 4
+    assert sorted((t["knobs"]["k"], t["optimizer"]) for t in trials) == [
+        (1, "labeled"), (1, "none"), (2, "labeled"), (2, "none")]  # k=1 the int, not "1"
+    # the same command again: every trial is in the storage, none is run
+    assert main([*args, "--force"]) == 0, capsys.readouterr().err
+    assert "0 run here" in capsys.readouterr().out

@@ -83,3 +83,160 @@ def test_search_cost_budget_binds_and_a_search_with_no_finished_trial_says_so(ma
         search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, trainset=examples[:6], valset=examples[6:],
                      optimizers=["none"], n_trials=8, seed=0, max_cost=1e-9)
     assert len(lm.calls) == 1  # below one call's price: the first call goes through, nothing after it
+
+
+# -- a grid: every point once, typed values ------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_trials, expected", [(20, 6), (4, 4)])
+def test_a_grid_search_visits_each_point_at_most_once(n_trials, expected, make_examples):
+    examples, retriever, lm = _needs_three_passages(make_examples)
+    with dspy.context(lm=lm):
+        result = search_knobs("_tinyqa", retriever, {"k": ["1", "2", "3"]}, trainset=examples[:6],
+                              valset=examples[6:], optimizers=["none", "labeled"], n_trials=n_trials, seed=3)
+    points = [(t["knobs"]["k"], t["optimizer"]) for t in result.trials]
+    assert len(points) == expected and len(set(points)) == expected  # 12 trials gave 7 distinct points before
+    assert result.grid_size == 6 and result.capped == (n_trials > 6) and result.n_trials == expected
+    assert all(type(k) is int for k, _ in points)  # "3" from the command line is the int 3
+    assert len(lm.calls) == 4 * expected  # 4 dev questions per trial, nothing run twice
+
+
+# -- storage: resume and several workers ---------------------------------------------------------------------
+
+def _storage(kind, tmp_path):
+    return f"sqlite:///{tmp_path / 'search.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'search.log'}"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_stopped_search_resumes_without_redoing_finished_trials(kind, tmp_path, make_examples):
+    examples, retriever, lm = _needs_three_passages(make_examples)
+    common = dict(trainset=examples[:6], valset=examples[6:], optimizers=["none"], n_trials=10, seed=0,
+                  storage=_storage(kind, tmp_path))
+    with dspy.context(lm=lm):  # stopped by the budget in its 3rd trial: 2 finished
+        first = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, max_calls=9, **common)
+    assert first.stopped and len(lm.calls) == 9 and first.pending == 1
+    done_first = {t["knobs"]["k"] for t in first.trials if "stopped" not in t}
+    assert len(done_first) == 2
+    _, _, lm2 = _needs_three_passages(make_examples)
+    with dspy.context(lm=lm2):
+        second = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, **common)
+    assert len(lm2.calls) == 4 and second.ran_here == 1  # only the interrupted point, once (4 dev questions)
+    assert sorted(t["knobs"]["k"] for t in second.trials) == [1, 2, 3] and second.pending == 0
+    assert second.best_knobs == {"k": 3} and second.best_program.k == 3
+    _, _, lm3 = _needs_three_passages(make_examples)
+    with dspy.context(lm=lm3):
+        third = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, **common)
+    assert len(lm3.calls) == 0 and third.ran_here == 0 and third.best_score == 1.0
+    assert third.recompiled_best and third.best_program.k == 3  # rebuilt from the stored configuration
+
+
+def test_ctrl_c_gives_the_trial_up_and_a_rerun_redoes_only_it(tmp_path, make_examples):
+    examples, retriever, lm = _needs_three_passages(make_examples)
+    answer = lm.responses["answer"]
+
+    def interrupted(call):
+        if len(lm.calls) == 6:  # in the 2nd trial
+            raise KeyboardInterrupt
+        return answer(call)
+
+    lm.responses["answer"] = interrupted
+    common = dict(trainset=examples[:6], valset=examples[6:], optimizers=["none"], n_trials=10, seed=0,
+                  storage=_storage("sqlite", tmp_path))
+    with dspy.context(lm=lm), pytest.raises(KeyboardInterrupt):
+        search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, **common)
+    _, _, lm2 = _needs_three_passages(make_examples)
+    with dspy.context(lm=lm2):
+        second = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, **common)
+    assert second.ran_here == 2 and len(lm2.calls) == 8 and len(second.trials) == 3
+
+
+_WORKER = r'''
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+import dspy
+from conftest import TinyQA, make_examples
+from ragzoo.programs import register
+register("_tinyqa", paper="test only", calls="1", summary="test-only retrieve-then-answer")(TinyQA)
+import test_compile_knob_search as t
+
+examples, retriever, lm = t._needs_three_passages(make_examples)
+answer = lm.responses["answer"]
+def slow(call):
+    time.sleep(0.02)
+    return answer(call)
+lm.responses["answer"] = slow
+Path(sys.argv[2] + ".ready").touch()
+while not Path(sys.argv[1]).with_name("go").exists():
+    time.sleep(0.01)
+from ragzoo.optimizers import search_knobs
+with dspy.context(lm=lm):
+    result = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3, 4]}, trainset=examples[:6], valset=examples[6:],
+                          optimizers=["none", "labeled"], n_trials=8, seed=0, storage="sqlite:///" + sys.argv[1])
+Path(sys.argv[2]).write_text(json.dumps({"calls": len(lm.calls), "ran": result.ran_here,
+                                         "trials": len(result.trials)}))
+'''
+
+
+def test_two_workers_on_one_storage_split_the_trials(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    outs = [tmp_path / f"w{i}.json" for i in range(2)]
+    workers = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s.db"), str(out), str(here)])
+               for out in outs]
+    deadline = time.time() + 60
+    while not all(Path(f"{out}.ready").exists() for out in outs) and time.time() < deadline:
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
+    assert all(worker.wait(timeout=60) == 0 for worker in workers)
+    results = [json.loads(out.read_text()) for out in outs]
+    # 8 points x 4 dev questions: each point run by exactly one worker
+    assert sum(r["ran"] for r in results) == 8 and sum(r["calls"] for r in results) == 32, results
+    assert max(r["trials"] for r in results) == 8 and all(r["ran"] >= 1 for r in results)  # both took a share
+
+
+_KILLED = r'''
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+import dspy
+from conftest import TinyQA, make_examples
+from ragzoo.programs import register
+register("_tinyqa", paper="test only", calls="1", summary="test-only retrieve-then-answer")(TinyQA)
+import test_compile_knob_search as t
+from ragzoo.optimizers import search_knobs
+
+examples, retriever, lm = t._needs_three_passages(make_examples)
+answer = lm.responses["answer"]
+def killed(call):
+    if len(lm.calls) == 6:  # in the 2nd trial
+        os.kill(os.getpid(), signal.SIGKILL)
+    return answer(call)
+lm.responses["answer"] = killed
+with dspy.context(lm=lm):
+    search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, trainset=examples[:6], valset=examples[6:],
+                 optimizers=["none"], n_trials=10, seed=0, storage=sys.argv[1])
+'''
+
+
+def test_a_killed_search_resumes_its_killed_trial(tmp_path, make_examples):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED)
+    storage = _storage("sqlite", tmp_path)
+    code = subprocess.run([sys.executable, str(script), storage, str(Path(__file__).parent)], timeout=60).returncode
+    assert code == -signal.SIGKILL
+    examples, retriever, lm = _needs_three_passages(make_examples)
+    with dspy.context(lm=lm):  # the killed trial's claim is stale (its process is gone): redone, once
+        result = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, trainset=examples[:6], valset=examples[6:],
+                              optimizers=["none"], n_trials=10, seed=0, storage=storage)
+    assert result.ran_here == 2 and len(lm.calls) == 8 and len(result.trials) == 3 and result.pending == 0

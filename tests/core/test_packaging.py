@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SUBPACKAGES = ["ragzoo", "ragzoo.programs", "ragzoo.signatures", "ragzoo.optimizers", "ragzoo.metrics",
-               "ragzoo.retrieval", "ragzoo.data", "ragzoo.commands"]
+               "ragzoo.retrieval", "ragzoo.data", "ragzoo.commands", "ragzoo.grid"]
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,7 @@ def test_wheel_puts_every_folder_under_the_ragzoo_namespace(wheel):
     assert top_levels == {"ragzoo"}
     for folder in ("programs", "signatures", "optimizers", "metrics"):
         assert f"ragzoo/{folder}/__init__.py" in names
+    assert "ragzoo/grid/grids/blendfilter-table2.toml" in names  # the bundled grids are package data
 
 
 def test_regular_install_imports_every_subpackage_outside_the_checkout(wheel, tmp_path):

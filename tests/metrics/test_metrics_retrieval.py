@@ -80,12 +80,14 @@ def test_metric_forms_read_example_and_pred():
 
 def test_unknown_detection():
     assert is_unknown("Unknown") and is_unknown(" unknown. ") and is_unknown("UNKNOWN!")
-    assert not is_unknown("unknown soldier") and not is_unknown("") and not is_unknown(None)
+    assert not is_unknown("unknown soldier") and not is_unknown("A")
+    # issue 12: an empty answer is an abstention, as the programs treat it (one definition, see below)
+    assert is_unknown("") and is_unknown("  ") and is_unknown(None)
     refusal = "The provided context does not contain the answer."
     assert not is_unknown(refusal) and is_unknown(refusal, refusals=True)
     assert is_unknown("I don't know", refusals=True) and not is_unknown("Denver", refusals=True)
     preds = [dspy.Prediction(answer="unknown"), dspy.Prediction(answer="Paris"), None, "Unknown."]
-    assert unknown_rate(preds) == 0.5 and unknown_rate([]) == 0.0
+    assert unknown_rate(preds) == 0.5 and unknown_rate([]) == 0.0  # a failed (None) prediction is not unknown
     example = dspy.Example(question="q", answers=["Paris"])
     assert metrics.get_metric("unknown")(example, preds[0]) == 1.0
     assert metrics.get_metric("unknown")(example, ValueError("x")) == 0.0
@@ -109,3 +111,25 @@ def test_vote_miss():
     assert vote_miss_rate(examples, preds, denominator="pool_has_gold") == 0.5
     with pytest.raises(ValueError):
         vote_miss_rate(examples, preds, denominator="some")
+
+
+# --- one definition of "unknown" (issue 12) -------------------------------------------------------------
+
+SHAPES = ["unknown", "Unknown.", "", "   ", None, "A", "the unknown", "N/A", "Paris", "I don't know",
+          "The context does not provide the answer.", "cannot be determined", "unknown soldier"]
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+def test_programs_and_unknown_rate_share_one_definition(lenient):
+    from ragzoo.programs import voting
+
+    for answer in SHAPES:
+        assert voting.is_unknown(answer, lenient) == is_unknown(answer, refusals=lenient), answer
+
+
+def test_unknown_rate_counts_the_empty_answers_concat_pf_falls_back_on():
+    from ragzoo.metrics.rates import unknown_metric
+
+    preds = [dspy.Prediction(answer=""), dspy.Prediction(answer="Paris"), RuntimeError("failed")]
+    assert unknown_rate(preds) == pytest.approx(1 / 3)
+    assert unknown_metric(None, preds[0]) == 1.0 and unknown_metric(None, preds[2]) == 0.0

@@ -68,7 +68,7 @@ def test_knowledge_construction_sees_question_and_passages():
 
 
 def test_nexus_sees_question_passages_initial_reasoning_and_the_agents_knowledge():
-    program, _ = make()
+    program, _ = make(nexus_passages=True)  # the official code's chat context (issue 12: a knob)
     prediction, lm = run(program, script())
     nexus = lm.calls_to("associate_nexus")[0]
     assert set(nexus.inputs) == {"question", "passages", "initial_reasoning", "knowledge"}
@@ -117,7 +117,8 @@ def test_vote_selects_the_majority_answer_and_breaks_ties_by_agent_order():
 
 def test_agents_knob_through_the_registry_and_its_errors():
     retriever = StaticRetriever(PASSAGES)
-    assert programs.info("activerag").knobs == {"k": 5, "agents": ("associate",), "select": "first"}
+    assert programs.info("activerag").knobs == {"k": 5, "agents": ("associate",), "select": "first",
+                                                "nexus_passages": False, "knowledge": "agent"}
     assert programs.get("activerag", retriever=retriever, agents="all").agents == AGENTS
     assert programs.get("activerag", retriever=retriever, agents="logician,cognition").agents == ("logician",
                                                                                                   "cognition")
@@ -175,4 +176,37 @@ def test_runs_end_to_end_with_the_dry_run_lm_through_the_registry():
     with dspy.context(lm=lm):
         prediction = program(question=QUESTION)
     assert len(lm.history) == 9 and set(prediction.agent_answers) == set(AGENTS)
+    # issue 12: one retrieval shared by every agent; every agent constructed knowledge for its own nexus
+    assert retriever.queries == [(QUESTION, 5)] and set(prediction.knowledge) == set(AGENTS)
+    assert prediction.passages == PASSAGES[:5] and set(prediction.agent_reasoning) == set(AGENTS)
     assert isinstance(prediction.answer, str) and prediction.answer and prediction.winner == "associate"
+
+
+# --- issue 12 ----------------------------------------------------------------------------------------------
+
+
+def test_by_default_the_nexus_sees_exactly_table_7s_three_inputs():
+    program, _ = make()
+    _, lm = run(program, script())
+    nexus = lm.calls_to("associate_nexus")[0]
+    assert set(nexus.inputs) == {"question", "initial_reasoning", "knowledge"}
+    assert all(passage.text not in nexus.prompt_text for passage in PASSAGES)
+    assert programs.info("activerag").knobs["nexus_passages"] is False
+
+
+@pytest.mark.parametrize("ablation,calls", [("passages", ["initial_cot", "passages_nexus"]),
+                                            ("notes", ["initial_cot", "notes_kc", "notes_nexus"])])
+def test_table_3_ablations_feed_the_nexus_passages_or_notes(ablation, calls):
+    program, retriever = make(knowledge=ablation)
+    responses = {"initial_cot": {"reasoning": "r", "answer": "a0"},
+                 "notes_kc": {"knowledge": "note: film 0 by person 0"},
+                 f"{ablation}_nexus": {"enhanced_reasoning": "e", "answer": "person 0"}}
+    prediction, lm = run(program, responses)
+    assert lm.call_names == calls and retriever.queries == [(QUESTION, 5)]
+    nexus = lm.calls_to(f"{ablation}_nexus")[0]
+    if ablation == "passages":
+        assert nexus.inputs["knowledge"].splitlines() == [p.long_text for p in PASSAGES[:5]]
+    else:
+        assert nexus.inputs["knowledge"] == "note: film 0 by person 0"
+        assert PASSAGES[0].long_text in lm.calls_to("notes_kc")[0].inputs["passages"]
+    assert "Answer: a0" in nexus.inputs["initial_reasoning"] and prediction.answer == "person 0"

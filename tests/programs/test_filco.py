@@ -3,6 +3,8 @@ passage granularity, compiling the filter on oracle labels, save/load, parse fai
 
 from __future__ import annotations
 
+import json
+
 import dspy
 import pytest
 from dspy.utils.exceptions import AdapterParseError
@@ -116,8 +118,9 @@ def test_named_predictors_list_every_call_site():
 
 def test_registry_builds_filco_with_the_papers_defaults_and_coerced_knobs():
     info = programs.info("filco")
-    assert info.knobs == {"k": 1, "granularity": "sentence", "on_empty": "passage", "measure": "strinc",
-                          "threshold": 0.5, "cxmi_threshold": 0.0}
+    # issue 12: the default answers from what the filter kept (empty included); the fallback is a knob
+    assert info.knobs == {"k": 1, "granularity": "sentence", "on_empty": "none", "measure": "auto",
+                          "threshold": 0.5, "cxmi_threshold": 0.0, "context": "filtered"}
     program = programs.get("filco", retriever=StaticRetriever([PARIS]), k="5", on_empty="none")
     assert (program.k, program.on_empty) == (5, "none")
     with pytest.raises(ConfigError):
@@ -171,5 +174,106 @@ def test_runs_end_to_end_with_the_dry_run_lm_through_the_registry(granularity):
         prediction = program(question=QUESTION)
     assert isinstance(prediction.answer, str) and prediction.answer
     assert prediction.fallback is None and prediction.kept_ids == ["p1", "p2"]
+    assert len(lm.history) == 3 and retriever.queries == [(QUESTION, 2)]  # issue 12: k filters + 1 answer
     if granularity == "sentence":
         assert prediction.context == ["Paris | Paris is a large city.", "Lyon | Lyon is a city in France."]
+
+
+# --- issue 12 ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("granularity,script", [("sentence", {"selected": []}), ("passage", {"keep": False})])
+def test_by_default_the_filters_verdict_matters_at_the_papers_top_1(granularity, script):
+    """k = 1, defaults: a dropped passage is NOT sent to the generator (before issue 12 it was, as a fallback,
+    so keeping and dropping gave the generator the same context)."""
+    program, _ = make(k=1, granularity=granularity)
+    dropped, lm = run(program, {"filter": script, "generate": {"answer": "Seine"}})
+    assert "Paris" not in str(lm.calls_to("generate")[0].inputs["context"]) and dropped.context == []
+    assert dropped.fallback == "none" and dropped.passages == []
+    kept, lm = run(make(k=1, granularity=granularity)[0],
+                   {"filter": {"selected": [2]} if granularity == "sentence" else {"keep": True},
+                    "generate": {"answer": "Seine"}})
+    assert "Paris" in str(lm.calls_to("generate")[0].inputs["context"])
+
+
+def test_full_context_is_the_full_baseline_with_one_call():
+    program, retriever = make(context="full")
+    prediction, lm = run(program, {"generate": {"answer": "Seine"}})
+    assert lm.call_names == ["generate"] and retriever.queries == [(QUESTION, 2)]
+    assert json.loads(lm.calls_to("generate")[0].inputs["context"]) == [PARIS.long_text, LYON.long_text]
+    assert prediction.passages == [PARIS, LYON]
+
+
+def test_silver_context_uses_the_oracle_selection_at_test_time_without_filter_calls():
+    program, _ = make(context="silver")
+    prediction, lm = run_with_answers(program, {"generate": {"answer": "Seine"}}, ["Seine"])
+    assert lm.call_names == ["generate"]
+    assert prediction.selected == [[2], []]  # STRINC: the sentence holding "Seine"; nothing in Lyon
+    assert json.loads(lm.calls_to("generate")[0].inputs["context"]) == ["Paris | The Seine flows through it."]
+    lexical = make(context="silver", measure="lexical", threshold=0.2)[0]
+    prediction, _ = run_with_answers(lexical, {"generate": {"answer": "x"}}, ["the Rhone flows"])
+    assert prediction.selected == [[2], [1]]
+    with pytest.raises(ConfigError, match="gold answers"):
+        run(make(context="silver")[0], {"generate": {"answer": "x"}})
+    with pytest.raises(ConfigError):
+        make(context="silver", measure="cxmi")
+
+
+def run_with_answers(program, script, answers):
+    lm = ScriptedLM(script)
+    with dspy.context(lm=lm):
+        prediction = program(question=QUESTION, answers=answers)
+    return prediction, lm
+
+
+def test_filter_trainset_labels_with_the_programs_own_measure_and_threshold():
+    examples = [dspy.Example(question=QUESTION, answers=["The Rhone flows"]).with_inputs("question")]
+    strinc = make(measure="strinc")[0].filter_trainset(examples)
+    lexical = make(measure="lexical", threshold=0.2)[0].filter_trainset(examples)
+    strict = make(measure="lexical", threshold=0.9)[0].filter_trainset(examples)
+    assert [t.selected for t in strinc] == [[], [1]]
+    assert [t.selected for t in lexical] == [[2], [1]]  # "The Seine flows through it." overlaps > 0.2
+    assert [t.selected for t in strict] == [[], []]
+
+
+def test_filco_declares_a_filter_stage_with_the_agreement_metric():
+    program, _ = make(measure="lexical")
+    (stage,) = program.compile_stages()
+    assert stage.predictors == ("filter",) and stage.metric is filter_agreement_metric
+    assert "lexical" in stage.labels and stage.needs == ()
+    assert set(make(measure="cxmi")[0].compile_stages()[0].uses) == {"dataset", "logprob_fn"}
+    assert make(context="full")[0].compile_stages() == []
+
+
+def test_auto_measure_is_the_papers_choice_per_dataset():
+    from ragzoo.programs.base import StageSkipped
+
+    program, _ = make()
+    assert program.measure == "auto"
+    assert [program.resolved_measure(d) for d in ("nq_open", "triviaqa", "hotpotqa", "wow", None, "mine")] == [
+        "strinc", "strinc", "cxmi", "lexical", "strinc", "strinc"]
+    examples = [dspy.Example(question=QUESTION, answers=["Seine"]).with_inputs("question")]
+    assert [t.selected for t in program.filter_trainset(examples, dataset="nq_open")] == [[2], []]
+    with pytest.raises(StageSkipped, match="hotpotqa"):
+        program.filter_trainset(examples, dataset="hotpotqa")
+    scores = {"The Seine flows through it.": 2.0}
+    labelled = program.filter_trainset(examples, dataset="hotpotqa",
+                                       logprob_fn=lambda output, question, context: scores.get(context, 0.0))
+    assert [t.selected for t in labelled] == [[2], []]  # CXMI: the one sentence that raises p(answer)
+
+
+def test_silver_runs_from_the_cli_with_the_gold_answers_passed_at_test_time(tmp_path, capsys):
+    """SILVER (oracle-filtered context) is an upper bound: the evaluation hands the program the gold answers it
+    declares it needs (`oracle_inputs`), so the filter is the oracle and only the generator calls the LM."""
+    import json
+
+    from ragzoo.cli import main
+
+    out = tmp_path / "silver"
+    code = main(["evaluate", "--method", "filco", "--knob", "context=silver", "--knob", "measure=strinc",
+                 "--dataset", "hotpotqa", "--split", "dev_first500", "-n", "3", "--metric", "em", "--lm", "dry-run",
+                 "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [record["error"] for record in records] == [None] * 3
+    assert all(record["lm_calls"] == 1 and record["lm_trace"][0]["predictor"] == "generate" for record in records)

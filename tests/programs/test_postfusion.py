@@ -66,8 +66,11 @@ def test_concat_is_one_call_over_all_k_passages_in_rank_order(retriever, docs):
 
 
 def test_concat_may_answer_unknown(retriever):
-    pred = run(build("concat", retriever), ScriptedLM({"concat_answer": {"answer": "Unknown."}}))
+    lm = ScriptedLM({"concat_answer": {"answer": "Unknown."}})
+    pred = run(build("concat", retriever), lm)
     assert pred.unknown is True and pred.fallback is False
+    # issue 12: `fallback` is a constant for concat; what can fail is that concat alone never falls back
+    assert lm.call_names == ["concat_answer"] and pred.votes is None and pred.answer == "Unknown."
 
 
 # --- postfusion -------------------------------------------------------------------------------------------
@@ -253,13 +256,101 @@ def test_direct_construction_rejects_unknown_mode(retriever):
         PostFusionFamily(retriever, mode="fusion")
 
 
+PLACEHOLDER_CALLS = {"concat": ["concat_answer"], "postfusion": ["passage_answer"] * 5,
+                     "concat_pf": ["concat_answer"], "pf_concat": ["passage_answer"] * 5 + ["distill"],
+                     "pruning": ["pruning_answer"], "summary": ["summary_answer"]}
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_runs_end_to_end_on_placeholders(method):
     retriever = StaticRetriever(make_passages(10))
-    pred = run(build(method, retriever), make_dry_run_lm())
+    lm = make_dry_run_lm()
+    pred = run(build(method, retriever), lm)
     assert pred.answer == PLACEHOLDER_TEXT["answer"]
     assert len(retriever.queries) == 1
+    # issue 12: the placeholder answer is never "unknown", so the path is fixed: concat_pf answers in round
+    # 1, pf_concat distills; the calls and what the last one saw can fail
+    assert len(lm.history) == len(PLACEHOLDER_CALLS[method])
+    assert pred.unknown is False and len(pred.retrieved) == 5
 
 
 def test_empty_passage_list_formats_as_none():
     assert numbered_passages([]) == "(none)"
+
+
+# --- issue 12 ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method, predictor", [("pruning", "pruning_answer"), ("summary", "summary_answer")])
+def test_pruning_and_summary_see_the_question_and_the_passages_in_rank_order(retriever, docs, method, predictor):
+    lm = ScriptedLM({predictor: {"rationale": "r", "answer": "Ann"}})
+    run(build(method, retriever), lm)
+    call = lm.calls_to(predictor)[0]
+    assert call.inputs["question"] == Q
+    assert call.inputs["context"] == "\n".join(f"[{i + 1}] «{d.long_text}»" for i, d in enumerate(docs[:5]))
+
+
+@pytest.mark.parametrize("method, predictor, marker", [("pruning", "pruning_answer", "ruled out"),
+                                                       ("summary", "summary_answer", "Together they say")])
+def test_pruning_and_summary_are_one_shot_with_our_own_demo_unless_compiled(retriever, method, predictor, marker):
+    from ragzoo.signatures.postfusion import PRUNING_DEMO, SUMMARY_DEMO
+
+    lm = ScriptedLM({predictor: {"rationale": "r", "answer": "Ann"}})
+    program = build(method, retriever)
+    run(program, lm)
+    assert lm.calls_to(predictor)[0].demos == 1 and marker in lm.calls[0].prompt_text
+    assert "Outerbridge" not in lm.calls[0].prompt_text  # our example, not the paper's
+    assert getattr(program, predictor).demos == [PRUNING_DEMO if method == "pruning" else SUMMARY_DEMO]
+    zero = ScriptedLM({predictor: {"rationale": "r", "answer": "Ann"}})
+    run(build(method, retriever, one_shot=False), zero)
+    assert zero.calls_to(predictor)[0].demos == 0
+    compiled = dspy.LabeledFewShot(k=1).compile(
+        build(method, retriever), trainset=[dspy.Example(context="[1] «A | b»", question="q?", rationale="x",
+                                                         answer="b").with_inputs("context", "question")])
+    assert [demo["question"] for demo in getattr(compiled, predictor).demos] == ["q?"]
+    with pytest.raises(ConfigError):
+        build("concat", retriever, one_shot=False)
+
+
+def test_pf_concat_honours_lenient_unknown_when_dropping_passages(retriever, docs):
+    script = {"passage_answer": per_passage({"Doc 1": "Ann", "Doc 2": "The context does not provide it."},
+                                            default="unknown"),
+              "distill": {"answer": "Ann"}}
+    strict, lenient = ScriptedLM(script), ScriptedLM(script)
+    pred = run(build("pf_concat", retriever), strict)
+    assert [p.pid for p in pred.passages] == ["1", "2"]
+    pred = run(build("pf_concat", retriever, lenient_unknown=True), lenient)
+    assert [p.pid for p in pred.passages] == ["1"] and pred.candidates == ["Ann"]
+    assert lenient.calls_to("distill")[0].inputs["context"] == f"[1] «{docs[1].long_text}»"
+
+
+def test_self_consistency_samples_each_call_and_votes(retriever):
+    answers = iter(["Ann", "unknown", "Bob", "Bob"] + ["Cy"] * 20)
+    lm = ScriptedLM({"concat_answer": lambda c: {"answer": next(answers)}})
+    pred = run(build("concat", retriever, samples=4), lm)
+    assert lm.call_names == ["concat_answer"] * 4 and pred.answer == "Bob"
+    assert [entry["kwargs"].get("temperature") for entry in lm.history] == [0.7] * 4
+    assert sorted(entry["kwargs"].get("rollout_id") for entry in lm.history) == [0, 1, 2, 3]
+    lm = ScriptedLM({"concat_answer": {"answer": "unknown"}, "passage_answer": per_passage({"Doc 2": "Ann"})})
+    pred = run(build("concat_pf", retriever, samples=2), lm)
+    assert lm.call_names == ["concat_answer"] * 2 + ["passage_answer"] * 10
+    assert pred.fallback is True and pred.answer == "Ann"
+    with pytest.raises(ConfigError):
+        build("pf_concat", retriever, samples=3)
+
+
+def test_gold_passage_replaces_a_random_passage_only_when_none_holds_the_answer(retriever, docs):
+    lm = ScriptedLM({"concat_answer": {"answer": "Ann"}})
+    program = build("concat", retriever, gold_passage=True)
+    with dspy.context(lm=lm):
+        pred = program(question=Q, gold_passage={"title": "Gold", "text": "Ann wrote it."}, answers=["Ann"])
+        again = program(question=Q, gold_passage={"title": "Gold", "text": "Ann wrote it."}, answers=["Ann"])
+        present = program(question=Q, gold_passage="Gold | Doc 2 wrote it.", answers=["doc 2"])
+    position = pred.gold_inserted
+    assert position is not None and again.gold_inserted == position  # repeatable
+    context = lm.calls[0].inputs["context"].splitlines()
+    assert len(context) == 5 and context[position] == f"[{position + 1}] «Gold | Ann wrote it.»"
+    assert [p.pid for p in pred.retrieved if p.pid != "gold"] == [d.pid for i, d in enumerate(docs[:5])
+                                                                if i != position]
+    assert present.gold_inserted is None and "Gold" not in lm.calls[2].inputs["context"]
+    with pytest.raises(ConfigError):
+        run(program, ScriptedLM({"concat_answer": {"answer": "x"}}))

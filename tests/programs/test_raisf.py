@@ -351,3 +351,64 @@ def test_any_placeholders_terminate_even_when_every_bool_is_false(retriever):
     pred = run(RAISF(retriever), lm)
     assert pred.route == "decomposition" and pred.n_questions <= 30 and pred.depth_reached <= 3
     assert len(lm.calls) == pred.n_lm_calls
+    # issue 12: the bounds above are what the guards guarantee; the exact path is what the program decided.
+    # Root -> [sub 1, sub 2]; sub 1 -> [sub 1 (itself: skipped), sub 2] -> sub 2 at depth 2 decomposes into
+    # two questions already on its path: empty decomposition, answered directly; the root's sub 2 reuses it.
+    assert (pred.n_questions, pred.depth_reached, pred.n_retrievals) == (3, 2, 3)
+    first, second = pred.tree["children"]
+    assert (first["route"], first["skipped"], [c["route"] for c in first["children"]]) == (
+        "decomposition", ["dry-run sub-question 1"], ["empty_decomposition:direct"])
+    assert second["route"] == "reused" and len(lm.calls) == 24
+
+
+# --- issue 12 ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw,expected", [("Yes", "yes"), ("No.", "no"), ("yes, because it is", "yes"),
+                                          ("Warsaw", "Warsaw")])
+def test_yes_no_mode_reads_the_root_answer_leniently_and_leaves_sub_answers_alone(retriever, raw, expected):
+    world = World(known={"a?"}, decompositions={ROOT: ["a?"]})
+    lm = world.lm(synthesize={"answer": raw}, direct_answer={"answer": "Krakow"})
+    pred = run(RAISF(retriever, answer_mode="yes_no"), lm)
+    assert pred.answer == expected and pred.tree["children"][0]["answer"] == "Krakow"
+    assert run(RAISF(retriever), world.lm(synthesize={"answer": raw})).answer == raw  # short mode: verbatim
+
+
+def test_gate_stages_are_opt_in_and_label_from_data(retriever):
+    from ragzoo.programs.raisf import relevance_agreement, self_knowledge_agreement
+
+    assert RAISF(retriever).compile_stages() == []
+    stages = RAISF(retriever, k=2, gate_stages=True).compile_stages()
+    assert [(s.name, s.predictors, s.metric) for s in stages] == [
+        ("self_knowledge", ("self_knowledge",), self_knowledge_agreement),
+        ("relevance", ("relevance_judge",), relevance_agreement)]
+    assert [s.predictors for s in RAISF(retriever, gate_stages=True, relevance="joint").compile_stages()] == [
+        ("self_knowledge",), ("relevance_joint",)]
+    assert [s.name for s in RAISF(retriever, gate_stages=True, use_self_knowledge=False).compile_stages()] == [
+        "relevance"]
+    examples = [dspy.Example(question="q1?", answers=["doc 1"]).with_inputs("question"),
+                dspy.Example(question="q2?", answers=["Paris"]).with_inputs("question")]
+    # the closed-book answer is right for q2 only: App. A.1's label
+    lm = ScriptedLM({"DirectAnswer": lambda c: {"answer": "Paris" if c.inputs["question"] == "q2?" else "x"}})
+    with dspy.context(lm=lm):
+        know = stages[0].build_trainset(examples)
+    assert [(e.question, e.can_answer) for e in know] == [("q1?", False), ("q2?", True)]
+    assert len(lm.calls) == 2
+    relevance = stages[1].build_trainset(examples)  # top-2: docs 0 and 1; "doc 1" is in doc 1 only
+    assert [(e.question, e.passage.split(" |")[0], e.relevant) for e in relevance] == [
+        ("q1?", "Doc 0", False), ("q1?", "Doc 1", True), ("q2?", "Doc 0", False), ("q2?", "Doc 1", False)]
+
+
+def test_gate_stages_run_through_the_optimizer_before_the_end_to_end_compile(retriever):
+    from ragzoo.optimizers import compile_program
+
+    examples = [dspy.Example(question="q1?", answers=["doc 1"]).with_inputs("question")]
+    lm = World(grounded={"q1?": None}).lm(
+        DirectAnswer={"answer": "x"}, passages_answer={"answer": "doc 1"})
+    with dspy.context(lm=lm):
+        result = compile_program(RAISF(retriever, k=2, gate_stages=True), trainset=examples,
+                                 optimizer="labeled", metric="em")
+    assert [stage.stage for stage in result.stages] == ["stage:self_knowledge", "stage:relevance", "compile"]
+    assert [record["examples"] for record in result.staged] == [1, 2]
+    assert [demo["can_answer"] for demo in result.program.self_knowledge.demos] == [False]
+    assert sorted(demo["relevant"] for demo in result.program.relevance_judge.demos) == [False, True]

@@ -110,6 +110,44 @@ def _edit_program(path: Path):
     (path / "program.json").write_text(text if text != json.dumps(state) else json.dumps({**state, "x": 1}))
 
 
+def _edit_state(change):
+    """Edit program.json and keep the manifest's sha256 in step: what only the shape checks can catch."""
+    def damage(path: Path):
+        import hashlib
+
+        state = json.loads((path / "program.json").read_text())
+        data = json.dumps(change(state)).encode()
+        (path / "program.json").write_bytes(data)
+        manifest = json.loads((path / "manifest.json").read_text())
+        manifest["program_sha256"] = hashlib.sha256(data).hexdigest()
+        (path / "manifest.json").write_text(json.dumps(manifest))
+    return damage
+
+
+def _first_predictor(state: dict) -> str:
+    return next(name for name in state if name != "metadata")
+
+
+def _deep_manifest(path: Path):
+    (path / "manifest.json").write_text("[" * 50_000 + "]" * 50_000)
+
+
+def _program_is_dir(path: Path):
+    (path / "program.json").unlink()
+    (path / "program.json").mkdir()
+
+
+def _run_files(config, records=()):
+    """A run directory with these config.json contents and prediction records (raw JSON values)."""
+    def make(c) -> str:
+        path = c.root / "run"
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config))
+        (path / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return str(path)
+    return make
+
+
 DRY = ["--lm", "dry-run"]
 HUGE = b"{" + b"x" * (4 * 2**20)  # one 4 MB line that is not JSON
 
@@ -192,6 +230,43 @@ CASES = {
     "evaluate-artifact-other-method": lambda c: ["evaluate", "--program", c.art(_edit_manifest(method="cot")), "--data", c.questions(), *DRY, "--out", c.out()],
     "evaluate-artifact-unknown-method": lambda c: ["evaluate", "--program", c.art(_edit_manifest(method="nosuch")), "--data", c.questions(), *DRY, "--out", c.out()],
     "evaluate-secret-api-key-flag": lambda c: ["evaluate", "--method", "direct", "--data", c.questions(), "--lm", "openai/x", "--api-key", SECRET, "--out", c.out()],
+    # issue 16: hand-edited artifacts (every size, count and depth bounded; a wrong type is a corrupt artifact)
+    "ask-artifact-structure-is-list": lambda c: ["ask", "--program", c.art(_edit_manifest(structure=[1])), "who?", *DRY],
+    "ask-artifact-huge-ensemble": lambda c: ["ask", "--program", c.art(_edit_manifest(structure={"kind": "ensemble", "members": 10**8})), "who?", *DRY],
+    "ask-artifact-unknown-structure": lambda c: ["ask", "--program", c.art(_edit_manifest(structure={"kind": "forest"})), "who?", *DRY],
+    "ask-artifact-versions-is-list": lambda c: ["ask", "--program", c.art(_edit_manifest(package_versions=["dspy"])), "who?", *DRY],
+    "ask-artifact-dspy-version-is-int": lambda c: ["ask", "--program", c.art(_edit_manifest(package_versions={"dspy": 3})), "who?", *DRY],
+    "ask-artifact-hash-is-int": lambda c: ["ask", "--program", c.art(_edit_manifest(signature_hashes={"generate_answer": 1})), "who?", *DRY],
+    "ask-artifact-retriever-is-int": lambda c: ["ask", "--program", c.art(_edit_manifest(retriever=5)), "who?", *DRY],
+    "ask-artifact-manifest-too-deep": lambda c: ["ask", "--program", c.art(_deep_manifest), "who?", *DRY],
+    "ask-artifact-program-is-dir": lambda c: ["ask", "--program", c.art(_program_is_dir), "who?", *DRY],
+    "ask-artifact-predictor-state-is-list": lambda c: ["ask", "--program", c.art(_edit_state(lambda s: {**s, _first_predictor(s): [1]})), "who?", *DRY],
+    "ask-artifact-demos-is-string": lambda c: ["ask", "--program", c.art(_edit_state(lambda s: {**s, _first_predictor(s): {**s[_first_predictor(s)], "demos": "x"}})), "who?", *DRY],
+    "ask-artifact-a-million-demos": lambda c: ["ask", "--program", c.art(_edit_state(lambda s: {**s, _first_predictor(s): {**s[_first_predictor(s)], "demos": [{"question": "q", "answer": "a"}] * 100_000}})), "who?", *DRY],
+    "ask-artifact-knn-without-trainset": lambda c: ["ask", "--program", c.art(_edit_manifest(structure={"kind": "knn", "members": 1})), "who?", *DRY],
+    "ask-artifact-knn-k-huge": lambda c: ["ask", "--program", c.art(_edit_manifest(structure={"kind": "knn", "members": 1, "k": 10**9})), "who?", *DRY],
+    # issue 16: paid work (out checked first) and budgets that allow nothing
+    "compile-out-under-a-file": lambda c: ["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0", "--optimizer", "none", *DRY, "--out", str(Path(c.file("plain", "x")) / "art")],
+    "compile-max-calls-zero": lambda c: ["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0", *DRY, "--max-calls", "0", "--out", c.out()],
+    "evaluate-out-under-a-file": lambda c: ["evaluate", "--method", "direct", "--data", c.questions(), *DRY, "--out", str(Path(c.file("plain", "x")) / "run")],
+    "evaluate-max-calls-zero": lambda c: ["evaluate", "--method", "direct", "--data", c.questions(), *DRY, "--max-calls", "0", "--out", c.out()],
+    "evaluate-max-cost-zero": lambda c: ["evaluate", "--method", "direct", "--data", c.questions(), *DRY, "--max-cost", "0", "--out", c.out()],
+    # issue 16: data files with values of the wrong type or shape
+    "evaluate-nested-answers": lambda c: ["evaluate", "--method", "direct", "--data", c.file("na.jsonl", '{"question": "a?", "answers": [["x"]]}\n'), *DRY, "--out", c.out()],
+    "evaluate-id-is-list": lambda c: ["evaluate", "--method", "direct", "--data", c.file("il.jsonl", '{"id": [1], "question": "a?", "answers": ["x"]}\n'), *DRY, "--out", c.out()],
+    "evaluate-json-document-too-deep": lambda c: ["evaluate", "--method", "direct", "--data", c.file("deep.json", "[" * 100_000 + "]" * 100_000), *DRY, "--out", c.out()],
+    # issue 16: config-file values of the wrong type (a flag's type is argparse's; a file's is checked the same way)
+    "evaluate-config-threads-is-text": lambda c: ["evaluate", "--method", "direct", "--data", c.questions(), *DRY, "--config", c.file("t.toml", 'threads = "many"\n'), "--out", c.out()],
+    "evaluate-config-knob-is-number": lambda c: ["evaluate", "--method", "direct", "--data", c.questions(), *DRY, "--config", c.file("k.toml", "knob = 5\n"), "--out", c.out()],
+    "evaluate-config-data-is-number": lambda c: ["evaluate", "--method", "direct", *DRY, "--config", c.file("d.toml", "data = 5\n"), "--out", c.out()],
+    "evaluate-config-resume-is-text": lambda c: ["evaluate", "--method", "direct", "--data", c.questions(), *DRY, "--config", c.file("r.yaml", "resume: maybe\n"), "--out", c.out()],
+    "compile-config-train-n-is-list": lambda c: ["compile", "--method", "direct", "--dataset", "hotpotqa", *DRY, "--config", c.file("n.toml", "train_n = [1]\n"), "--out", c.out()],
+    # issue 16: hand-edited run files
+    "report-config-is-list": lambda c: ["report", _run_files([1, 2])(c)],
+    "report-config-metrics-is-string": lambda c: ["report", _run_files({"n": 1, "metrics": 5})(c)],
+    "report-record-metrics-is-string": lambda c: ["report", _run_files({"n": 1, "metrics": ["em"]}, [{"id": "a", "metrics": "em"}])(c)],
+    "report-record-id-is-list": lambda c: ["report", _run_files({"n": 1, "metrics": ["em"]}, [{"id": ["a"], "metrics": {"em": 1}}])(c)],
+    "report-record-cost-is-text": lambda c: ["report", _run_files({"n": 1, "metrics": ["em"]}, [{"id": "a", "metrics": {"em": 1}, "cost": "lots"}])(c)],
     # report
     "report-missing-run": lambda c: ["report", str(c.root / "nope")],
     "report-not-a-run": lambda c: ["report", c.dir("plain", with_file=True)],

@@ -130,7 +130,7 @@ def test_cli_evaluate_with_a_down_server_writes_a_complete_run(tmp_path, cli, qu
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     result = cli("evaluate", "--method", "rag", "--retriever", f"colbertv2:http://127.0.0.1:{port}/",
-                 "--data", questions_file(3), "--lm", "dry-run", "--out", tmp_path / "run")
+                 "--data", questions_file(3), "--lm", "dry-run", "--out", tmp_path / "run", "--allow-failures")
     assert result.code == 0, result.err
     assert "Traceback" not in result.err
     lines = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]

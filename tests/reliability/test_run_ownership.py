@@ -72,3 +72,16 @@ def test_force_never_writes_into_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert code == 2 and "not a ragzoo run directory" in err and "--force" not in err
     assert sorted(p.name for p in out.iterdir()) == ["config.json.bak", "summary.json"]
     assert (out / "summary.json").read_text() == "my own summary"
+
+
+def test_a_hand_edited_record_with_a_list_id_is_dropped_not_a_crash(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run([*BASE, "--out", str(out), "-n", "2"], capsys)[0] == 0
+    lines = (out / "predictions.jsonl").read_text().splitlines()
+    record = json.loads(lines[1])
+    record["id"] = ["not", "an", "id"]
+    (out / "predictions.jsonl").write_text("\n".join([lines[0], json.dumps(record)]) + "\n")
+    code, err = _run([*BASE, "--out", str(out), "-n", "2", "--resume"], capsys)
+    assert code == 0 and "internal error" not in err
+    ids = [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(ids) == 2 and all(isinstance(identifier, str) for identifier in ids)

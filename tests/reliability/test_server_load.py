@@ -5,6 +5,8 @@ loopback by default."""
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 
@@ -159,3 +161,163 @@ def test_binds_loopback_by_default(server):
 
     _parser, subparsers = build_parser("serve")
     assert subparsers["serve"].parse_args([]).host == "127.0.0.1"
+
+
+# -- issue 15/16: overload, readiness, identical results, slow and broken clients ---------------------------
+class _Slow:
+    """A backend that takes `delay` seconds per search (and per batch), to fill the queue on purpose."""
+
+    spec = "bm25:/home/someone/private/corpus.jsonl"
+
+    def __init__(self, inner, delay: float = 0.2):
+        self.inner, self.delay, self.released = inner, delay, threading.Event()
+        self.released.set()
+
+    def __call__(self, query, k):
+        time.sleep(self.delay)
+        return self.inner(query, k)
+
+    def batch(self, queries, k):
+        time.sleep(self.delay)
+        return self.inner.batch(queries, k)
+
+    def warm_up(self):
+        self.released.wait(20)
+
+    def __len__(self):
+        return len(self.inner)
+
+
+@pytest.fixture(scope="module")
+def bm25(wiki17_corpus):
+    from ragzoo.retrieval import make_retriever
+
+    return make_retriever(f"bm25:{wiki17_corpus}", show_progress=False)
+
+
+def test_results_under_32_concurrent_clients_are_identical_to_direct_search(server, bm25):
+    queries = [f"{WORDS[i % len(WORDS)]} {WORDS[(3 * i + 1) % len(WORDS)]}" for i in range(96)]
+    want = {(q, k): [p.pid for p in bm25(q, k)] for i, q in enumerate(queries) for k in (3 + i % 4,)}
+    got: dict = {}
+    lock = threading.Lock()
+
+    def client(part):
+        with httpx.Client(timeout=30) as http:
+            for q, k in part:
+                pids = [t["pid"] for t in http.get(server.url + "/", params={"query": q, "k": k}).json()["topk"]]
+                with lock:
+                    got[(q, k)] = pids
+
+    items = list(want)
+    threads = [threading.Thread(target=client, args=(items[c::32],)) for c in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert got == want
+
+
+def test_beyond_the_queue_limit_the_answer_is_503_with_retry_after(bm25):
+    app = create_app(_Slow(bm25, delay=0.3), max_pending=2)
+    with BackgroundServer(app) as running:
+        results: list = []
+
+        def ask(i):
+            results.append(httpx.get(running.url + "/", params={"query": f"river {i}", "k": 2}, timeout=30))
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    busy = [r for r in results if r.status_code == 503]
+    assert len(results) == 8 and busy and len(busy) <= 6
+    assert all(r.headers.get("retry-after") == "1" and r.json()["error"] is True for r in busy)
+    assert all(r.status_code in (200, 503) for r in results)
+
+
+def test_health_says_ready_only_once_loaded_and_warm(bm25):
+    slow = _Slow(bm25, delay=0.0)
+    slow.released.clear()  # the warm-up blocks until released
+    app = create_app(slow, warm="background")
+    with BackgroundServer(app) as running:
+        health = httpx.get(running.url + "/health")
+        search = httpx.get(running.url + "/", params={"query": "river", "k": 2})
+        assert health.status_code == 503 and health.json()["status"] == "warming"
+        assert search.status_code == 503 and search.headers["retry-after"] == "1" and search.json()["error"] is True
+        slow.released.set()
+        deadline = time.monotonic() + 10
+        while httpx.get(running.url + "/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ready = httpx.get(running.url + "/health").json()
+        assert ready["status"] == "ok" and "/home" not in json.dumps(ready)  # no paths in public answers
+        assert httpx.get(running.url + "/", params={"query": "river", "k": 2}).status_code == 200
+
+
+def test_every_error_is_json_4xx_or_5xx_with_one_log_line(bm25, caplog):
+    class Broken:
+        spec = "bm25:x"
+
+        def __call__(self, query, k):
+            raise ValueError("/secret/path exploded")
+
+        def batch(self, queries, k):
+            raise ValueError("/secret/path exploded")
+
+    import logging
+
+    with BackgroundServer(create_app(Broken())) as running, caplog.at_level(logging.INFO):
+        cases = [httpx.get(running.url + "/nowhere"), httpx.delete(running.url + "/"),
+                 httpx.get(running.url + "/", params={"query": "river", "k": 2}),
+                 httpx.post(running.url + "/", content=b'{"query": "x", "k": 1e400}'),
+                 httpx.post(running.url + "/", content=b"[" * 100_000)]
+    statuses = [r.status_code for r in cases]
+    assert statuses == [404, 405, 500, 400, 400]
+    for response in cases:
+        assert response.headers["content-type"] == "application/json" and response.json()["error"] is True
+        assert "/secret" not in response.text and "Traceback" not in response.text
+    logged = [r for r in caplog.records if r.name.startswith(("ragzoo", "uvicorn"))]
+    assert len(logged) <= len(cases) and not any(r.exc_info for r in logged)
+
+
+def _raw(port: int, payload: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    if payload:
+        sock.sendall(payload)
+    return sock
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except ConnectionError:
+        return True
+    finally:
+        sock.close()
+
+
+def test_slow_headers_bodies_and_idle_sockets_are_disconnected(bm25, caplog):
+    import logging
+
+    with BackgroundServer(create_app(bm25), header_timeout=0.5, body_timeout=0.5, keep_alive_timeout=0.5) as running, \
+            caplog.at_level(logging.INFO):
+        port = int(running.url.rsplit(":", 1)[1])
+        idle = _raw(port, b"")
+        slow_head = _raw(port, b"GET /?query=river&k=2 HTTP/1.1\r\nHost: x\r\n")  # never finishes its head
+        slow_body = _raw(port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"query\": ")
+        assert _closed_within(idle, 3) and _closed_within(slow_head, 3) and _closed_within(slow_body, 3)
+        # many clients that hang up mid-body: no traceback, at most one line each
+        for _ in range(20):
+            _raw(port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"query\"").close()
+        time.sleep(0.5)
+        assert httpx.get(running.url + "/", params={"query": "river", "k": 2}).status_code == 200  # still serving
+    logged = [r for r in caplog.records if r.name.startswith(("ragzoo", "uvicorn"))]
+    assert len(logged) <= 3 + 20 and not any(r.exc_info for r in logged)
+    assert not any("Traceback" in r.getMessage() for r in caplog.records)

@@ -148,3 +148,24 @@ def test_sigterm_during_build_removes_staging_and_keeps_the_old_index(tmp_path, 
     assert leftovers(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) is handler  # the build's handler is gone again
     assert (out / "meta.json").read_text() == before
+
+
+def test_build_releases_the_pages_of_its_memory_maps(tmp_path):
+    """The streaming build writes its score matrix through memory maps; their pages are unmapped after each
+    step (still in the page cache, no longer in the process's RSS), so peak RSS stays well under the index size
+    (5.7 GB peak at 5.2M passages without it)."""
+    import numpy as np
+    import psutil
+
+    from ragzoo.retrieval.bm25 import _release_pages
+
+    array = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", dtype=np.float32, shape=(16 * 2**20,))
+    process = psutil.Process()
+    before = process.memory_info().rss
+    array[:] = 1.0  # 64 MB of pages, all resident now
+    touched = process.memory_info().rss
+    assert touched - before > 48 * 2**20
+    array.flush()
+    _release_pages(array)
+    assert touched - process.memory_info().rss > 48 * 2**20
+    assert float(array[::4096].sum()) == 4096.0  # the data is intact: mapped back in from the page cache

@@ -1,0 +1,224 @@
+"""Scale benchmark: bm25 over N synthetic passages shaped like the real wiki17 abstracts, queried with real
+HotPotQA questions.
+
+Passages are built from the shipped 17,703-abstract sample: each synthetic abstract has as many sentences as
+a randomly drawn real abstract, each sentence a real sentence of the sample drawn at random, and a title that
+is a real title plus (for 60% of passages) a rare name token drawn from a Zipf law over 3M names, so the
+vocabulary keeps growing with N as a real collection's does (Heaps' law) instead of stopping at the sample's.
+Lines use the full release's format (`{"title", "text": [sentence, ...]}`, no id).
+
+Measured: generation, build time and peak RSS (in a child process), index size, load time, queries/s single
+and batched with the numpy and numba scorers (numba after its JIT warm-up), a profile of one batch, and the
+p99 of `ragzoo serve` at 8 loopback clients. Targets (issue 15, 2 cores): RSS <= 4 GB, build <= 10 min,
+load <= 5 s, q/s >= bm25s's published figures at 5.23M passages (21 numpy, 47 numba, one core).
+
+    nice -n 10 python -m benchmarks.scale --docs 5200000 --out benchmarks/results/scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import percentile, write_json
+from benchmarks.loadgen import get_request, run_load
+from benchmarks.retrieval import QUESTIONS, _free_port, in_child, qps
+from ragzoo.retrieval.specs import DEFAULT_CORPUS
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def synthetic_corpus(sample: Path, path: Path, n_docs: int, seed: int = 0) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    titles, counts, sentences = [], [], []
+    for line in open(sample, encoding="utf-8"):
+        row = json.loads(line)
+        parts = [s for s in _SENTENCE.split(row["text"].strip()) if s]
+        titles.append(row["title"])
+        counts.append(max(1, len(parts)))
+        sentences.extend(parts)
+    counts_arr = np.asarray(counts)
+    sentences_arr = np.asarray([" " + s for s in sentences], dtype=object)
+    titles_arr = np.asarray(titles, dtype=object)
+    step = 100_000
+    with open(path, "w", encoding="utf-8") as sink:
+        for first in range(0, n_docs, step):
+            count = min(step, n_docs - first)
+            n_sent = counts_arr[rng.integers(0, len(counts_arr), size=count)]
+            picks = sentences_arr[rng.integers(0, len(sentences_arr), size=int(n_sent.sum()))]
+            title_picks = titles_arr[rng.integers(0, len(titles_arr), size=count)]
+            names = np.minimum(rng.zipf(1.3, size=count), 3_000_000)
+            named = rng.random(count) < 0.6
+            cursor = 0
+            lines = []
+            for row in range(count):
+                n = int(n_sent[row])
+                text = list(picks[cursor:cursor + n])
+                text[0] = text[0][1:]
+                cursor += n
+                title = f"{title_picks[row]} Zq{names[row]:x}" if named[row] else title_picks[row]
+                lines.append(json.dumps({"title": title, "text": text}, ensure_ascii=False))
+            sink.write("\n".join(lines) + "\n")
+    return {"sample sentences": len(sentences), "sample titles": len(titles)}
+
+
+def _serve_p99(folder: str, questions: list[str], cache: str, clients: int = 8, requests: int = 800) -> dict:
+    import httpx
+
+    port = _free_port()
+    env = {**os.environ, "RAGZOO_CACHE": cache}
+    server = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever",
+                               f"bm25:{folder}?backend=numba", "--port", str(port)], env=env,
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        started = time.monotonic()
+        while True:
+            try:
+                if httpx.get(url + "health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() - started > 300 or server.poll() is not None:
+                raise RuntimeError("ragzoo serve did not come up")
+            time.sleep(0.2)
+        ready_s = time.monotonic() - started
+        wanted = [get_request("/", {"query": questions[i % len(questions)], "k": 10}) for i in range(requests)]
+        asyncio.run(run_load("127.0.0.1", port, wanted[:40], 4))
+        began = time.perf_counter()
+        latencies, statuses = asyncio.run(run_load("127.0.0.1", port, wanted, clients))
+        elapsed = time.perf_counter() - began
+        return {"served clients": clients, "served ready s": ready_s, "served ok": statuses.count(200),
+                "served p50 ms": 1000 * percentile(latencies, 50), "served p99 ms": 1000 * percentile(latencies, 99),
+                "served req/s": len(latencies) / elapsed}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def profile_batch(retriever, questions: list[str]) -> dict:
+    """Where one batch of queries spends its time: tokenizing, scoring (bm25s), passage lookup."""
+    started = time.perf_counter()
+    tokens = retriever.tokenize(questions)
+    tokenize_s = time.perf_counter() - started
+    started = time.perf_counter()
+    docs, scores = retriever.model.retrieve([t for t in tokens if t], k=10, show_progress=False, n_threads=0)
+    score_s = time.perf_counter() - started
+    started = time.perf_counter()
+    for row in docs:
+        for doc in row:
+            retriever.store.get(int(doc))
+    lookup_s = time.perf_counter() - started
+    total = tokenize_s + score_s + lookup_s
+    return {"profile tokenize %": 100 * tokenize_s / total, "profile score %": 100 * score_s / total,
+            "profile lookup %": 100 * lookup_s / total}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=1_000_000)
+    parser.add_argument("--questions", type=int, default=500)
+    parser.add_argument("--workdir", default=None,
+                        help="where the corpus and index go, kept afterwards (default: a temp dir, removed)")
+    parser.add_argument("--index", default=None, help="measure an index built earlier (skips generate/build)")
+    parser.add_argument("--no-serve", action="store_true")
+    parser.add_argument("--serve-only", action="store_true", help="with --index: only the served p99")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ragzoo.paths import data_root
+    data = data_root()
+    questions = [json.loads(line)["question"] for line in open(data / QUESTIONS)][:args.questions]
+    row: dict = {"docs": args.docs, "questions": len(questions)}
+    if args.index:
+        row["docs"] = json.loads((Path(args.index) / "meta.json").read_text())["num_docs"]
+    if args.index and args.serve_only:
+        row.update(_serve_p99(args.index, questions, str(Path(args.index).parent)))
+        print(json.dumps(row, indent=2), flush=True)
+        write_json(args.out, row)
+        return 0
+    if args.index:
+        row.update(_measure(args.index, questions, args.no_serve, str(Path(args.index).parent)))
+        print(json.dumps(row, indent=2), flush=True)
+        write_json(args.out, row)
+        return 0
+    keep = contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="ragzoo-scale-")
+    with keep as scratch:
+        tmp = Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        corpus = tmp / f"wiki17_like_{args.docs}.jsonl"
+        started = time.perf_counter()
+        row.update(synthetic_corpus(data / DEFAULT_CORPUS, corpus, args.docs))
+        row["generate s"] = time.perf_counter() - started
+        row["corpus MB"] = corpus.stat().st_size / 2**20
+        print(json.dumps(row), flush=True)
+        cache = str(tmp / "cache")
+        (build_s, folder, num_docs), rss = in_child(_build, str(corpus), cache)
+        row.update({"build s": build_s, "build peak RSS MB": rss,
+                    "index MB": sum(f.stat().st_size for f in Path(folder).iterdir()) / 2**20})
+        print(json.dumps(row), flush=True)
+        corpus.unlink()  # the passages live in the index; free the disk
+        row["index"] = folder
+        row.update(_measure(folder, questions, args.no_serve, cache))
+        row["targets"] = {"build peak RSS MB <= 4096": row["build peak RSS MB"] <= 4096,
+                          "build s <= 600": row["build s"] <= 600, "load s <= 5": row["load s"] <= 5,
+                          "q/s numpy >= 21 (bm25s, 5.23M)": row["QPS numpy batch"] >= 21,
+                          "q/s numba >= 47 (bm25s, 5.23M)": row["QPS numba batch"] >= 47}
+        print(json.dumps(row, indent=2), flush=True)
+        write_json(args.out, row)
+    return 0
+
+
+def _measure(folder: str, questions: list[str], no_serve: bool, cache: str) -> dict:
+    (row, query_rss) = in_child(_query, folder, questions)
+    row["query peak RSS MB"] = query_rss
+    print(json.dumps(row), flush=True)
+    if not no_serve:
+        row.update(_serve_p99(folder, questions, cache))
+    return row
+
+
+def _build(corpus: str, cache: str):
+    os.environ["RAGZOO_CACHE"] = cache
+    from ragzoo.retrieval.bm25 import ensure_bm25_index
+
+    started = time.perf_counter()
+    folder, meta, _ = ensure_bm25_index(Path(corpus), show_progress=False, rebuild=True)
+    return time.perf_counter() - started, str(folder), meta["num_docs"]
+
+
+def _query(folder: str, questions: list[str]) -> dict:
+    from ragzoo.retrieval.bm25 import BM25Retriever
+
+    started = time.perf_counter()
+    retriever = BM25Retriever(Path(folder), check_stale=False)
+    load_s = time.perf_counter() - started
+    out = {"load s": load_s}
+    out["QPS numpy single"] = qps(lambda q: retriever.batch(q, 10), questions[:100], False)
+    out["QPS numpy batch"] = qps(lambda q: retriever.batch(q, 10), questions, True)
+    out.update(profile_batch(retriever, questions[:100]))
+    fast = BM25Retriever(Path(folder), check_stale=False, backend="numba")
+    started = time.perf_counter()
+    fast.batch(questions[:2], 10)
+    out["numba warm-up s"] = time.perf_counter() - started
+    out["QPS numba single"] = qps(lambda q: fast.batch(q, 10), questions, False)
+    out["QPS numba batch"] = qps(lambda q: fast.batch(q, 10), questions, True)
+    same = sum([p.pid for p in a] == [p.pid for p in b]
+               for a, b in zip(retriever.batch(questions[:100], 10), fast.batch(questions[:100], 10)))
+    out["numba == numpy top-10 (of 100)"] = same
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

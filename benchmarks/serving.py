@@ -1,0 +1,179 @@
+"""Serving benchmarks (issue 15), loopback only:
+
+1. `ragzoo serve` (ColBERTv2 API, bm25 over the shipped sample): p50/p99 and req/s at 1, 8 and 32 clients with
+   HotPotQA questions, driven by a lean raw-socket client (`benchmarks.loadgen`) and, for comparison with the
+   earlier figures, by httpx's async client; results checked identical to direct searches; overload with a
+   small `--max-pending` (503 + Retry-After counted). Targets: p99 < 50 ms at 32 clients, >= 1,000 req/s.
+2. `ragzoo serve --program` (a saved `rag` program, k=3) with the stub LM server at 200 ms per call: 32
+   clients, throughput vs the ideal concurrency / (latency x calls per question), errors, p99.
+   Target: >= 0.8 x ideal, 0 errors.
+
+    python -m benchmarks.serving [--requests 3200] [--questions 320] [--out results/serving.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from benchmarks.common import percentile, write_json
+from benchmarks.loadgen import get_request, post_request, run_load
+from benchmarks.retrieval import QUESTIONS, _free_port, _load
+from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
+
+
+def _wait_health(url: str, process: subprocess.Popen, seconds: float = 120) -> float:
+    import httpx
+
+    started = time.monotonic()
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return time.monotonic() - started
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() - started > seconds:
+            raise RuntimeError("the server did not come up")
+        time.sleep(0.1)
+
+
+def _row(label: str, clients: int, latencies: list[float], statuses: list[int], elapsed: float,
+         cpu: float | None = None) -> dict:
+    row = {"run": label, "clients": clients, "requests": len(latencies),
+           "ok": sum(s == 200 for s in statuses), "503": sum(s == 503 for s in statuses),
+           "errors": sum(s not in (200, 503) for s in statuses),
+           "p50 ms": 1000 * percentile(latencies, 50), "p99 ms": 1000 * percentile(latencies, 99),
+           "req/s": len(latencies) / elapsed}
+    if cpu is not None:
+        row["server CPU ms/req"] = 1000 * cpu / max(1, len(latencies))
+    return row
+
+
+def bench_retrieval(questions: list[str], requests: int, env: dict, spec: str = DEFAULT_RETRIEVER) -> list[dict]:
+    from ragzoo.retrieval import make_retriever
+
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever", spec, "--port",
+                               str(port)], env=env, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    rows = []
+    try:
+        ready = _wait_health(url, server)
+        process = psutil.Process(server.pid)
+        wanted = [get_request("/", {"query": questions[i % len(questions)], "k": 10}) for i in range(requests)]
+        asyncio.run(run_load("127.0.0.1", port, wanted[:200], 4))  # warm-up
+        for clients in (1, 8, 32):
+            count = requests if clients > 1 else requests // 4
+            cpu0, started = sum(process.cpu_times()[:2]), time.perf_counter()
+            latencies, statuses = asyncio.run(run_load("127.0.0.1", port, wanted[:count], clients))
+            rows.append(_row("lean client", clients, latencies, statuses, time.perf_counter() - started,
+                             sum(process.cpu_times()[:2]) - cpu0))
+        started = time.perf_counter()
+        latencies = asyncio.run(_load(url + "/", questions, 32, max(1, requests // 4 // 32)))
+        rows.append(_row("httpx client (earlier benchmark)", 32, latencies, [200] * len(latencies),
+                         time.perf_counter() - started))
+        # identical results: the served top-10 against direct searches
+        import httpx
+
+        direct = make_retriever(spec, show_progress=False)
+        same = sum([t["pid"] for t in httpx.get(url + "/", params={"query": q, "k": 10}).json()["topk"]]
+                   == [p.pid for p in direct(q, 10)] for q in questions[:200])
+        rows[-1]["identical top-10 (of 200)"] = same
+        rows[0]["ready s"] = ready
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    # overload: a small queue, 64 clients
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever", spec, "--port",
+                               str(port), "--max-pending", "8"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        _wait_health(f"http://127.0.0.1:{port}", server)
+        wanted = [get_request("/", {"query": questions[i % len(questions)], "k": 100}) for i in range(requests)]
+        started = time.perf_counter()
+        latencies, statuses = asyncio.run(run_load("127.0.0.1", port, wanted, 64))
+        rows.append(_row("overload: --max-pending 8, k=100", 64, latencies, statuses, time.perf_counter() - started))
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    return rows
+
+
+def bench_program(questions: list[str], env: dict, tmp: Path, latency: float = 0.2, clients: int = 32) -> dict:
+    import ragzoo
+    from ragzoo import programs
+    from ragzoo.retrieval import make_retriever
+
+    artifact = tmp / "rag"
+    ragzoo.save(programs.get("rag", retriever=make_retriever(DEFAULT_RETRIEVER, show_progress=False), k=3),
+                artifact, method="rag")
+    calls_per_question = 1
+    # the stub LM in its own process: in this one it would share a GIL with the load generator
+    stub_port = _free_port()
+    stub = subprocess.Popen([sys.executable, "-m", "ragzoo.stubserver", "--port", str(stub_port), "--latency",
+                             str(latency)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ragzoo.cli", "serve", "--program", str(artifact), "--lm", "openai/stub",
+         "--api-base", f"http://127.0.0.1:{stub_port}/v1", "--port", str(port), "--max-concurrency", str(clients),
+         "--no-cache"], env={**env, "OPENAI_API_KEY": "stub"}, stderr=subprocess.DEVNULL)
+    try:
+        _wait_health(f"http://127.0.0.1:{port}", server)
+        process = psutil.Process(server.pid)
+        body = [post_request("/ask", json.dumps({"question": q}).encode()) for q in questions]
+        asyncio.run(run_load("127.0.0.1", port, body[:clients], clients))  # warm-up: imports, first calls
+        cpu0, started = sum(process.cpu_times()[:2]), time.perf_counter()
+        latencies, statuses = asyncio.run(run_load("127.0.0.1", port, body, clients))
+        elapsed = time.perf_counter() - started
+        cpu = sum(process.cpu_times()[:2]) - cpu0
+    finally:
+        for child in (server, stub):
+            child.terminate()
+            child.wait(timeout=20)
+    ideal = clients / (latency * calls_per_question)
+    row = _row(f"program rag, stub LM {int(latency * 1000)} ms", clients, latencies, statuses, elapsed, cpu)
+    row["ideal q/s"] = ideal
+    row["throughput / ideal"] = row["req/s"] / ideal
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=3200)
+    parser.add_argument("--questions", type=int, default=320, help="program benchmark: questions asked")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ragzoo.paths import data_root
+
+    questions = [json.loads(line)["question"] for line in open(data_root() / QUESTIONS)]
+    with tempfile.TemporaryDirectory(prefix="ragzoo-bench-serving-") as scratch:
+        tmp = Path(scratch)
+        env = {**os.environ, "RAGZOO_CACHE": os.environ.get("RAGZOO_CACHE", str(tmp / "cache")),
+               "DSPY_CACHEDIR": str(tmp / "dspy")}
+        rows = bench_retrieval(questions, args.requests, env)
+        program = bench_program(questions[:args.questions], env, tmp)
+    for row in rows + [program]:
+        print(json.dumps(row))
+    top = next(r for r in rows if r["run"] == "lean client" and r["clients"] == 32)
+    result = {"retrieval": rows, "program": program,
+              "targets": {"retrieval p99 < 50 ms at 32 clients": top["p99 ms"] < 50,
+                          "retrieval >= 1000 req/s at 32 clients": top["req/s"] >= 1000,
+                          "program throughput >= 0.8 ideal": program["throughput / ideal"] >= 0.8,
+                          "program 0 errors": program["errors"] == 0 and program["503"] == 0}}
+    print(json.dumps(result["targets"], indent=2))
+    write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

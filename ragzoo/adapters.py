@@ -1,0 +1,476 @@
+"""Adapters that survive real models: DSPy's Chat, JSON and XML adapters with lenient reading of replies, a
+bounded re-ask after an unreadable one, and a typed error when a call stays unreadable.
+
+    adapter = make_adapter("chat")            # or "json", "xml"; `max_reasks=2` by default
+    with dspy.context(lm=lm, adapter=adapter): ...
+
+What happens to one predictor call (in this order):
+1. DSPy's own parser reads the reply. If it succeeds, nothing else happens.
+2. Lenient reading, only where the meaning is unambiguous: markdown fences and chatty preambles are
+   dropped; a JSON object (fenced or not) is read in any adapter; field headers in other styles are found
+   anywhere, also glued to the previous value (`[[ ## x ## ]]`, `<x>...</x>`, `**x:**`, `x:`, `### x`);
+   typed values written in words are read: bool "Yes." -> True, "No, it is not" -> False; int "two" -> 2;
+   Literal "I would say it is true." -> "true" when exactly one option is named; list[int] "0 and 2" ->
+   [0, 2], "None of them." -> []. A reply that names both yes and no, or two options, stays unreadable. A
+   reply cut off by the token limit (finish_reason "length") is never read leniently. Every lenient read
+   is recorded in the example's trace (`lenient`).
+3. Re-ask, at most `max_reasks` times: the same prompt, followed by every unreadable reply so far, each
+   with one user line saying what was wrong and which format is expected. Each re-ask's conversation
+   differs from every earlier request of the call, so it is never served from DSPy's cache (and a server
+   that caches on the prompt sees a new one). Each re-ask is one more LM call (counted as such) and one `reasks` entry in the trace.
+4. Still unreadable: `UnreadableOutput` (a subclass of DSPy's `AdapterParseError`, so an evaluation
+   that does not catch it records a `parse` failure) naming the predictor, the attempts and the reason.
+   Programs catch it where the paper allows a degradation and call `ragzoo.tracing.record_degradation`.
+
+DSPy's ChatAdapter would retry an unreadable reply once through JSONAdapter (an uncounted second prompt
+in another format); here that fallback is off: the re-ask replaces it, counted, in the same format.
+The adapter name ("chat", "json", "xml") is what manifests and run configs record (`adapter_name`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import re
+import types
+import typing
+from typing import Any, Literal, Union, get_args, get_origin
+
+import dspy
+from dspy.adapters.chat_adapter import ChatAdapter
+from dspy.adapters.json_adapter import JSONAdapter
+from dspy.adapters.xml_adapter import XMLAdapter
+from dspy.utils.exceptions import AdapterParseError
+
+from ragzoo.engines import REASK_PHRASE
+from ragzoo.errors import ConfigError
+from ragzoo.tracing import record_lenient, record_reask
+
+ADAPTERS = ("chat", "json", "xml")
+DEFAULT_ADAPTER = "chat"
+DEFAULT_MAX_REASKS = 2
+MAX_REASKS = 5
+
+# the (unreadable reply, re-ask note) pairs of the call being re-asked, oldest first
+_REASK: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar("ragzoo_reask", default=())
+
+
+class UnreadableOutput(AdapterParseError):
+    """A predictor call whose reply could not be read, even after `attempts - 1` re-asks."""
+
+    def __init__(self, predictor: str, attempts: int, reason: str, error: AdapterParseError):
+        self.predictor = predictor
+        self.attempts = attempts
+        self.reason = reason
+        super().__init__(adapter_name=getattr(error, "adapter_name", "ragzoo"), signature=error.signature,
+                         lm_response=getattr(error, "lm_response", ""),
+                         message=f"{predictor}: reply unreadable after {attempts} attempt(s): {reason}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Lenient values
+
+_YES = {"yes", "true", "y", "correct", "relevant", "supported", "helpful", "yep", "affirmative"}
+_NO = {"no", "false", "n", "incorrect", "irrelevant", "not", "unsupported", "unhelpful", "none", "nope"}
+_NUMBERS = {word: i for i, word in enumerate(("zero", "one", "two", "three", "four", "five", "six", "seven",
+                                               "eight", "nine", "ten", "eleven", "twelve"))}
+_NUMBER_WORD = r"\b(" + "|".join(_NUMBERS) + r")\b"
+
+
+def _clean(text: str) -> str:
+    text = str(text).strip()
+    text = re.sub(r"\[\[\s*#+\s*completed\s*#+\s*\]\]\s*$", "", text).strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
+        text = text[1:-1].strip()
+    return text
+
+
+def _integers(text: str) -> list[int]:
+    found = []
+    for match in re.finditer(r"-?\d+(?:\.\d+)?|" + _NUMBER_WORD, text.lower()):
+        token = match.group(0)
+        if token in _NUMBERS:
+            found.append(_NUMBERS[token])
+        elif "." in token:
+            raise ValueError(f"{token!r} is not an integer")
+        else:
+            found.append(int(token))
+    return found
+
+
+def lenient_value(text: Any, annotation: Any) -> Any:
+    """`text` read as `annotation` where the meaning is unambiguous, else ValueError."""
+    from dspy.adapters.utils import parse_value
+
+    if not isinstance(text, str):
+        return parse_value(text, annotation)
+    text = _clean(text)
+    if annotation is str:
+        return text
+    try:
+        return parse_value(text, annotation)
+    except Exception:  # noqa: BLE001 - pydantic and json errors alike: read it leniently below
+        pass
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        arms = [arm for arm in get_args(annotation) if arm is not type(None)]
+        for arm in arms:
+            try:
+                return lenient_value(text, arm)
+            except ValueError:
+                continue
+        raise ValueError(f"cannot read {text[:80]!r} as {annotation}")
+    lowered = text.lower()
+    words = re.findall(r"[a-z]+", lowered)
+    if annotation is bool:
+        if not words:
+            raise ValueError("no yes/no word")
+        yes, no = any(w in _YES for w in words), any(w in _NO for w in words)
+        if yes != no:  # only one side is named ("Yes.", "No, it does not.", "It is relevant")
+            return yes
+        raise ValueError(f"cannot read {text[:80]!r} as yes or no")
+    if annotation in (int, float):
+        numbers = re.findall(r"-?\d+(?:\.\d+)?", text) or [str(_NUMBERS[w]) for w in words if w in _NUMBERS]
+        if len(set(numbers)) != 1:
+            raise ValueError(f"cannot read one number from {text[:80]!r}")
+        return annotation(float(numbers[0])) if annotation is int else float(numbers[0])
+    if origin is Literal:
+        options = get_args(annotation)
+        exact = [o for o in options if str(o).lower() == lowered.strip(" .!")]
+        if len(exact) == 1:
+            return exact[0]
+        named = [o for o in options if re.search(r"(?<![\w-])" + re.escape(str(o).lower()) + r"(?![\w-])", lowered)]
+        if len(named) == 1:
+            return named[0]
+        raise ValueError(f"cannot read one of {list(options)} from {text[:80]!r}")
+    if origin in (list, tuple, set) or annotation in (list, tuple, set):
+        text = re.sub(r"</?item>", "\n", text).strip()
+        args = get_args(annotation)
+        item = args[0] if args else str
+        if item is int:
+            numbers = _integers(text)
+            if not numbers:
+                if text in ("[]", "") or "none" in words or "empty" in words or re.match(
+                        r"^(no|not any)\s+(relevant\s+|helpful\s+)?(passage|sentence|id|index|indice|document)(s|es)?\b", lowered):
+                    return []
+                raise ValueError(f"no integers in {text[:80]!r}")
+            return list(dict.fromkeys(numbers))
+        if item is str:
+            lines = [re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).strip() for line in text.splitlines()]
+            lines = [line for line in lines if line]
+            if lines:
+                return lines
+        raise ValueError(f"cannot read {text[:80]!r} as {annotation}")
+    raise ValueError(f"no lenient reading of {annotation}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Lenient replies
+
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?```", re.DOTALL)
+
+
+def _json_object(text: str) -> dict | None:
+    start = text.find("{")
+    while start >= 0:
+        depth, in_string, escape = 0, False, False
+        for position in range(start, len(text)):
+            char = text[position]
+            if in_string:
+                escape = (char == "\\") and not escape
+                if char == '"' and not escape:
+                    in_string = False
+                continue
+            if char == '"':
+                in_string = True
+            elif char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        value = json.loads(text[start:position + 1])
+                    except json.JSONDecodeError:
+                        break
+                    if isinstance(value, dict):
+                        return value
+                    break
+        start = text.find("{", start + 1)
+    return None
+
+
+def _header_pattern(names: list[str]) -> re.Pattern:
+    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+    return re.compile(
+        r"\[\[\s*#*\s*(?P<a>" + alternatives + r")\s*#*\s*\]\]"            # [[ ## name ## ]] anywhere
+        r"|<(?P<b>" + alternatives + r")>"                                  # <name>
+        r"|(?m:^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?(?P<c>" + alternatives + r")(?:\*\*|__)?[ \t]*:?[ \t]*(?:\*\*|__)?"
+        r"(?=[ \t]*(?::|\n|$)|(?<=:)|(?<=\*\*)))",                          # name: / **name:** / ### name
+        re.IGNORECASE)
+
+
+def _sections(text: str, names: list[str]) -> dict[str, str]:
+    pattern = _header_pattern(names)
+    by_lower = {name.lower(): name for name in names}
+    matches = list(pattern.finditer(text))
+    sections: dict[str, str] = {}
+    for index, match in enumerate(matches):
+        name = by_lower[(match.group("a") or match.group("b") or match.group("c")).lower()]
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        value = text[match.end():end]
+        value = re.sub(r"</" + re.escape(name) + r">\s*$", "", value.strip(), flags=re.IGNORECASE)
+        value = re.sub(r"^\s*:", "", value)
+        if name not in sections:
+            sections[name] = value.strip()
+    return sections
+
+
+def lenient_parse(signature, completion: str) -> tuple[dict[str, Any], str]:
+    """(values, how) read leniently from `completion` for `signature`'s output fields, else ValueError."""
+    fields = signature.output_fields
+    names = list(fields)
+    text = (completion or "").strip()
+    if not text:
+        raise ValueError("the reply is empty")
+    fenced = _FENCE.findall(text)
+    candidates = [("fenced", block) for block in fenced] + [("text", _FENCE.sub(lambda m: m.group(1), text)),
+                                                            ("text", text)]
+    last_error: Exception = ValueError("no field of the signature found in the reply")
+    for how, candidate in candidates:
+        found: dict[str, Any] | None = None
+        method = ""
+        obj = _json_object(candidate)
+        if obj is not None:
+            lowered = {str(key).lower(): value for key, value in obj.items()}
+            if all(name.lower() in lowered for name in names):
+                found, method = {name: lowered[name.lower()] for name in names}, "json"
+        if found is None:
+            sections = _sections(candidate, names)
+            if all(name in sections for name in names):
+                found, method = sections, "headers"
+            elif len(names) == 1 and not sections and how == "fenced":
+                found, method = {names[0]: candidate}, "bare"
+        if found is None:
+            continue
+        try:
+            values = {name: lenient_value(found[name], fields[name].annotation) for name in names}
+        except (ValueError, TypeError) as error:
+            last_error = error
+            continue
+        return values, f"{method}{'+fences' if how == 'fenced' else ''}"
+    raise ValueError(str(last_error))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The adapters
+
+
+def _predictor_name() -> str:
+    try:
+        from ragzoo.usage import caller_name
+
+        return caller_name()
+    except Exception:  # noqa: BLE001 - naming is a nicety
+        return "?"
+
+
+def _truncated(lm, outputs) -> bool:
+    """Whether the call that returned `outputs` stopped at the token limit (finish_reason "length")."""
+    from ragzoo.usage import find_history_entry
+
+    entry = find_history_entry(lm, outputs)
+    if not entry:
+        return False
+    response = entry.get("response")
+    for item in response if isinstance(response, (list, tuple)) else [response]:
+        if getattr(item, "finish_reason", None) == "length":
+            return True
+        choices = item.get("choices") if isinstance(item, dict) else getattr(item, "choices", None)
+        for choice in choices or []:
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else getattr(choice, "finish_reason", None)
+            if reason == "length":
+                return True
+    return False
+
+
+class _Truncated(AdapterParseError):
+    pass
+
+
+class LenientMixin:
+    """Lenient reading + bounded re-ask on top of a DSPy adapter (see the module docstring)."""
+
+    adapter_name = "chat"
+    max_reasks = DEFAULT_MAX_REASKS
+
+    def parse(self, signature, completion: str) -> dict[str, Any]:
+        try:
+            return super().parse(signature, completion)
+        except AdapterParseError as strict:
+            try:
+                values, how = lenient_parse(signature, completion)
+            except ValueError:
+                raise strict from None
+            record_lenient(_predictor_name(), how)
+            return values
+
+    def _call_postprocess(self, processed_signature, original_signature, outputs, lm, lm_kwargs):
+        if _truncated(lm, outputs):
+            raise _Truncated(adapter_name=type(self).__name__, signature=original_signature,
+                             lm_response=str(outputs[0] if outputs else ""),
+                             message="the reply was cut off at the token limit (finish_reason 'length')")
+        return super()._call_postprocess(processed_signature, original_signature, outputs, lm, lm_kwargs)
+
+    def format(self, signature, demos, inputs):
+        messages = super().format(signature, demos, inputs)
+        for previous, note in _REASK.get():  # every earlier attempt stays in the conversation: each re-ask differs
+            messages = [*messages, {"role": "assistant", "content": previous or "(empty reply)"},
+                        {"role": "user", "content": note}]
+        return messages
+
+    def _reask_note(self, signature, error: AdapterParseError) -> str:
+        if isinstance(error, _Truncated):
+            what = "Your reply was cut off before it ended."
+        elif not (getattr(error, "lm_response", "") or "").strip():
+            what = "Your reply was empty."
+        else:
+            what = "Your reply could not be read."
+        return f"{what} {REASK_PHRASE}: {self.user_message_output_requirements(signature)}"
+
+    def _attempts(self, run, signature):
+        error: AdapterParseError | None = None
+        name = None
+        history: tuple[tuple[str, str], ...] = ()
+        for attempt in range(self.max_reasks + 1):
+            if error is not None:
+                history = (*history, (error.lm_response or "", self._reask_note(signature, error)))
+            token = _REASK.set(history) if history else None
+            try:
+                return run()
+            except AdapterParseError as exc:
+                error = exc
+                name = name or _predictor_name()
+                if attempt < self.max_reasks:
+                    record_reask(name, _reason(exc))
+            finally:
+                if token is not None:
+                    _REASK.reset(token)
+        raise UnreadableOutput(name or "?", self.max_reasks + 1, _reason(error), error) from error
+
+    def __call__(self, lm, lm_kwargs, signature, demos, inputs):
+        parent = super()
+        return self._attempts(lambda: parent.__call__(lm, dict(lm_kwargs), signature, demos, inputs), signature)
+
+    async def acall(self, lm, lm_kwargs, signature, demos, inputs):
+        error: AdapterParseError | None = None
+        name = None
+        history: tuple[tuple[str, str], ...] = ()
+        for attempt in range(self.max_reasks + 1):
+            if error is not None:
+                history = (*history, (error.lm_response or "", self._reask_note(signature, error)))
+            token = _REASK.set(history) if history else None
+            try:
+                return await super().acall(lm, dict(lm_kwargs), signature, demos, inputs)
+            except AdapterParseError as exc:
+                error = exc
+                name = name or _predictor_name()
+                if attempt < self.max_reasks:
+                    record_reask(name, _reason(exc))
+            finally:
+                if token is not None:
+                    _REASK.reset(token)
+        raise UnreadableOutput(name or "?", self.max_reasks + 1, _reason(error), error) from error
+
+
+def _reason(error: AdapterParseError | None) -> str:
+    if error is None:
+        return "?"
+    if isinstance(error, _Truncated):
+        return "cut off at the token limit"
+    if not (getattr(error, "lm_response", "") or "").strip():
+        return "empty reply"
+    message = str(error).strip().splitlines()
+    return next((line for line in message if line.strip()), "unreadable reply")[:160]
+
+
+class LenientChatAdapter(LenientMixin, ChatAdapter):
+    adapter_name = "chat"
+
+    def __init__(self, max_reasks: int = DEFAULT_MAX_REASKS, **kwargs):
+        kwargs.setdefault("use_json_adapter_fallback", False)
+        super().__init__(**kwargs)
+        self.max_reasks = max_reasks
+
+
+class LenientJSONAdapter(LenientMixin, JSONAdapter):
+    adapter_name = "json"
+
+    def __init__(self, max_reasks: int = DEFAULT_MAX_REASKS, **kwargs):
+        super().__init__(**kwargs)
+        self.max_reasks = max_reasks
+
+
+class LenientXMLAdapter(LenientMixin, XMLAdapter):
+    adapter_name = "xml"
+
+    def __init__(self, max_reasks: int = DEFAULT_MAX_REASKS, **kwargs):
+        kwargs.setdefault("use_json_adapter_fallback", False)
+        super().__init__(**kwargs)
+        self.max_reasks = max_reasks
+
+
+_CLASSES = {"chat": LenientChatAdapter, "json": LenientJSONAdapter, "xml": LenientXMLAdapter}
+
+
+def make_adapter(name: str | None = None, *, max_reasks: int = DEFAULT_MAX_REASKS):
+    """The lenient adapter named `name` ("chat" default, "json", "xml")."""
+    name = (name or DEFAULT_ADAPTER).strip().lower()
+    if name not in _CLASSES:
+        raise ConfigError(f"unknown adapter {name!r}; choose one of {', '.join(ADAPTERS)}")
+    if isinstance(max_reasks, bool) or not isinstance(max_reasks, int) or not 0 <= max_reasks <= MAX_REASKS:
+        raise ConfigError(f"--max-reasks must be an integer from 0 to {MAX_REASKS}, got {max_reasks!r}")
+    return _CLASSES[name](max_reasks=max_reasks)
+
+
+def adapter_name(adapter) -> str:
+    """What a manifest or run config records for `adapter` (None = DSPy's default, ChatAdapter)."""
+    if adapter is None:
+        return "chat"
+    name = getattr(adapter, "adapter_name", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(adapter, XMLAdapter):
+        return "xml"
+    if isinstance(adapter, JSONAdapter):
+        return "json"
+    if isinstance(adapter, ChatAdapter):
+        return "chat"
+    return type(adapter).__name__
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_adapter_mismatch(compiled_under: str | None, running_under: str, where: str = "") -> bool:
+    """Warn once per (compiled, running) pair that a program compiled under one adapter runs under another
+    (its demos and instructions were chosen for the other format). Returns whether it warned."""
+    import warnings
+
+    if not compiled_under or compiled_under == running_under or (compiled_under, running_under) in _warned:
+        return False
+    _warned.add((compiled_under, running_under))
+    warnings.warn(f"{where or 'this program'} was compiled under the {compiled_under} adapter and runs under the "
+                  f"{running_under} adapter; pass --adapter {compiled_under} to run it as compiled",
+                  UserWarning, stacklevel=2)
+    return True
+
+
+def active_adapter():
+    return dspy.settings.adapter
+
+
+__all__ = ["ADAPTERS", "DEFAULT_ADAPTER", "LenientChatAdapter", "LenientJSONAdapter", "LenientXMLAdapter",
+           "UnreadableOutput", "adapter_name", "lenient_parse", "lenient_value", "make_adapter",
+           "warn_adapter_mismatch"]
+
+_ = typing  # typing is imported for readers of lenient_value's annotations

@@ -1,0 +1,57 @@
+"""`ragzoo reproduce --list` / `ragzoo reproduce NAME --lm SPEC [--n N] --out DIR`: run a bundled grid, one per
+main results table of each paper, with the paper's numbers beside ours. Each bundled grid (ragzoo/grid/grids/)
+records the paper's table (and page where known), LM, k, shots and split, and where ragzoo's setting differs;
+rows whose method ragzoo does not have yet are listed as "not yet runnable" and skipped."""
+
+from __future__ import annotations
+
+import argparse
+
+from ragzoo.commands.sweep import add_grid_arguments, apply_overrides, run_grid
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", help="bundled grid (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the bundled grids")
+    add_grid_arguments(parser)
+
+
+def list_grids() -> list[dict]:
+    from ragzoo.grid.runner import runnable
+    from ragzoo.grid.spec import bundled_grids, load_grid
+
+    listing = []
+    for name, path in bundled_grids().items():
+        grid = load_grid(path)
+        if not grid.lms:
+            from ragzoo.grid.spec import LMEntry
+
+            grid.lms = [LMEntry("dry-run")]
+        blocked = sorted({m.label for m in grid.methods
+                          if any(runnable(c) for c in grid.cells() if c.method.label == m.label)})
+        listing.append({"name": name, "title": grid.title, "paper": grid.paper, "methods": len(grid.methods),
+                        "datasets": [f"{d.label}" for d in grid.datasets], "not_runnable": blocked})
+    return listing
+
+
+def run(args: argparse.Namespace) -> int:
+    from ragzoo.errors import ConfigError
+    from ragzoo.grid.spec import bundled_grids, load_grid
+
+    if args.list or not args.name:
+        for entry in list_grids():
+            paper = entry["paper"]
+            print(f"{entry['name']:<24} {entry['title']}")
+            print(f"{'':<24} {paper.get('citation', '')}, {paper.get('table', '')}; setting: {paper.get('setting', '')}")
+            print(f"{'':<24} {entry['methods']} methods x {', '.join(entry['datasets'])}")
+            if entry["not_runnable"]:
+                print(f"{'':<24} not yet runnable: {', '.join(entry['not_runnable'])}")
+        return 0
+    grids = bundled_grids()
+    if args.name not in grids:
+        raise ConfigError(f"no bundled grid {args.name!r}; choose one of {', '.join(grids)} (ragzoo reproduce --list)")
+    if not args.lm and not args.dry_run:
+        raise ConfigError("pass --lm SPEC (the paper's LM may not be available: the grid says which it used), "
+                          "or --dry-run to price it")
+    grid = apply_overrides(load_grid(grids[args.name]), args)
+    return run_grid(grid, args)

@@ -1,0 +1,268 @@
+"""The results of a grid: rows = methods (x optimizer x LM when the grid has several), columns = dataset x
+metric, each entry "ours [95% CI] | paper | delta" on the paper's scale, plus n done / asked, failures, LM
+calls and cost per question; then the paired comparisons of every row with the grid's main method on the
+questions both answered. Written as Markdown, CSV and JSON in the grid directory.
+
+Everything is computed from the cells' run directories (records sorted by question id, statistics seeded),
+so the table is the same whichever worker, order or number of workers produced the cells.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from ragzoo import stats
+from ragzoo.grid.runner import cell_dir, runnable
+from ragzoo.grid.spec import Grid
+
+MOSTLY_FAILED = 0.5
+
+
+def _load(run: Path):
+    from ragzoo.runs import load_run
+
+    if not (run / "config.json").is_file():
+        return None
+    config, summary, records = load_run(run)
+    return config, summary, sorted(records, key=lambda r: str(r["id"]))
+
+
+def _dry(config: dict) -> bool:
+    lm = config.get("lm")
+    return bool(lm.get("dry_run")) if isinstance(lm, dict) else False
+
+
+def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+    out = Path(out)
+    several_opt = len(grid.optimizers) > 1
+    several_lm = len(grid.lms) > 1
+    rows: dict[str, dict] = {}
+    per_row_scores: dict[tuple[str, str, str], dict[str, float]] = {}
+    for cell in grid.cells():
+        row_name = cell.method.label + (f" / {cell.optimizer}" if several_opt else "") + \
+            (f" / {cell.lm.name}" if several_lm else "")
+        row = rows.setdefault(row_name, {"row": row_name, "method": cell.method.id, "label": cell.method.label,
+                                         "knobs": cell.method.knobs, "optimizer": cell.optimizer, "lm": cell.lm.spec,
+                                         "cells": {}})
+        entry: dict = {"dataset": cell.dataset.name, "split": cell.dataset.split, "label": cell.dataset.label,
+                       "knobs": cell.knobs, "key": cell.key, "paper": cell.method.paper.get(cell.dataset.label, {})}
+        row["cells"][cell.dataset.label] = entry
+        reason = runnable(cell)
+        if reason:
+            entry["status"] = reason
+            continue
+        loaded = _load(cell_dir(out, cell) / "run")
+        if loaded is None:
+            entry["status"] = "not run"
+            continue
+        config, summary, records = loaded
+        n_done, n_asked = len(records), int(config.get("n") or summary.get("n_expected") or len(records))
+        failures = sum(1 for r in records if r.get("error"))
+        entry.update(n=n_done, n_asked=n_asked, failures=failures, dry_run=_dry(config),
+                     lm_calls_per_question=sum(r.get("lm_calls") or 0 for r in records) / max(1, n_done),
+                     cost_per_question=sum(float(r.get("cost") or 0) for r in records) / max(1, n_done),
+                     latency_mean=sum(float(r.get("latency") or 0) for r in records) / max(1, n_done))
+        flags = []
+        if n_done < n_asked:
+            flags.append(f"partial {n_done}/{n_asked}")
+        if n_done and failures / n_done > MOSTLY_FAILED:
+            flags.append(f"mostly failed ({failures}/{n_done})")
+        entry["status"] = "; ".join(flags) or "done"
+        entry["metrics"] = {}
+        if entry["dry_run"] or not records:
+            continue
+        for metric in config.get("metrics") or []:
+            scores = [float((r.get("metrics") or {}).get(metric) or 0.0) for r in records]
+            interval = stats.bootstrap_ci(scores, resamples=resamples, seed=seed)
+            paper = entry["paper"].get(metric)
+            ours = interval.mean * grid.scale
+            entry["metrics"][metric] = {"ours": ours, "low": interval.low * grid.scale,
+                                        "high": interval.high * grid.scale, "paper": paper,
+                                        "delta": None if paper is None else ours - paper}
+            per_row_scores[(row_name, cell.dataset.label, metric)] = {str(r["id"]): s for r, s in zip(records, scores)}
+    comparisons = _comparisons(grid, rows, per_row_scores, resamples, seed)
+    return {"grid": grid.name, "title": grid.title, "paper": grid.paper, "scale": grid.scale,
+            "ci": f"95% {stats.CI_METHOD_NAME} ({resamples} resamples, seed {seed})", "test": stats.PAIRED_TEST_NAME,
+            "columns": [{"label": d.label, "dataset": d.name, "split": d.split, "metrics": list(d.metrics)}
+                        for d in grid.datasets],
+            "rows": list(rows.values()), "comparisons": comparisons}
+
+
+def _comparisons(grid: Grid, rows: dict, scores: dict, resamples: int, seed: int) -> list[dict]:
+    main_label = grid.main
+    labels = [m.label for m in grid.methods]
+    if main_label in [m.id for m in grid.methods]:
+        main_label = next(m.label for m in grid.methods if m.id == main_label)
+    main_label = main_label or labels[-1]
+    result = []
+    main_rows = [name for name, row in rows.items() if row["label"] == main_label]
+    for main_row in main_rows:
+        suffix = main_row[len(main_label):]
+        for name, row in rows.items():
+            if name == main_row or not name.endswith(suffix) or row["label"] == main_label:
+                continue
+            for dataset in grid.datasets:
+                for metric in dataset.metrics[:1] or []:
+                    a = scores.get((main_row, dataset.label, metric))
+                    b = scores.get((name, dataset.label, metric))
+                    if not a or not b:
+                        continue
+                    shared = sorted(set(a) & set(b))
+                    entry = {"a": main_row, "b": name, "dataset": dataset.label, "metric": metric,
+                             "shared": len(shared), "n_a": len(a), "n_b": len(b)}
+                    if not shared:
+                        entry["refused"] = "no shared question"
+                    else:
+                        comparison = stats.compare([a[q] for q in shared], [b[q] for q in shared],
+                                                   resamples=resamples, seed=seed)
+                        d = comparison.difference
+                        entry.update(difference=d.mean * grid.scale, low=d.low * grid.scale, high=d.high * grid.scale,
+                                     p_value=comparison.p_value, test=comparison.test,
+                                     a_better=comparison.a_better, b_better=comparison.b_better)
+                    result.append(entry)
+    return result
+
+
+def _num(value, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _entry_texts(entry: dict, metric: str, digits: int) -> list[str]:
+    """[ours [95% CI], paper, delta] for one dataset x metric of a row."""
+    paper = (entry.get("paper") or {}).get(metric)
+    if "metrics" not in entry:
+        status = entry.get("status", "–")
+        if status.startswith("not yet runnable"):
+            status = "not yet runnable"
+        return [status, _num(paper, digits), "–"]
+    if entry.get("dry_run"):
+        return ["n/a (dry-run)", _num(paper, digits), "–"]
+    m = entry["metrics"].get(metric)
+    if m is None:
+        return ["missing metric", _num(paper, digits), "–"]
+    ours = f"{m['ours']:.{digits}f} [{m['low']:.{digits}f}, {m['high']:.{digits}f}]"
+    if entry["status"] != "done":
+        ours += f" ({entry['status']})"
+    return [ours, _num(m["paper"], digits), "–" if m["delta"] is None else f"{m['delta']:+.{digits}f}"]
+
+
+def to_markdown(table: dict) -> str:
+    digits = 1 if table["scale"] >= 100 else 3
+    header = ["method"]
+    keys = []
+    for column in table["columns"]:
+        for metric in column["metrics"] or ["(default)"]:
+            header += [f"{column['label']} {metric}: ours [95% CI]", "paper", "Δ"]
+            keys.append((column["label"], metric))
+    header += ["n done/asked", "failures", "LM calls/q", "$/q"]
+    lines = [f"# {table['title']}", ""]
+    paper = table.get("paper") or {}
+    if paper:
+        lines += [f"Paper: {paper.get('citation', '?')}, {paper.get('table', '?')}"
+                  f"{', page ' + str(paper['page']) if paper.get('page') else ''}. Paper's setting: "
+                  f"{paper.get('setting', '?')}", ""]
+        for difference in paper.get("differences", []):
+            lines.append(f"- differs: {difference}")
+        lines.append("")
+    lines += [f"Per dataset and metric: ours [{table['ci']}], the paper's number, and Δ = ours − paper, on the "
+              f"paper's scale.", "",
+              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in table["rows"]:
+        cells = row["cells"]
+        texts = [text for label, metric in keys for text in _entry_texts(cells.get(label, {}), metric, digits)]
+        entries = [e for e in cells.values() if "n" in e]
+        done = sum(e["n"] for e in entries)
+        asked = sum(e["n_asked"] for e in entries)
+        calls = sum(e["lm_calls_per_question"] * e["n"] for e in entries) / max(1, done)
+        cost = sum(e["cost_per_question"] * e["n"] for e in entries) / max(1, done)
+        knobs = " ".join(f"{k}={v}" for k, v in sorted(row["knobs"].items()))
+        name = f"{row['row']}{' (' + knobs + ')' if knobs else ''}"
+        lines.append("| " + " | ".join([name, *texts, f"{done}/{asked}" if entries else "–",
+                                         str(sum(e['failures'] for e in entries)) if entries else "–",
+                                         f"{calls:.2f}" if entries else "–", f"{cost:.5f}" if entries else "–"]) + " |")
+    if table["comparisons"]:
+        lines += ["", f"Paired comparisons ({table['test']}; difference with its 95% paired bootstrap CI), "
+                      f"on the questions both runs answered:", "",
+                  "| a | b | dataset | metric | shared questions | a − b [95% CI] | p | a better / b better |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for c in table["comparisons"]:
+            if "refused" in c:
+                lines.append(f"| {c['a']} | {c['b']} | {c['dataset']} | {c['metric']} | 0 | refused: "
+                             f"{c['refused']} | – | – |")
+                continue
+            lines.append(f"| {c['a']} | {c['b']} | {c['dataset']} | {c['metric']} | {c['shared']} "
+                         f"(of {c['n_a']}/{c['n_b']}) | {c['difference']:+.{digits}f} [{c['low']:+.{digits}f}, "
+                         f"{c['high']:+.{digits}f}] | {c['p_value']:.4f} | {c['a_better']} / {c['b_better']} |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(table: dict) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["method", "knobs", "optimizer", "lm", "dataset", "split", "metric", "ours", "ci_low", "ci_high",
+                     "paper", "delta", "n", "n_asked", "failures", "lm_calls_per_question", "cost_per_question",
+                     "status"])
+    for row in table["rows"]:
+        for label, entry in row["cells"].items():
+            metrics = entry.get("metrics") or {}
+            column = next(c for c in table["columns"] if c["label"] == label)
+            for metric in column["metrics"] or [None]:
+                m = metrics.get(metric, {})
+                writer.writerow([row["row"], json.dumps(entry.get("knobs", {}), sort_keys=True), row["optimizer"],
+                                 row["lm"], label, entry.get("split"), metric, m.get("ours"), m.get("low"),
+                                 m.get("high"), (entry.get("paper") or {}).get(metric), m.get("delta"),
+                                 entry.get("n"), entry.get("n_asked"), entry.get("failures"),
+                                 entry.get("lm_calls_per_question"), entry.get("cost_per_question"),
+                                 "dry-run" if entry.get("dry_run") else entry.get("status")])
+    return buffer.getvalue()
+
+
+def write(table: dict, out: str | Path) -> dict[str, Path]:
+    from ragzoo.files import atomic_write_bytes, atomic_write_json
+
+    out = Path(out)
+    paths = {"md": out / "results.md", "csv": out / "results.csv", "json": out / "results.json"}
+    atomic_write_bytes(paths["md"], to_markdown(table).encode("utf-8"))
+    atomic_write_bytes(paths["csv"], to_csv(table).encode("utf-8"))
+    atomic_write_json(paths["json"], table)
+    return paths
+
+
+def plot(table: dict, path: str | Path, metric: str | None = None) -> Path:
+    """Metric vs LM calls per question, one panel per dataset, one point per row with its CI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ragzoo.errors import ConfigError
+
+    columns = [c for c in table["columns"] if c["metrics"]]
+    points = []
+    for column in columns:
+        name = metric or column["metrics"][0]
+        for row in table["rows"]:
+            entry = row["cells"].get(column["label"], {})
+            m = (entry.get("metrics") or {}).get(name)
+            if m:
+                points.append((column["label"], name, row["row"], entry["lm_calls_per_question"], m))
+    if not points:
+        raise ConfigError("no cell has a metric to plot (dry-run cells have none)")
+    panels = sorted({p[0] for p in points}, key=[c["label"] for c in columns].index)
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, label in zip(axes[0], panels):
+        for _, name, row, calls, m in [p for p in points if p[0] == label]:
+            ax.errorbar(calls, m["ours"], yerr=[[m["ours"] - m["low"]], [m["high"] - m["ours"]]], fmt="o",
+                        capsize=3, label=row)
+        ax.set_title(label)
+        ax.set_xlabel("LM calls per question")
+        ax.set_ylabel(f"{name} (95% CI)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return Path(path)

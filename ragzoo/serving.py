@@ -1,0 +1,282 @@
+"""A compiled program behind HTTP: `ragzoo serve --program DIR --lm SPEC`.
+
+Routes (JSON in, JSON out):
+- `POST /ask` `{"question": "..."}` -> `{"question", "answer", "passages": [{"pid","title","text","score"}],
+  "trace": {"lm_calls": [{"predictor","model","prompt_tokens","completion_tokens","cost","latency","cached"}],
+  "retrievals": [{"query","k","pids","latency"}]}, "usage": {"lm_calls","prompt_tokens","completion_tokens",
+  "cost","latency"}}`. Errors: `{"error": true, "message": ...}` with a 4xx (bad request), 502 (the upstream LM
+  or retriever failed), 503 + Retry-After (over capacity).
+- `POST /v1/chat/completions` (and `/chat/completions`): OpenAI-compatible; the last user message is the
+  question, the answer is the assistant message, `usage` sums the program's LM calls. Any OpenAI client, chat
+  UI or `dspy.LM("openai/<name>", api_base=".../v1")` can use the compiled program as a model. Sampling
+  options (temperature, max_tokens, ...) are accepted and ignored: the program's own LM settings apply;
+  `stream: true` and `n > 1` are refused (400). Errors in OpenAI's shape `{"error": {"message", "type",
+  "code"}}`. `GET /v1/models` lists the one model.
+- `GET /health`: `{"status": "ok", "method", "model"}` (no path, no upstream URL, no key).
+
+Bounds: a request body of at most `max_body_bytes` (413), a question of at most `max_question_chars` (413),
+at most `max_concurrency` questions answered at once (each on a worker thread) and `max_queue` more waiting;
+past that, 503 with Retry-After at once instead of an unbounded queue. Keys for the upstream LM come from the
+environment only (LiteLLM reads them); if `RAGZOO_SERVE_API_KEY` is set, every route but `/health` needs
+`Authorization: Bearer <that key>`. `ragzoo serve` binds 127.0.0.1 unless `--host` says otherwise.
+"""
+
+
+import asyncio
+import hmac
+import json
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+MAX_QUESTION_CHARS = 8_000
+MAX_BODY_BYTES = 1 << 20  # a chat history can be long; only the last user message is read
+DEFAULT_CONCURRENCY = 32
+DEFAULT_QUEUE = 64
+API_KEY_ENV = "RAGZOO_SERVE_API_KEY"
+
+
+class Overloaded(Exception):
+    pass
+
+
+def _passage_dict(passage: Any) -> dict:
+    if hasattr(passage, "to_dict"):
+        data = passage.to_dict()
+        data.pop("meta", None)
+        return data
+    return {"text": str(passage)}
+
+
+def _redact(text: str) -> str:
+    """An error text without any secret value the environment holds (keys echoed back by an upstream)."""
+    from ragzoo.secrets import is_secret_name
+
+    for name, value in os.environ.items():
+        if value and len(value) >= 8 and is_secret_name(name) and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
+class ProgramService:
+    """Answers questions with a compiled program on a bounded pool of worker threads."""
+
+    def __init__(self, program, lm, *, name: str = "ragzoo", method: str = "", max_concurrency: int = DEFAULT_CONCURRENCY,
+                 max_queue: int = DEFAULT_QUEUE, max_calls: int | None = None, max_cost: float | None = None):
+        if max_concurrency < 1 or max_queue < 0:
+            raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
+        self.program, self.lm, self.name, self.method = program, lm, name, method
+        self.max_concurrency, self.max_queue = max_concurrency, max_queue
+        self.max_calls, self.max_cost = max_calls, max_cost
+        self.pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="ragzoo-ask")
+        self.admitted = 0  # answering + waiting (event-loop thread only)
+        self.served = 0
+        self.rejected = 0
+
+    def answer(self, question: str) -> dict:
+        """Run the program on one question (blocking). Raises on failure."""
+        import dspy
+
+        from ragzoo.tracing import trace_example
+        from ragzoo.usage import metering
+
+        with dspy.context(lm=self.lm), metering(max_calls=self.max_calls, max_cost=self.max_cost), \
+                trace_example() as trace:
+            prediction = self.program(question=question)
+        answer = prediction.get("answer") if hasattr(prediction, "get") else getattr(prediction, "answer", None)
+        passages = list(prediction.get("passages") or []) if hasattr(prediction, "get") else []
+        calls = [{"predictor": c.signature, "model": c.model, "prompt_tokens": c.prompt_tokens,
+                  "completion_tokens": c.completion_tokens, "cost": c.cost, "latency": round(c.latency, 4),
+                  "cached": c.cached} for c in trace.lm_calls]
+        retrievals = [{"query": r.query, "k": r.k, "pids": list(r.pids), "latency": round(r.latency, 4)}
+                      for r in trace.retrievals]
+        summary = trace.summary()
+        usage = {key: summary[key] for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cost")}
+        usage["latency"] = round(summary["latency"], 4)
+        return {"question": question, "answer": "" if answer is None else str(answer),
+                "passages": [_passage_dict(p) for p in passages],
+                "trace": {"lm_calls": calls, "retrievals": retrievals}, "usage": usage}
+
+    async def submit(self, question: str) -> dict:
+        if self.admitted >= self.max_concurrency + self.max_queue:
+            self.rejected += 1
+            raise Overloaded()
+        self.admitted += 1
+        try:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self.pool, self.answer, question)
+            self.served += 1
+            return result
+        finally:
+            self.admitted -= 1
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _chat_question(body: Any) -> str | None:
+    """The text of the last user message of an OpenAI chat request, or None."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or len(messages) > 1000:
+        return None
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                texts = [part.get("text") for part in content
+                         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)]
+                return "\n".join(texts) if texts else None
+            return None
+    return None
+
+
+def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTION_CHARS,
+               max_body_bytes: int = MAX_BODY_BYTES, retry_after: int = 1):
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.requests import ClientDisconnect
+
+    app = FastAPI(title="ragzoo compiled-program API", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = service
+    app.state.max_body_bytes = max_body_bytes
+    api_key = os.environ.get(API_KEY_ENV) or None
+
+    def ragzoo_error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"error": True, "message": message}, status_code=status, headers=headers)
+
+    def openai_error(status: int, message: str, kind: str = "invalid_request_error",
+                     headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                            status_code=status, headers=headers)
+
+    def is_openai(request: Request) -> bool:
+        return request.url.path.startswith(("/v1/", "/chat/", "/models"))
+
+    def error_for(request: Request, status: int, message: str, kind: str = "invalid_request_error",
+                  headers: dict | None = None) -> JSONResponse:
+        if is_openai(request):
+            return openai_error(status, message, kind, headers)
+        return ragzoo_error(status, message, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc):
+        return error_for(request, exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc):
+        return error_for(request, 400, "invalid request")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request, exc):  # one line, JSON, never a traceback in the answer
+        return error_for(request, 500, f"internal error: {type(exc).__name__}", "server_error")
+
+    async def read_json(request: Request) -> tuple[Any, JSONResponse | None]:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            return None, error_for(request, 413, f"the request body is over {max_body_bytes:,} bytes")
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body_bytes:
+                    return None, error_for(request, 413, f"the request body is over {max_body_bytes:,} bytes")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            return None, error_for(request, 400, "the client disconnected before sending the whole body")
+        try:
+            return json.loads(b"".join(chunks)), None
+        except (ValueError, RecursionError):
+            return None, error_for(request, 400, "the request body must be a JSON object")
+
+    def authorized(request: Request) -> bool:
+        if api_key is None:
+            return True
+        given = request.headers.get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode())
+
+    async def run_question(request: Request, question: Any) -> tuple[dict | None, JSONResponse | None]:
+        if not isinstance(question, str) or not question.strip():
+            return None, error_for(request, 400, "the question is missing or empty")
+        if len(question) > max_question_chars:
+            return None, error_for(request, 413, f"the question is {len(question):,} characters long; this "
+                                                 f"server's limit is {max_question_chars:,}")
+        try:
+            return await service.submit(question.strip()), None
+        except Overloaded:
+            return None, error_for(request, 503, "the server is at capacity; retry later", "server_busy",
+                                   headers={"Retry-After": str(retry_after)})
+        except Exception as exc:  # the upstream LM or the retriever failed: say so, without secrets
+            from ragzoo.errors import BudgetExceeded
+
+            if isinstance(exc, BudgetExceeded):
+                return None, error_for(request, 429, _redact(f"per-question budget reached: {exc}"),
+                                       "budget_exceeded")
+            return None, error_for(request, 502, _redact(f"the program failed: {type(exc).__name__}: {exc}")[:2000],
+                                   "upstream_error")
+
+    @app.post("/ask")
+    async def ask(request: Request):
+        if not authorized(request):
+            return ragzoo_error(401, f"missing or wrong bearer token (the server's {API_KEY_ENV})")
+        body, problem = await read_json(request)
+        if problem:
+            return problem
+        if not isinstance(body, dict):
+            return ragzoo_error(400, "the request body must be a JSON object: {\"question\": ...}")
+        result, problem = await run_question(request, body.get("question"))
+        return problem or JSONResponse(result)
+
+    async def chat(request: Request):
+        if not authorized(request):
+            return openai_error(401, f"missing or wrong bearer token (the server's {API_KEY_ENV})",
+                                "authentication_error")
+        body, problem = await read_json(request)
+        if problem:
+            return problem
+        if not isinstance(body, dict):
+            return openai_error(400, "the request body must be a JSON object")
+        if body.get("stream"):
+            return openai_error(400, "streaming is not supported by this server; send stream=false")
+        n = body.get("n", 1)
+        if n not in (None, 1):
+            return openai_error(400, "only n=1 is supported")
+        question = _chat_question(body)
+        if question is None:
+            return openai_error(400, "no user message with text content in 'messages'")
+        result, problem = await run_question(request, question)
+        if problem:
+            return problem
+        usage = result["usage"]
+        return JSONResponse({
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": service.name,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": result["answer"]}}],
+            "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
+                      "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
+            "ragzoo": {"passages": result["passages"], "trace": result["trace"], "usage": usage},
+        })
+
+    app.add_api_route("/v1/chat/completions", chat, methods=["POST"])
+    app.add_api_route("/chat/completions", chat, methods=["POST"])
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        if not authorized(request):
+            return openai_error(401, "missing or wrong bearer token", "authentication_error")
+        return {"object": "list", "data": [{"id": service.name, "object": "model", "created": 0,
+                                            "owned_by": "ragzoo"}]}
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "method": service.method, "model": service.name,
+                "max_concurrency": service.max_concurrency, "max_queue": service.max_queue,
+                "in_flight": service.admitted}
+
+    return app

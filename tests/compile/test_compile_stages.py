@@ -1,0 +1,98 @@
+"""Staged compilation (issue 12): a method's own stages run before the end-to-end compile, through the
+optimizer, and the manifest records each stage."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+
+from ragzoo.optimizers import compile_program
+from ragzoo.programs.filco import Filco
+from ragzoo.retrieval.base import Passage
+from ragzoo.testing import ScriptedLM, StaticRetriever
+
+Q = "Which river flows through the capital of France?"
+PARIS = Passage(pid="p1", title="Paris", text="Paris is a large city. It is the capital of France. "
+                                              "The Seine flows through it.")
+LYON = Passage(pid="p2", title="Lyon", text="Lyon is a city in France. The Rhone flows through it.")
+
+
+def filco(**knobs):
+    return Filco(StaticRetriever([PARIS, LYON], by_query={Q: [PARIS, LYON]}), k=2, **knobs)
+
+
+def train():
+    return [dspy.Example(question=Q, answers=["Seine"]).with_inputs("question")]
+
+
+def test_filco_compiles_its_filter_on_oracle_labels_then_the_program_end_to_end():
+    # The filter always answers [2]: it agrees with the oracle on Paris ([2]) and not on Lyon ([]).
+    lm = ScriptedLM({"filter": {"selected": [2]}, "generate": {"answer": "Seine"}})
+    with dspy.context(lm=lm):
+        result = compile_program(filco(), trainset=train(), optimizer="bootstrap", metric="em")
+    assert [stage.stage for stage in result.stages] == ["stage:filter", "compile"]
+    assert result.stage("stage:filter").usage.lm_calls == 2  # the filter alone, once per labelled passage
+    (record,) = result.staged
+    assert record["stage"] == "filter" and record["examples"] == 2
+    assert record["metric"] == "filter_agreement_metric" and "strinc" in record["labels"]
+    demos = result.program.filter.demos
+    # the staged demos survive the end-to-end compile: the oracle's labels, not the end-to-end traces
+    # (in which the filter selected [2] in both passages)
+    assert sorted((demo["title"], list(demo["selected"])) for demo in demos) == [("Lyon", []), ("Paris", [2])]
+    assert [demo["answer"] for demo in result.program.generate.demos] == ["Seine"]
+
+
+def test_the_stage_labels_follow_the_measure_knob():
+    lm = ScriptedLM({"filter": {"selected": [1]}, "generate": {"answer": "x"}})
+    examples = [dspy.Example(question=Q, answers=["the Rhone flows"]).with_inputs("question")]
+    with dspy.context(lm=lm):
+        result = compile_program(filco(measure="lexical", threshold=0.2), trainset=examples,
+                                 optimizer="labeled", metric="em")
+    assert sorted(list(demo["selected"]) for demo in result.program.filter.demos) == [[1], [2]]
+    assert "lexical" in result.staged[0]["labels"]
+
+
+def test_stages_are_skipped_and_noted_when_labels_cannot_be_built_or_nothing_compiles():
+    lm = ScriptedLM({"filter": {"selected": [2]}, "generate": {"answer": "Seine"}})
+    with dspy.context(lm=lm):
+        cxmi = compile_program(filco(measure="cxmi"), trainset=train(), optimizer="bootstrap", metric="em")
+        off = compile_program(filco(), trainset=train(), optimizer="bootstrap", metric="em", stages=False)
+        none = compile_program(filco(), trainset=train(), optimizer="none", metric="em")
+    assert "logprob_fn" in cxmi.staged[0]["skipped"] and any("skipped" in note for note in cxmi.notes)
+    assert [stage.stage for stage in cxmi.stages] == ["stage:filter", "compile"]
+    assert cxmi.stage("stage:filter").usage.lm_calls == 0 and cxmi.program.filter.demos[0]["selected"] == [2]
+    assert off.staged == [] and none.staged == [] and none.stages[0].stage == "compile"
+
+
+def test_cli_compile_records_each_stage_in_the_manifest(tmp_path, data_dir, capsys):
+    from ragzoo.cli import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": f"T{i}", "text": f"Fact {i}. More {i}."}) + "\n"
+                              for i in range(8)))
+    out = tmp_path / "art"
+    assert main(["compile", "--method", "filco", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0",
+                 "--optimizer", "labeled", "--lm", "dry-run", "--retriever", f"bm25:{corpus}",
+                 "--knob", "measure=strinc", "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [record["stage"] for record in manifest["compile_stages"]] == ["filter"]
+    assert "examples" in manifest["compile_stages"][0] and "labels" in manifest["compile_stages"][0]
+    assert [stage["stage"] for stage in manifest["stages"]][:1] == ["stage:filter"]
+    auto = tmp_path / "auto"  # the default measure on HotpotQA is the paper's CXMI: skipped, and said so
+    assert main(["compile", "--method", "filco", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0",
+                 "--optimizer", "labeled", "--lm", "dry-run", "--retriever", f"bm25:{corpus}",
+                 "--out", str(auto)]) == 0
+    record = json.loads((auto / "manifest.json").read_text())["compile_stages"][0]
+    assert "CXMI" in record["skipped"] and "hotpotqa" in record["skipped"]
+
+
+def test_the_default_measure_follows_the_dataset_the_compile_names():
+    lm = ScriptedLM({"filter": {"selected": [2]}, "generate": {"answer": "Seine"}})
+    with dspy.context(lm=lm):
+        hotpot = compile_program(filco(), trainset=train(), optimizer="labeled", metric="em",
+                                 stage_resources={"dataset": "hotpotqa"})
+        nq = compile_program(filco(), trainset=train(), optimizer="labeled", metric="em",
+                             stage_resources={"dataset": "nq_open"})
+    assert "hotpotqa" in hotpot.staged[0]["skipped"] and "CXMI" in hotpot.staged[0]["skipped"]
+    assert nq.staged[0]["examples"] == 2 and "skipped" not in nq.staged[0]

@@ -1,0 +1,157 @@
+"""`ragzoo sweep`: cells as ordinary run directories, the table, resume untouched, the dry-run price, a SIGKILL
+mid-grid resumed with no example evaluated twice (counted at the stub LM server), two workers sharing one
+Optuna storage (each cell done once, the same table as one worker)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ragzoo.cli import main
+from tests.grid.conftest import ragzoo_argv, stub_lms, write_tiny
+
+
+def _predictions(out: Path) -> dict[str, list[str]]:
+    return {cell.name: [json.loads(line)["id"] for line in (cell / "run" / "predictions.jsonl").read_text().splitlines()]
+            for cell in sorted((out / "cells").iterdir()) if (cell / "run" / "predictions.jsonl").is_file()}
+
+
+def test_sweep_writes_cells_and_table_and_a_rerun_touches_nothing(tmp_path, capsys):
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    out = tmp_path / "g"
+    assert main(["sweep", str(grid), "--out", str(out), "--quiet"]) == 0
+    cells = sorted((out / "cells").iterdir())
+    assert len(cells) == 2  # react is not a ragzoo method: listed, not run
+    for cell in cells:
+        summary = json.loads((cell / "run" / "summary.json").read_text())
+        assert summary["n"] == 2 and summary["complete"]
+    text = capsys.readouterr()
+    assert "Future" in text.err and "not yet runnable" in text.err
+    md = (out / "results.md").read_text()
+    assert "| Future | not yet runnable | 36.0 |" in md and "n/a (dry-run)" in md and "RAG (k=2)" in md
+    table = json.loads((out / "results.json").read_text())
+    assert [row["row"] for row in table["rows"]] == ["Direct", "RAG", "Future"]
+    assert (out / "results.csv").read_text().count("\n") == 1 + 3 * 2
+    stamps = {c.name: (c / "run" / "predictions.jsonl").stat().st_mtime_ns for c in cells}
+    assert main(["sweep", str(grid), "--out", str(out), "--quiet"]) == 0
+    assert stamps == {c.name: (c / "run" / "predictions.jsonl").stat().st_mtime_ns for c in cells}
+    # a cell is an ordinary run directory: report reads it
+    assert main(["report", str(cells[0] / "run")]) == 0
+
+
+def test_compiled_cells_evaluate_their_artifact(tmp_path):
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    out = tmp_path / "g"
+    assert main(["sweep", str(grid), "--out", str(out), "--quiet", "--optimizer", "labeled",
+                 "--methods", "rag"]) == 0
+    (cell,) = (out / "cells").iterdir()
+    manifest = json.loads((cell / "artifact" / "manifest.json").read_text())
+    config = json.loads((cell / "run" / "config.json").read_text())
+    assert manifest["method"] == "rag" and manifest["optimizer"] == "labeled" and manifest["knobs"]["k"] == 2
+    assert config["program"] == str(cell / "artifact")
+    table = json.loads((out / "results.json").read_text())
+    assert [row["optimizer"] for row in table["rows"]] == ["labeled"]
+
+
+def test_dry_run_prices_cells_and_total_before_running(tmp_path, capsys):
+    grid = write_tiny(tmp_path / "tiny.toml", n=40)
+    out = tmp_path / "g"
+    assert main(["sweep", str(grid), "--dry-run", "--price-as", "openai/gpt-4o-mini", "--price-sample", "2",
+                 "--out", str(out), "--optimizer", "none,bootstrap"]) == 0
+    text = capsys.readouterr().out
+    assert not out.exists()  # priced, nothing run
+    lines = [line for line in text.splitlines() if " | hotpotqa/dev_first500 | " in line]
+    assert len(lines) == 4  # direct, rag x none, bootstrap
+    none_rows = [line for line in lines if "| none |" in line]
+    assert all(line.split()[-6] == "40" for line in lines)  # n = 40 per cell
+    assert all(float(line.split()[-3]) == 0 for line in none_rows)  # no compile for "none"
+    assert "bootstrap" in text and "upper bound" in text
+    total = next(line for line in text.splitlines() if line.startswith("total"))
+    assert float(total.split()[-1]) > 0
+    assert "evaluation:" in text and "compile:" in text
+
+
+def test_grid_budget_stops_before_spending_more(tmp_path, stub_server, grid_env):
+    grid = write_tiny(tmp_path / "tiny.toml", n=3, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    # a budget of 0 dollars: nothing may be sent
+    code = main(["sweep", str(grid), "--out", str(out), "--quiet", "--max-cost", "0"])
+    assert code == 3 and stub_server.requests == 0
+
+
+def test_parallel_cells_share_one_request_limit_per_endpoint(tmp_path, stub_server, grid_env):
+    grid = write_tiny(tmp_path / "tiny.toml", n=6, lms=stub_lms(stub_server))
+    stub_server.latency = 0.1
+    out = tmp_path / "g"
+    png = tmp_path / "grid.png"
+    assert main(["sweep", str(grid), "--out", str(out), "--quiet", "--parallel", "2", "--threads", "4",
+                 "--max-concurrency", "2", "--plot", str(png)]) == 0
+    assert stub_server.requests == 2 * 6
+    assert png.read_bytes()[:4] == b"\x89PNG"  # metric vs LM calls per dataset, with CIs (stub answers: real metrics)
+    assert stub_server.max_in_flight <= 2  # 2 cells x 4 threads, never more than 2 requests at the server
+
+
+@pytest.mark.slow
+def test_sigkill_mid_grid_then_resume_evaluates_no_example_twice(tmp_path, stub_server, grid_env):
+    n = 6
+    grid = write_tiny(tmp_path / "tiny.toml", n=n, lms=stub_lms(stub_server))
+    stub_server.latency = 0.15
+    out = tmp_path / "g"
+    argv = ragzoo_argv("sweep", str(grid), "--out", str(out), "--quiet")
+    process = subprocess.Popen(argv, env=grid_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while stub_server.requests < n + 2 and time.monotonic() < deadline:  # inside the second cell
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    before = stub_server.requests
+    written = sum(len(ids) for ids in _predictions(out).values())
+    assert 0 < written < 2 * n
+    stub_server.latency = 0.0
+    assert main(argv[3:]) == 0  # the same command again (in this process: no second interpreter start-up)
+    predictions = _predictions(out)
+    assert all(sorted(ids) == sorted(set(ids)) and len(ids) == n for ids in predictions.values())
+    # direct and rag make one LM call per question: 2n requests in all, plus at most the one that was in flight
+    # when the process was killed (sent, never written, so run again)
+    assert before - written <= 1  # sent before the kill but never written: at most the one in flight
+    assert stub_server.requests - before == 2 * n - written  # the rerun asks exactly the missing examples
+    assert 2 * n <= stub_server.requests <= 2 * n + 1
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_storage_each_cell_once_same_table(tmp_path, stub_server, grid_env):
+    n = 3
+    grid = tmp_path / "wide.toml"
+    methods = "\n".join(f'[[methods]]\nid = "{m}"\nlabel = "{m}"\n' for m in ("direct", "cot", "rag", "cot_rag"))
+    grid.write_text(f'[grid]\nname = "wide"\nn = {n}\nlms = [{stub_lms(stub_server)}]\n\n'
+                    f'[[datasets]]\nname = "hotpotqa"\nsplit = "dev_first500"\nmetrics = ["em", "f1"]\n\n{methods}')
+    shared = tmp_path / "two"
+    storage = f"sqlite:///{tmp_path / 'grid.db'}"
+    argv = ragzoo_argv("sweep", str(grid), "--out", str(shared), "--storage", storage, "--quiet")
+    started = time.monotonic()
+    workers = [subprocess.Popen(argv, env=grid_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for _ in range(2)]
+    for worker in workers:
+        _, err = worker.communicate(timeout=240)
+        assert worker.returncode == 0, err.decode()[-2000:]
+    two_workers = time.monotonic() - started
+    assert stub_server.requests == 4 * n  # one call per question per cell: no cell, no example, done twice
+    import optuna
+
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(t.params["cell"] for t in complete) == sorted(p.name for p in (shared / "cells").iterdir())
+    assert len(complete) == 4
+
+    single = tmp_path / "one"
+    assert main(["sweep", str(grid), "--out", str(single), "--quiet"]) == 0
+    assert stub_server.requests == 2 * 4 * n
+    assert (shared / "results.md").read_text() == (single / "results.md").read_text()
+    shared_table = json.loads((shared / "results.json").read_text())
+    assert shared_table["comparisons"] and all("p_value" in c for c in shared_table["comparisons"])
+    print(f"two workers {two_workers:.1f}s")

@@ -1,0 +1,183 @@
+"""Format slips of real models (issue 14): the stub's slip mode, each shape alone, read through the lenient
+adapters, the bounded re-ask (never served from the cache) and the typed error when a call stays unreadable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+import uuid
+from typing import Literal
+
+import dspy
+import pytest
+
+from ragzoo.adapters import UnreadableOutput, lenient_value, make_adapter
+from ragzoo.lm import make_lm
+from ragzoo.stubserver import SLIP_SHAPES, StubLMServer, seeded_slips, slip_answer
+from ragzoo.tracing import record_degradation, trace_example
+
+
+class Judge(dspy.Signature):
+    """Judge a claim."""
+
+    claim: str = dspy.InputField()
+    supported: bool = dspy.OutputField()
+    evidence_ids: list[int] = dspy.OutputField()
+    verdict: Literal["true", "false", "unsure"] = dspy.OutputField()
+    answer: str = dspy.OutputField()
+
+
+def _lm(server, **kw):
+    kw.setdefault("cache", False)
+    return make_lm("openai/stub-model", api_base=server.base_url + "/v1", num_retries=0, **kw)
+
+
+def _judge(server, adapter="chat", claim="water is wet", **kw):
+    with dspy.context(lm=_lm(server, **kw), adapter=make_adapter(adapter)), trace_example() as trace:
+        prediction = dspy.ChainOfThought(Judge)(claim=claim)
+    return prediction, trace
+
+
+def _system(adapter: str) -> str:
+    return make_adapter(adapter).format(dspy.ChainOfThought(Judge).predict.signature, [], {"claim": "c"})[0]["content"]
+
+
+SHAPE_MARKS = {
+    "preamble": lambda text, finish: text.startswith("Sure!"),
+    "fences": lambda text, finish: text.startswith("```\n") and text.endswith("```"),
+    "glued": lambda text, finish: "\n\n[[ ##" not in text and " [[ ## answer ## ]]" in text,
+    "json": lambda text, finish: json.loads(text)["supported"] is True,
+    "fenced_json": lambda text, finish: text.startswith("```json\n") and json.loads(text[8:-4])["verdict"] == "true",
+    "words": lambda text, finish: "Yes." in text and "Only 1." in text and "I would say it is true." in text,
+    "empty": lambda text, finish: text == "",
+    "length": lambda text, finish: finish == "length" and "[[ ## completed ## ]]" not in text,
+    "headers": lambda text, finish: "**supported:** True" in text and "[[ ##" not in text,
+}
+
+
+@pytest.mark.parametrize("shape", SLIP_SHAPES)
+def test_each_slip_shape_is_served_alone_and_looks_like_itself(shape):
+    text, finish = slip_answer(_system("chat"), shape)
+    assert SHAPE_MARKS[shape](text, finish), text
+    with StubLMServer(slips=[shape]) as server:  # only the first request slips
+        body = {"model": "m", "messages": [{"role": "system", "content": _system("chat")},
+                                           {"role": "user", "content": "[[ ## claim ## ]]\nc"}]}
+        request = urllib.request.Request(server.base_url + "/v1/chat/completions", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        first = json.loads(urllib.request.urlopen(request, timeout=5).read())
+        second = json.loads(urllib.request.urlopen(request, timeout=5).read())
+    assert first["choices"][0]["message"]["content"] == text and first["choices"][0]["finish_reason"] == finish
+    assert second["choices"][0]["finish_reason"] == "stop" and "[[ ## completed ## ]]" in second["choices"][0]["message"]["content"]
+    assert server.slips_served == {shape: 1} and server.log[0] == (0, f"slip:{shape}")
+
+
+RECOVERED_BY_REASK = {"empty", "length"}
+
+
+@pytest.mark.parametrize("adapter", ["chat", "json", "xml"])
+@pytest.mark.parametrize("shape", SLIP_SHAPES)
+def test_every_shape_is_read_or_reasked_under_every_adapter(shape, adapter):
+    with StubLMServer(slips=[shape]) as server:
+        prediction, trace = _judge(server, adapter)
+    assert (prediction.supported, prediction.evidence_ids, prediction.verdict) == (True, [1], "true")
+    expected_calls = 2 if shape in RECOVERED_BY_REASK else 1
+    assert server.requests == expected_calls and len(trace.lm_calls) == expected_calls
+    assert len(trace.reasks) == expected_calls - 1
+
+
+def test_plain_dspy_loses_what_the_lenient_adapter_reads():
+    """The failure the issue measured: DSPy's own ChatAdapter (with its JSON fallback) cannot read these."""
+    for shape in ("words", "headers", "empty"):
+        with StubLMServer(slips=lambda index, body, shape=shape: shape) as server:
+            with dspy.context(lm=_lm(server), adapter=dspy.ChatAdapter()), pytest.raises(Exception):
+                dspy.ChainOfThought(Judge)(claim="c")
+
+
+def test_reask_is_not_served_from_the_cache():
+    claim = f"cached claim {uuid.uuid4().hex}"  # DSPy's disk cache outlives one test
+    with StubLMServer(slips=["empty"]) as server:
+        prediction, trace = _judge(server, claim=claim, cache=True)
+        assert prediction.verdict == "true" and server.requests == 2 and len(trace.reasks) == 1
+        again, trace = _judge(server, claim=claim, cache=True)  # both the empty reply and the re-ask are cached now
+    assert again.verdict == "true" and server.requests == 2
+    assert [call.cached for call in trace.lm_calls] == [True, True]
+
+
+def test_reasks_are_bounded_and_end_in_a_typed_error_programs_can_catch():
+    claim = f"always empty {uuid.uuid4().hex}"
+    with StubLMServer(slips=lambda index, body: "empty") as server:
+        with dspy.context(lm=_lm(server, cache=True), adapter=make_adapter("chat", max_reasks=2)), \
+                trace_example() as trace:
+            try:
+                dspy.ChainOfThought(Judge)(claim=claim)
+            except UnreadableOutput as error:  # what a method does with it: its paper-consistent degradation
+                assert error.attempts == 3 and error.reason == "empty reply"
+                record_degradation("judge", "kept every passage: the judge's reply could not be read")
+    # every re-ask is a new conversation: the second is not the first one's cached empty reply
+    assert server.requests == 3 and len(trace.reasks) == 2 and len(trace.degradations) == 1
+    assert not any(call.cached for call in trace.lm_calls)
+
+
+@pytest.mark.parametrize("text, annotation, value", [
+    ("Yes.", bool, True), ("No, it does not.", bool, False), ("TRUE", bool, True),
+    ("0 and 2", list[int], [0, 2]), ("Passages 1, 3 and 4.", list[int], [1, 3, 4]), ("None of them.", list[int], []),
+    ("two", int, 2), ("I would say it is unsure.", Literal["true", "false", "unsure"], "unsure"),
+    ("- a\n- b", list[str], ["a", "b"]),
+])
+def test_typed_values_in_words_are_read_when_unambiguous(text, annotation, value):
+    assert lenient_value(text, annotation) == value
+
+
+@pytest.mark.parametrize("text, annotation", [
+    ("yes and no", bool), ("maybe", bool), ("true or false", Literal["true", "false", "unsure"]),
+    ("no idea", list[int]), ("2 or 3", int),
+])
+def test_ambiguous_values_stay_unreadable(text, annotation):
+    with pytest.raises(ValueError):
+        lenient_value(text, annotation)
+
+
+def test_seeded_slips_are_a_function_of_seed_and_messages_only():
+    schedule = seeded_slips(0.3, seed=7)
+    bodies = [{"messages": [{"role": "user", "content": f"question {i}"}]} for i in range(400)]
+    draws = [schedule(0, body) for body in bodies]
+    assert draws == [schedule(999, body) for body in bodies]  # the request index does not matter
+    assert draws != [seeded_slips(0.3, seed=8)(0, body) for body in bodies]
+    share = sum(d is not None for d in draws) / len(draws)
+    assert 0.24 < share < 0.36 and {d for d in draws if d} == set(SLIP_SHAPES)
+    with pytest.raises(ValueError):
+        seeded_slips(0.3, shapes=["sloppy"])
+
+
+def test_python_m_stubserver_serves_until_stopped():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "ragzoo.stubserver", "--port", "0", "--slips", "0.5",
+                                "--capacity", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("stub LM server on http://127.0.0.1:"), line
+        base = line.split()[4]
+        models = json.loads(urllib.request.urlopen(base + "/models", timeout=5).read())
+        assert models["data"][0]["id"] == "stub-model"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=10)
+    assert process.returncode == 0 and "stopped after 0 chat request(s)" in err
+    help_text = subprocess.run([sys.executable, "-m", "ragzoo.stubserver", "--help"], capture_output=True, text=True,
+                               timeout=30)
+    assert help_text.returncode == 0 and "--slips" in help_text.stdout and "--capacity" in help_text.stdout
+
+
+def test_running_under_another_adapter_than_compiled_warns_once():
+    from ragzoo.adapters import adapter_name, warn_adapter_mismatch
+
+    assert adapter_name(None) == "chat" and adapter_name(dspy.XMLAdapter()) == "xml"
+    assert adapter_name(make_adapter("json")) == "json" and adapter_name(dspy.JSONAdapter()) == "json"
+    with pytest.warns(UserWarning, match="compiled under the xml adapter and runs under the chat adapter"):
+        assert warn_adapter_mismatch("xml", "chat", where="artifacts/x") is True
+    assert warn_adapter_mismatch("xml", "chat") is False  # once
+    assert warn_adapter_mismatch("chat", "chat") is False and warn_adapter_mismatch(None, "json") is False
