@@ -1,8 +1,9 @@
 """The `ragzoo` command.
 
 Each subcommand lives in its own module under `ragzoo/commands/` with two functions,
-`add_arguments(parser)` and `run(args) -> int`; helpers shared by several subcommands (LM, retriever,
-questions, program, dataset defaults) live in `ragzoo/commands/common.py`. Only the module of the subcommand
+`add_arguments(parser)` and `run(args) -> int`, and may say in `INTERRUPTED` what Ctrl-C leaves kept;
+helpers shared by several subcommands (LM, retriever, questions, program, dataset defaults) live in
+`ragzoo/commands/common.py`. Only the module of the subcommand
 being run is imported, so `ragzoo --help` never pays for DSPy, torch or LiteLLM.
 
 Every parser (top level, subcommands, and their own subparsers) is a `Parser`: no abbreviated flags
@@ -137,8 +138,8 @@ def _run(module, args) -> int:
         print(f"ragzoo {args.command}: error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
-        print(f"ragzoo {args.command}: interrupted; finished work is kept (rerun with --resume where supported)",
-              file=sys.stderr)
+        kept = getattr(module, "INTERRUPTED", "nothing was written")
+        print(f"ragzoo {args.command}: interrupted; {kept}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -26,6 +26,11 @@ DEFAULTS = {
 }
 
 
+# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+INTERRUPTED = ("nothing was saved: a compile writes --out only when it finishes (with --search --storage URL "
+               "the finished trials are kept: rerun the same command to continue)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", help="method id (see ragzoo methods)")
     add_data_args(parser, n=False, split_help="training split (default: the dataset's, always on disk and "

@@ -20,6 +20,11 @@ EXIT_FAILURES = 4  # the run finished, and some examples failed (pass --allow-fa
 EXIT_ABORTED = 5  # the run stopped early: the first examples failed for the setup (LM, timeout, retriever)
 
 
+# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+INTERRUPTED = ("every question that finished is in --out/predictions.jsonl: rerun the same command with "
+               "--resume to continue")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--program", help="a compiled-program directory (from ragzoo compile)")

@@ -12,6 +12,10 @@ import argparse
 import contextlib
 
 
+# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+INTERRUPTED = "the unfinished index was discarded; an index already at --out is untouched"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="index_command", metavar="ACTION", required=True)
     build = sub.add_parser("build", help="build (or reuse the cached) index of a corpus",

@@ -10,6 +10,11 @@ import argparse
 from ragzoo.commands.sweep import add_grid_arguments, apply_overrides, run_grid
 
 
+# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+INTERRUPTED = ("finished cells, and the finished questions of running cells, are kept: rerun the same "
+               "command to resume")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="bundled grid (see --list)")
     parser.add_argument("--list", action="store_true", help="list the bundled grids")

@@ -40,6 +40,11 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress view")
 
 
+# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+INTERRUPTED = ("finished cells, and the finished questions of running cells, are kept: rerun the same "
+               "command to resume")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("grid", help="grid file (TOML), or the name of a bundled grid")
     add_grid_arguments(parser)
