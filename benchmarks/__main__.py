@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 ORDER = ("startup", "calls", "retrieval", "overhead", "throughput", "memory", "slips", "serving")
-OPT_IN = ("scale",)  # heavy (1M+ passages, minutes): only with --only scale
+OPT_IN = ("scale", "embedding")  # heavy (1M+ passages, minutes): only with --only scale
 
 
 def arguments(name: str, quick: bool, results: Path) -> list[str]:
@@ -38,6 +38,7 @@ def arguments(name: str, quick: bool, results: Path) -> list[str]:
         "slips": (["--n", "10", "--shape-n", "0", "--methods", "rag,blendfilter,filco"] if quick else []) + out,
         "serving": (["--requests", "800", "--questions", "64"] if quick else []) + out,
         "scale": (["--docs", "100000"] if quick else []) + out,
+        "embedding": (["--passages", "300", "--questions", "100", "--repeat", "1"] if quick else []) + out,
     }[name]
 
 

@@ -8,15 +8,30 @@ every LM call checks the budget first; when it is reached the compile stops and 
 - bootstrap-rs / ensemble: candidates are tried one at a time (DSPy's `restrict=`), the best fully scored one
   is kept, a candidate cut short by the budget is discarded;
 - other optimizers keep no usable intermediate state: the uncompiled program is kept, and the result says so.
+
+Interruption (`checkpoint=CompileCheckpoint`, the CLI's `<out>.checkpoint/`): what DSPy lets ragzoo keep is
+written there atomically as the compile goes, and a compile given the same checkpoint continues from it:
+- bootstrap: after each training example, the demos bootstrapped so far per predictor (DSPy's own demo
+  serialisation) and how far the examples were tried; a resumed compile skips the examples already tried
+  and starts from those traces, so it makes only the remaining LM calls and ends with the demos of an
+  uninterrupted compile. An example cut short by a budget or Ctrl-C is not recorded (it is tried again).
+- GEPA: its own state (`log_dir=<checkpoint>/gepa`), from which GEPA resumes by itself.
+- other optimizers (random search, MIPRO, SIMBA, Optuna) and a method's compile stages keep nothing there:
+  they run again (LM calls already made are served from DSPy's cache when it is on).
+A checkpoint records what it is a checkpoint of (`fingerprint`: method, knobs, optimizer, data, seed, ...);
+opening it for a different compile is refused, naming what differs.
 The active LM is `dspy.settings.lm` (use `dspy.context(lm=...)`); with the dry-run LM the same code gives the
 cost estimate.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import shutil
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -56,6 +71,192 @@ class CompileResult:
 
     def stage(self, name: str) -> StageUsage | None:
         return next((s for s in self.stages if s.stage == name), None)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checkpoints of an interrupted compile
+
+CHECKPOINT_SUFFIX = ".checkpoint"
+_CHECKPOINT_FILE = "checkpoint.json"
+_BOOTSTRAP_FILE = "bootstrap.json"
+
+
+def checkpoint_path(out) -> Path:
+    """Where the compile writing `out` keeps its checkpoint: the folder `<out>.checkpoint` beside it."""
+    out = Path(out)
+    return out.with_name(out.name + CHECKPOINT_SUFFIX)
+
+
+def _normal(value):
+    from ragzoo.files import jsonable
+
+    return json.loads(json.dumps(jsonable(value), sort_keys=True))
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class CompileCheckpoint:
+    """A compile's checkpoint folder (owned by ragzoo): `checkpoint.json` (what it is a checkpoint of) and what
+    the optimizer kept so far (`bootstrap.json`, `gepa/`). Written atomically (`ragzoo.files`)."""
+
+    def __init__(self, path, fingerprint: dict):
+        self.path = Path(path)
+        self.fingerprint = _normal(fingerprint)
+        self.resumed = False
+
+    @classmethod
+    def open(cls, path, fingerprint: dict, *, resume: bool = False, force: bool = False) -> "CompileCheckpoint":
+        """The checkpoint at `path`: continued with `resume` (it must exist and be of the same compile), else
+        started afresh (an existing one that kept progress is only replaced with `force`). Nothing is written
+        until the optimizer keeps something, so a compile that fails at once leaves no folder."""
+        checkpoint = cls(path, fingerprint)
+        meta = checkpoint.path / _CHECKPOINT_FILE
+        if checkpoint.path.exists() and not meta.is_file() and (not checkpoint.path.is_dir()
+                                                                   or any(checkpoint.path.iterdir())):
+            raise ConfigError(f"{checkpoint.path} exists and is not a ragzoo compile checkpoint; move it away "
+                              f"(a compile keeps its checkpoint there)")
+        if resume:
+            if not meta.is_file():
+                raise ConfigError(f"--resume: no checkpoint at {checkpoint.path}, so nothing to resume; run the "
+                                  f"compile without --resume")
+            try:
+                saved = json.loads(meta.read_text(encoding="utf-8"))["fingerprint"]
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                raise ConfigError(f"--resume: the checkpoint at {checkpoint.path} cannot be read ({error}); "
+                                  f"run without --resume and with --force to start over") from None
+            differs = [f"{key} was {_short(saved.get(key))}, now {_short(checkpoint.fingerprint.get(key))}"
+                       for key in sorted(set(saved) | set(checkpoint.fingerprint))
+                       if saved.get(key) != checkpoint.fingerprint.get(key)]
+            if differs:
+                raise ConfigError(f"--resume: the checkpoint at {checkpoint.path} is of another compile: "
+                                  f"{'; '.join(differs)}. Rerun with the same options, or without --resume and "
+                                  f"with --force to start over")
+            checkpoint.resumed = True
+            return checkpoint
+        if meta.is_file():
+            if not force and checkpoint.has_progress():
+                raise ConfigError(f"{checkpoint.path} holds the checkpoint of an interrupted compile; pass --resume "
+                                  f"to continue it, or --force to start over (discarding it)")
+            shutil.rmtree(checkpoint.path)  # with --force, or one that kept nothing yet
+        return checkpoint  # the folder appears with the first thing the optimizer keeps
+
+    def _materialise(self) -> None:
+        from ragzoo.files import atomic_write_json
+
+        meta = self.path / _CHECKPOINT_FILE
+        if not meta.is_file():
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(meta, {"version": 1, "fingerprint": self.fingerprint})
+
+    def read(self, name: str) -> Any:
+        path = self.path / name
+        if not path.is_file():
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def write(self, name: str, value: Any) -> None:
+        from ragzoo.files import atomic_write_json
+
+        self._materialise()
+        atomic_write_json(self.path / name, value)
+
+    def folder(self, name: str) -> Path:
+        self._materialise()
+        path = self.path / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def has_progress(self) -> bool:
+        """Whether the optimizer kept anything here yet (beyond what the checkpoint is of)."""
+        if not self.path.is_dir():
+            return False
+        return any(entry.name != _CHECKPOINT_FILE and not (entry.is_dir() and not any(entry.iterdir()))
+                   for entry in self.path.iterdir())
+
+    def kept(self) -> str:
+        """What the checkpoint holds, in words (for Ctrl-C and budget stops)."""
+        state = self.read(_BOOTSTRAP_FILE) if self.path.is_dir() else None
+        if state:
+            demos = sum(len(v) for v in state.get("name2traces", {}).values())
+            return (f"bootstrap progress in {self.path} ({state.get('next_index', 0)} training example(s) tried, "
+                    f"{demos} demo(s) kept)")
+        if (self.path / "gepa").is_dir() and any((self.path / "gepa").iterdir()):
+            return f"GEPA's state in {self.path / 'gepa'}"
+        return f"no optimizer progress yet in {self.path}"
+
+    def remove(self) -> None:
+        if (self.path / _CHECKPOINT_FILE).is_file():
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif self.path.is_dir() and not any(self.path.iterdir()):
+            self.path.rmdir()
+
+
+def _demo_dict(demo) -> dict:
+    """A demo as DSPy saves it (`Predict.dump_state`): each value through `serialize_object`."""
+    from dspy.predict.predict import serialize_object
+
+    demo = demo.copy()
+    for name in demo:
+        demo[name] = serialize_object(demo[name])
+    return demo.toDict()
+
+
+def _checkpointed_bootstrap_class():
+    import dspy.teleprompt as tp
+
+    class CheckpointedBootstrapFewShot(tp.BootstrapFewShot):
+        """DSPy's BootstrapFewShot whose bootstrap loop (DSPy 3.4.1 `_bootstrap`, same order and rules) records
+        its traces after each training example, and starts from them when the checkpoint has some."""
+
+        def __init__(self, *args, checkpoint: CompileCheckpoint, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.checkpoint = checkpoint
+            self.resumed_at = 0
+
+        def _save(self, next_index: int, bootstrapped: dict, attempts: int) -> None:
+            self.checkpoint.write(_BOOTSTRAP_FILE, {
+                "next_index": next_index, "bootstrapped": sorted(bootstrapped), "attempts": attempts,
+                "error_count": self.error_count, "trainset_size": len(self.trainset),
+                "name2traces": {name: [_demo_dict(demo) for demo in demos]
+                                for name, demos in self.name2traces.items()}})
+
+        def _bootstrap(self, *, max_bootstraps=None):
+            max_bootstraps = max_bootstraps or self.max_bootstrapped_demos
+            self.name2traces = {name: [] for name in self.name2predictor}
+            bootstrapped: dict[int, bool] = {}
+            attempts, start = 0, 0
+            state = self.checkpoint.read(_BOOTSTRAP_FILE)
+            if state:
+                if state.get("trainset_size") != len(self.trainset) or set(state["name2traces"]) - set(self.name2traces):
+                    raise ConfigError(f"the bootstrap checkpoint in {self.checkpoint.path} does not fit this compile "
+                                      f"(other training questions or predictors); start over with --force")
+                start, attempts = int(state["next_index"]), int(state["attempts"])
+                bootstrapped = {int(index): True for index in state["bootstrapped"]}
+                self.error_count = int(state.get("error_count", 0))
+                for name, demos in state["name2traces"].items():
+                    self.name2traces[name] = [dspy.Example(**demo) for demo in demos]
+                self.resumed_at = start
+            for example_idx, example in enumerate(self.trainset):
+                if example_idx < start:
+                    continue  # tried before the interruption: its traces are in the checkpoint
+                if len(bootstrapped) >= max_bootstraps:
+                    break
+                for round_idx in range(self.max_rounds):
+                    attempts += 1
+                    if self._bootstrap_one_example(example, round_idx):
+                        bootstrapped[example_idx] = True
+                        break
+                reason = exceeded_budget()
+                if reason:  # calls of this example were refused: its outcome is not kept, it is tried again
+                    raise BudgetExceeded(reason)
+                self._save(example_idx + 1, bootstrapped, attempts)
+            self.validation = [x for idx, x in enumerate(self.trainset) if idx not in bootstrapped]
+            random.Random(0).shuffle(self.validation)
+
+    return CheckpointedBootstrapFewShot
 
 
 def _jsonable_settings(settings: dict) -> dict:
@@ -104,8 +305,9 @@ def _check_settings(preset_name: str, teleprompter_class, settings: dict, own: s
 
 
 def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetric, threads: int, seed: int,
-                       trainset: list):
-    """The DSPy teleprompter object of `preset` with `settings` (constructor signatures of DSPy 3.4.1)."""
+                       trainset: list, checkpoint: CompileCheckpoint | None = None):
+    """The DSPy teleprompter object of `preset` with `settings` (constructor signatures of DSPy 3.4.1); with a
+    `checkpoint`, bootstrap records its progress there and GEPA keeps its state there (`log_dir`)."""
     import dspy.teleprompt as tp
 
     name = preset.teleprompter
@@ -116,6 +318,8 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
     if name == "LabeledFewShot":
         return tp.LabeledFewShot(k=settings.get("k", 3))
     if name == "BootstrapFewShot":
+        if checkpoint is not None:
+            return _checkpointed_bootstrap_class()(metric=metric, checkpoint=checkpoint, **settings)
         return tp.BootstrapFewShot(metric=metric, **settings)
     if name in ("BootstrapFewShotWithRandomSearch", "Ensemble"):
         allowed = {k: v for k, v in settings.items() if k != "size"}
@@ -127,6 +331,8 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
     if name == "GEPA":
         options = dict(settings)
         options.setdefault("reflection_lm", dspy.settings.lm)
+        if checkpoint is not None:
+            options.setdefault("log_dir", str(checkpoint.folder("gepa")))  # GEPA resumes from its own state
         return tp.GEPA(metric=metric, num_threads=threads, seed=seed, **options)
     if name == "SIMBA":
         options = dict(settings)
@@ -138,13 +344,14 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
 def compile_program(program, *, trainset: list, valset: list | None = None, optimizer: str = "bootstrap",
                     metric: str | Callable = "em", seed: int = 0, threads: int = 1, settings: dict | None = None,
                     max_calls: int | None = None, max_cost: float | None = None,
-                    validate: bool = True, stages: bool = True, stage_resources: dict | None = None
-                    ) -> CompileResult:
+                    validate: bool = True, stages: bool = True, stage_resources: dict | None = None,
+                    checkpoint: CompileCheckpoint | None = None) -> CompileResult:
     """Compile `program` with the optimizer preset `optimizer` on `trainset`, score it on `valset`.
 
     With `stages` (default), a program that declares `compile_stages()` first has those predictors compiled
     on their own labels (`ragzoo.optimizers.stages`), then the whole program end to end.
-    `stage_resources` hands stages what building their labels may need (e.g. {"logprob_fn": ...})."""
+    `stage_resources` hands stages what building their labels may need (e.g. {"logprob_fn": ...}).
+    `checkpoint` keeps the optimizer's progress where DSPy allows and continues from it (see the module doc)."""
     Budget(max_calls, max_cost)  # a bad budget fails before any work
     preset, preset_settings = get_preset(optimizer)
     preset_settings.update(settings or {})
@@ -180,7 +387,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
         started, before = time.perf_counter(), meter.usage.snapshot()
         try:
             result.program = _run(preset, preset_settings, program, list(trainset), valset, optimizer_metric, seed,
-                                  threads, result)
+                                  threads, result, checkpoint)
             restore_staged(result.program, staged_demos)
         finally:
             result.stages.append(StageUsage("compile", meter.usage.minus(before), time.perf_counter() - started))
@@ -230,7 +437,7 @@ def _budget_stop(error: Exception) -> bool:
     return isinstance(error, BudgetExceeded) or exceeded_budget() is not None
 
 
-def _run(preset, settings, program, trainset, valset, metric, seed, threads, result):
+def _run(preset, settings, program, trainset, valset, metric, seed, threads, result, checkpoint=None):
     name = preset.teleprompter
     if not name:
         return program
@@ -243,12 +450,16 @@ def _run(preset, settings, program, trainset, valset, metric, seed, threads, res
         bootstrap["metric"] = metric.name  # re-resolved by name when a saved KNN program is loaded
         return KNNProgram(program, trainset, k=int(settings.get("k", 3)), bootstrap=bootstrap,
                           metric=metric, **({"embedder": settings["embedder"]} if "embedder" in settings else {}))
-    teleprompter = build_teleprompter(preset, settings, metric, threads, seed, trainset)
+    teleprompter = build_teleprompter(preset, settings, metric, threads, seed, trainset, checkpoint)
     try:
         if name == "LabeledFewShot":
             return teleprompter.compile(program, trainset=trainset)
         if name == "BootstrapFewShot":
-            return teleprompter.compile(program, trainset=trainset)
+            compiled = teleprompter.compile(program, trainset=trainset)
+            if getattr(teleprompter, "resumed_at", 0):
+                result.notes.append(f"resumed from the checkpoint: {teleprompter.resumed_at} training example(s) "
+                                    f"were tried before the interruption")
+            return compiled
         if name == "BootstrapFewShotWithOptuna":
             return teleprompter.compile(program, trainset=trainset, valset=valset or None,
                                         max_demos=settings.get("max_bootstrapped_demos", 3))

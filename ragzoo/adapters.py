@@ -1,7 +1,7 @@
 """Adapters that survive real models: DSPy's Chat, JSON and XML adapters with lenient reading of replies, a
 bounded re-ask after an unreadable one, and a typed error when a call stays unreadable.
 
-    adapter = make_adapter("chat")            # or "json", "xml"; `max_reasks=2` by default
+    adapter = make_adapter("chat")            # or "json", "xml", "two-step"; `max_reasks=2` by default
     with dspy.context(lm=lm, adapter=adapter): ...
 
 What happens to one predictor call (in this order):
@@ -24,7 +24,9 @@ What happens to one predictor call (in this order):
 
 DSPy's ChatAdapter would retry an unreadable reply once through JSONAdapter (an uncounted second prompt
 in another format); here that fallback is off: the re-ask replaces it, counted, in the same format.
-The adapter name ("chat", "json", "xml") is what manifests and run configs record (`adapter_name`).
+`make_adapter("two-step")` is DSPy's TwoStepAdapter: a free-text answer, then an extraction call (by the same
+LM unless another is given) read by the lenient chat adapter above (see `TwoStepLenientAdapter`).
+The adapter name ("chat", "json", "xml", "two-step") is what manifests and run configs record (`adapter_name`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
 import dspy
+from dspy.adapters.base import Adapter
 from dspy.adapters.chat_adapter import ChatAdapter
 from dspy.adapters.json_adapter import JSONAdapter
+from dspy.adapters.two_step_adapter import TwoStepAdapter
 from dspy.adapters.xml_adapter import XMLAdapter
 from dspy.utils.exceptions import AdapterParseError
 
@@ -47,6 +51,8 @@ from ragzoo.errors import ConfigError
 from ragzoo.tracing import record_lenient, record_reask
 
 ADAPTERS = ("chat", "json", "xml")
+# also accepted by make_adapter / --adapter, not in the every-method matrix of ADAPTERS (see TwoStepLenientAdapter)
+EXTRA_ADAPTERS = ("two-step",)
 DEFAULT_ADAPTER = "chat"
 DEFAULT_MAX_REASKS = 2
 MAX_REASKS = 5
@@ -419,16 +425,95 @@ class LenientXMLAdapter(LenientMixin, XMLAdapter):
         self.max_reasks = max_reasks
 
 
-_CLASSES = {"chat": LenientChatAdapter, "json": LenientJSONAdapter, "xml": LenientXMLAdapter}
+# the LM of the call a two-step adapter is reading (its extraction LM unless one was given)
+_MAIN_LM: contextvars.ContextVar[Any] = contextvars.ContextVar("ragzoo_two_step_lm", default=None)
 
 
-def make_adapter(name: str | None = None, *, max_reasks: int = DEFAULT_MAX_REASKS):
-    """The lenient adapter named `name` ("chat" default, "json", "xml")."""
-    name = (name or DEFAULT_ADAPTER).strip().lower()
+class TwoStepLenientAdapter(TwoStepAdapter):
+    """DSPy's `TwoStepAdapter` (`--adapter two-step`): the main LM answers a plain prompt in free text, then an
+    extraction call reads the output fields out of that text. For models that answer well but slip on
+    formats (reasoning models).
+
+    - Extraction LM: `extraction_lm` if given, else the LM of the call itself (the same model reads its own
+      answer). Each extraction is one more LM call, counted and budgeted like any other (so a program makes
+      twice the calls it makes under chat).
+    - The extraction runs through `LenientChatAdapter`: read leniently, re-asked at most `max_reasks` times,
+      and `UnreadableOutput` when it stays unreadable (programs degrade on it as under the other adapters).
+    - Where it applies: predictors with plain input and output fields (all ragzoo methods). The main prompt
+      writes inputs as `name: value` lines, not `[[ ## name ## ]]` headers, so a scripted test LM that
+      answers from its parsed inputs sees none in the main call. DSPy's own caveat holds: the extraction's
+      prompt is built on the fly, so optimizers tune the main prompt only.
+    """
+
+    adapter_name = "two-step"
+
+    def __init__(self, extraction_lm=None, max_reasks: int = DEFAULT_MAX_REASKS, **kwargs):
+        if extraction_lm is None:
+            Adapter.__init__(self, **kwargs)  # TwoStepAdapter insists on an LM now; ours comes per call
+            self.extraction_model = None
+        else:
+            super().__init__(extraction_lm, **kwargs)
+        self.max_reasks = max_reasks
+
+    def _extractor(self):
+        lm = self.extraction_model or _MAIN_LM.get() or dspy.settings.lm
+        if lm is None:
+            raise ConfigError("the two-step adapter needs an LM to read replies with; configure one")
+        return lm, LenientChatAdapter(max_reasks=self.max_reasks)
+
+    def parse(self, signature, completion: str) -> dict[str, Any]:
+        lm, extractor = self._extractor()
+        return extractor(lm=lm, lm_kwargs={}, signature=self._create_extractor_signature(signature), demos=[],
+                         inputs={"text": completion})[0]
+
+    def __call__(self, lm, lm_kwargs, signature, demos, inputs):
+        token = _MAIN_LM.set(lm)
+        try:
+            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+        finally:
+            _MAIN_LM.reset(token)
+
+    async def acall(self, lm, lm_kwargs, signature, demos, inputs):
+        token = _MAIN_LM.set(lm)
+        try:
+            outputs = await lm.acall(messages=self.format(signature, demos, inputs), **lm_kwargs)
+            extraction_lm, extractor = self._extractor()
+            values = []
+            for output in outputs:
+                text = output["text"] if isinstance(output, dict) else output
+                value = (await extractor.acall(lm=extraction_lm, lm_kwargs={},
+                                               signature=self._create_extractor_signature(signature), demos=[],
+                                               inputs={"text": text}))[0]
+                if isinstance(output, dict) and output.get("logprobs") is not None:
+                    value["logprobs"] = output["logprobs"]
+                values.append(value)
+            return values
+        finally:
+            _MAIN_LM.reset(token)
+
+
+_CLASSES = {"chat": LenientChatAdapter, "json": LenientJSONAdapter, "xml": LenientXMLAdapter,
+            "two-step": TwoStepLenientAdapter}
+
+
+def make_adapter(name: str | None = None, *, max_reasks: int = DEFAULT_MAX_REASKS, extraction_lm=None):
+    """The lenient adapter named `name` ("chat" default, "json", "xml", "two-step"). `extraction_lm` is the
+    LM that reads a two-step adapter's replies (default: the LM of each call); other adapters refuse it."""
+    name = (name or DEFAULT_ADAPTER).strip().lower().replace("_", "-")
+    if name in ("twostep", "two step"):
+        name = "two-step"
     if name not in _CLASSES:
-        raise ConfigError(f"unknown adapter {name!r}; choose one of {', '.join(ADAPTERS)}")
+        raise ConfigError(f"unknown adapter {name!r}; choose one of {', '.join((*ADAPTERS, *EXTRA_ADAPTERS))}")
     if isinstance(max_reasks, bool) or not isinstance(max_reasks, int) or not 0 <= max_reasks <= MAX_REASKS:
         raise ConfigError(f"--max-reasks must be an integer from 0 to {MAX_REASKS}, got {max_reasks!r}")
+    if name == "two-step":
+        from dspy.clients.base_lm import BaseLM
+
+        if extraction_lm is not None and not isinstance(extraction_lm, BaseLM):
+            raise ConfigError(f"the two-step adapter's extraction LM must be a dspy LM, got {type(extraction_lm).__name__}")
+        return TwoStepLenientAdapter(extraction_lm, max_reasks=max_reasks)
+    if extraction_lm is not None:
+        raise ConfigError(f"an extraction LM applies to the two-step adapter only, not {name!r}")
     return _CLASSES[name](max_reasks=max_reasks)
 
 
@@ -439,6 +524,8 @@ def adapter_name(adapter) -> str:
     name = getattr(adapter, "adapter_name", None)
     if isinstance(name, str):
         return name
+    if isinstance(adapter, TwoStepAdapter):
+        return "two-step"
     if isinstance(adapter, XMLAdapter):
         return "xml"
     if isinstance(adapter, JSONAdapter):
@@ -469,7 +556,7 @@ def active_adapter():
     return dspy.settings.adapter
 
 
-__all__ = ["ADAPTERS", "DEFAULT_ADAPTER", "LenientChatAdapter", "LenientJSONAdapter", "LenientXMLAdapter",
+__all__ = ["ADAPTERS", "DEFAULT_ADAPTER", "EXTRA_ADAPTERS", "TwoStepLenientAdapter", "LenientChatAdapter", "LenientJSONAdapter", "LenientXMLAdapter",
            "UnreadableOutput", "adapter_name", "lenient_parse", "lenient_value", "make_adapter",
            "warn_adapter_mismatch"]
 

@@ -22,7 +22,9 @@ Choices:
 - Endpoints (`ragzoo.endpoints`): `max_concurrency` (default 8) requests in flight per endpoint, shared by
   every LM, thread and run of the process; the endpoint is part of the response-cache key unless
   `cache_namespace=False`; `price="IN,OUT"` (USD per million tokens) prices a model LiteLLM does not know,
-  so `--max-cost` can bind (a cost budget on an unpriced model is refused).
+  so `--max-cost` can bind (a cost budget on an unpriced model is refused); `price_per_hour=USD` prices a
+  server rented by the hour: a metered run costs its wall time x the rate, reported apart from the token
+  cost (`server_cost`), and `--max-cost` binds on the sum.
 - Dry-run: `dspy.LM("dry-run/<priced-model>", engine=DryRunEngine(...))`. Every predictor gets type-valid
   placeholders for its output fields through DSPy's real adapters; prompts are formatted and counted with
   tiktoken's cl100k encoding; cost is estimated from LiteLLM's price table for the priced model (default
@@ -45,7 +47,7 @@ import dspy
 from ragzoo.engines import DEFAULT_PRICED_MODEL, DRY_RUN, DryRunEngine, is_dry_run, is_dry_run_spec
 from ragzoo.errors import ConfigError, LMError
 from ragzoo.secrets import is_secret_name, looks_like_secret, masked
-from ragzoo.usage import TrackedLM, price_per_token, use_local_price_map
+from ragzoo.usage import TrackedLM, check_price_per_hour, price_per_token, use_local_price_map
 
 __all__ = ["DEFAULT_PRICED_MODEL", "DRY_RUN", "describe_lm", "is_dry_run", "make_dry_run_lm", "make_lm"]
 
@@ -70,7 +72,7 @@ def make_dry_run_lm(priced_model: str = DEFAULT_PRICED_MODEL, *, cache: bool = F
 
 _ALLOWED_KWARGS = {"cache", "num_retries", "temperature", "max_tokens", "timeout", "engine", "model_type",
                    "top_p", "stop", "seed", "callbacks", "n", "rollout_id", "max_concurrency", "cache_namespace",
-                   "price"}
+                   "price", "price_per_hour"}
 DEFAULT_TIMEOUT = 120.0  # seconds per LM request (each retry gets its own); a hung server cannot hang a run
 
 
@@ -162,6 +164,7 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
     max_concurrency = check_max_concurrency(kw.pop("max_concurrency", DEFAULT_MAX_CONCURRENCY))
     namespaced = kw.pop("cache_namespace", True)
     price = parse_price(kw.pop("price", None))
+    price_per_hour = check_price_per_hour(kw.pop("price_per_hour", None))
     _check_model_string(spec)
     kw.setdefault("timeout", DEFAULT_TIMEOUT)
     timeout = kw["timeout"]
@@ -194,6 +197,8 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
     lm.max_concurrency = max_concurrency
     if price is not None:
         lm.price = price
+    if price_per_hour is not None:
+        lm.price_per_hour = price_per_hour  # metering() adds wall time x rate; --max-cost binds on it
     if namespaced:
         install_cache_namespace()
         lm.cache_namespace = lm.endpoint
@@ -231,5 +236,7 @@ def describe_lm(lm) -> dict[str, Any]:
         description["max_concurrency"] = lm.max_concurrency
     if getattr(lm, "price", None):
         description["price_per_million"] = [round(p * 1e6, 6) for p in lm.price]
+    if getattr(lm, "price_per_hour", None):
+        description["price_per_hour"] = lm.price_per_hour
     description["cache_namespace"] = bool(getattr(lm, "cache_namespace", None))
     return description

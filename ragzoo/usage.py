@@ -77,6 +77,14 @@ class Usage:
         self.cached_prompt_tokens = 0
         self.cached_completion_tokens = 0
         self.cached_cost = 0.0
+        # a server rented by the hour (`--price-per-hour`): wall time x rate, kept apart from the token cost
+        self.server_seconds = 0.0
+        self.server_cost = 0.0
+        self._refresh = None  # a meter's usage brings its server time up to now before it is read
+
+    def _fresh(self) -> None:
+        if self._refresh is not None:
+            self._refresh()
 
     def add(self, record: LMCallRecord) -> None:
         with self._lock:
@@ -108,6 +116,8 @@ class Usage:
                 setattr(self, name, getattr(self, name) + getattr(snapshot, name))
             self.cost += snapshot.cost
             self.cached_cost += snapshot.cached_cost
+            self.server_seconds += snapshot.server_seconds
+            self.server_cost += snapshot.server_cost
             self.latency += snapshot.latency
             for name, theirs in snapshot.by_signature.items():
                 mine = self.by_signature.setdefault(name, {"calls": 0, "prompt_tokens": 0,
@@ -116,6 +126,7 @@ class Usage:
                     mine[key] = mine.get(key, 0) + value
 
     def snapshot(self) -> "Usage":
+        self._fresh()
         with self._lock:
             copy = Usage(self.lm_calls, self.prompt_tokens, self.completion_tokens, self.cost,
                          cached_calls=self.cached_calls, failed_calls=self.failed_calls, latency=self.latency,
@@ -123,6 +134,8 @@ class Usage:
             copy.cached_prompt_tokens = self.cached_prompt_tokens
             copy.cached_completion_tokens = self.cached_completion_tokens
             copy.cached_cost = self.cached_cost
+            copy.server_seconds = self.server_seconds
+            copy.server_cost = self.server_cost
             return copy
 
     def minus(self, earlier: "Usage") -> "Usage":
@@ -142,16 +155,29 @@ class Usage:
         delta.cached_prompt_tokens = now.cached_prompt_tokens - earlier.cached_prompt_tokens
         delta.cached_completion_tokens = now.cached_completion_tokens - earlier.cached_completion_tokens
         delta.cached_cost = now.cached_cost - earlier.cached_cost
+        delta.server_seconds = now.server_seconds - earlier.server_seconds
+        delta.server_cost = now.server_cost - earlier.server_cost
         return delta
 
     def to_dict(self) -> dict[str, Any]:
+        self._fresh()
         with self._lock:
-            return {"lm_calls": self.lm_calls, "cached_calls": self.cached_calls, "failed_calls": self.failed_calls,
-                    "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                    "cost": self.cost, "cached_prompt_tokens": self.cached_prompt_tokens,
-                    "cached_completion_tokens": self.cached_completion_tokens, "cached_cost": self.cached_cost,
-                    "latency": round(self.latency, 4),
-                    "by_signature": {name: dict(per) for name, per in self.by_signature.items()}}
+            out = {"lm_calls": self.lm_calls, "cached_calls": self.cached_calls, "failed_calls": self.failed_calls,
+                   "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                   "cost": self.cost, "cached_prompt_tokens": self.cached_prompt_tokens,
+                   "cached_completion_tokens": self.cached_completion_tokens, "cached_cost": self.cached_cost,
+                   "latency": round(self.latency, 4),
+                   "by_signature": {name: dict(per) for name, per in self.by_signature.items()}}
+            if self.server_seconds or self.server_cost:  # only under --price-per-hour: `cost` stays the tokens'
+                out.update(server_seconds=round(self.server_seconds, 3), server_cost=self.server_cost,
+                           total_cost=self.cost + self.server_cost)
+            return out
+
+    @property
+    def total_cost(self) -> float:
+        """Token cost plus the cost of a server rented by the hour (`--price-per-hour`)."""
+        self._fresh()
+        return self.cost + self.server_cost
 
     def __deepcopy__(self, memo) -> "Usage":
         return self.snapshot()
@@ -225,7 +251,7 @@ def price_per_token(model: str) -> tuple[float, float]:
 
 def is_priced(lm) -> bool:
     """Whether calls of `lm` get a cost: a dry-run priced model, a user's price, or a listed model."""
-    if getattr(lm, "priced_model", None) or getattr(lm, "price", None):
+    if getattr(lm, "priced_model", None) or getattr(lm, "price", None) or getattr(lm, "price_per_hour", None):
         return True
     model = getattr(lm, "model", None)
     return bool(model) and _price_lookup(str(model)) is not None
@@ -258,10 +284,32 @@ def call_cost(lm, prompt_tokens: int, completion_tokens: int, reported: float | 
 # Budget
 
 
-class Budget:
-    """At most `max_calls` LM calls started and `max_cost` USD spent; `reserve()` before each call."""
+def monotonic() -> float:
+    """The clock of hourly prices (a test replaces `ragzoo.usage.monotonic` with a fake one)."""
+    return time.monotonic()
 
-    def __init__(self, max_calls: int | None = None, max_cost: float | None = None):
+
+def check_price_per_hour(value) -> float | None:
+    """`--price-per-hour`: None, or a non-negative finite number of USD per hour of a rented server."""
+    if value is None or value == "":
+        return None
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--price-per-hour must be a number of USD per hour, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(rate) or rate < 0:
+        raise ConfigError(f"--price-per-hour must be a non-negative number of USD per hour, got {value!r}")
+    return rate
+
+
+class Budget:
+    """At most `max_calls` LM calls started and `max_cost` USD spent; `reserve()` before each call.
+
+    With `price_per_hour` (a server rented by the hour), the spend checked before each call is the tokens'
+    cost plus the wall time since the budget opened x the rate (`clock`: seconds, default `monotonic`)."""
+
+    def __init__(self, max_calls: int | None = None, max_cost: float | None = None, *,
+                 price_per_hour: float | None = None, clock=None):
         if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
             raise ConfigError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
         if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
@@ -269,6 +317,9 @@ class Budget:
             raise ConfigError(f"--max-cost must be a non-negative number of USD, got {max_cost!r}")
         self.max_calls = max_calls
         self.max_cost = None if max_cost is None else float(max_cost)
+        self.price_per_hour = check_price_per_hour(price_per_hour)
+        self._clock = clock or monotonic
+        self.opened_at = self._clock()
         self.started = 0
         self.spent = 0.0
         self.exceeded: str | None = None
@@ -281,12 +332,24 @@ class Budget:
                 if self.max_calls is not None and self.started >= self.max_calls:
                     self.exceeded = (f"LM call budget reached ({self.started} of --max-calls {self.max_calls}); "
                                      "raise --max-calls to continue")
-                elif self.max_cost is not None and self.spent >= self.max_cost:
-                    self.exceeded = (f"LM cost budget reached (${self.spent:.4f} of --max-cost {self.max_cost:g}); "
+                elif self.max_cost is not None and self.spent + self.server_cost() >= self.max_cost:
+                    server = self.server_cost()
+                    what = (f"${self.spent + server:.4f}: tokens ${self.spent:.4f} + server ${server:.4f} "
+                            f"for {self.elapsed():.0f} s at ${self.price_per_hour:g}/h" if self.price_per_hour
+                            else f"${self.spent:.4f}")
+                    self.exceeded = (f"LM cost budget reached ({what} of --max-cost {self.max_cost:g}); "
                                      "raise --max-cost to continue")
             if self.exceeded is not None:
                 raise BudgetExceeded(self.exceeded)
             self.started += 1
+
+    def elapsed(self) -> float:
+        """Seconds since the budget opened."""
+        return max(0.0, self._clock() - self.opened_at)
+
+    def server_cost(self) -> float:
+        """USD of the server rented by the hour so far (0 without `price_per_hour`)."""
+        return self.elapsed() / 3600.0 * self.price_per_hour if self.price_per_hour else 0.0
 
     def release(self) -> None:
         """Give back a reservation whose call was never sent."""
@@ -310,9 +373,22 @@ class Budget:
 class Meter:
     """An open meter: the totals of the calls made while it is open, and an optional budget."""
 
-    def __init__(self, budget: Budget | None = None):
+    def __init__(self, budget: Budget | None = None, *, price_per_hour: float | None = None, clock=None):
         self.usage = Usage()
         self.budget = budget
+        self.price_per_hour = check_price_per_hour(price_per_hour)
+        self._clock = clock or monotonic
+        self.opened_at = self._clock()
+        if self.price_per_hour:
+            self.usage._refresh = self.update_server_cost
+
+    def update_server_cost(self) -> None:
+        """Bring `usage.server_seconds` / `usage.server_cost` up to now (only with `price_per_hour`)."""
+        if self.price_per_hour:
+            seconds = max(0.0, self._clock() - self.opened_at)
+            with self.usage._lock:
+                self.usage.server_seconds = seconds
+                self.usage.server_cost = seconds / 3600.0 * self.price_per_hour
 
     @property
     def exceeded(self) -> str | None:
@@ -320,6 +396,7 @@ class Meter:
 
     def record(self, record: LMCallRecord) -> None:
         self.usage.add(record)
+        self.update_server_cost()
         if self.budget is not None:
             self.budget.spend(record.cost)
 
@@ -553,23 +630,34 @@ def budgeted(lm):
 
 
 @contextlib.contextmanager
-def metering(max_calls: int | None = None, max_cost: float | None = None) -> Iterator[Meter]:
+def metering(max_calls: int | None = None, max_cost: float | None = None, *,
+             price_per_hour: float | None = None) -> Iterator[Meter]:
     """Open a meter over every LM call made inside the block, in every thread DSPy starts for it.
 
     With `max_calls`/`max_cost`, a call past the budget raises `BudgetExceeded` before it is sent (the
     active LM is swapped for a budgeted copy if it is not a `TrackedLM`). Meters nest: each sees the calls
-    made while it is open."""
-    budget = None if max_calls is None and max_cost is None else Budget(max_calls, max_cost)
+    made while it is open. A server rented by the hour (`price_per_hour`, default the active LM's
+    `--price-per-hour`) costs the block's wall time x the rate: `meter.usage.server_cost`, apart from the
+    tokens' `cost`, and `max_cost` binds on the sum."""
     active = dspy.settings.lm
-    if max_cost is not None and active is not None and not is_priced(active):
+    if price_per_hour is None and active is not None:
+        price_per_hour = getattr(active, "price_per_hour", None)
+    price_per_hour = check_price_per_hour(price_per_hour)
+    budget = (None if max_calls is None and max_cost is None
+              else Budget(max_calls, max_cost, price_per_hour=price_per_hour))
+    if max_cost is not None and active is not None and not price_per_hour and not is_priced(active):
         raise ConfigError(f"--max-cost cannot bind: model {getattr(active, 'model', active)!r} has no known price; "
-                          f"give one with --price IN,OUT (USD per million prompt, completion tokens)")
-    meter = Meter(budget)
+                          f"give one with --price IN,OUT (USD per million prompt, completion tokens) or "
+                          f"--price-per-hour USD (a server rented by the hour)")
+    meter = Meter(budget, price_per_hour=price_per_hour)
     callbacks = list(dspy.settings.get("callbacks", None) or [])
     if not any(callback is USAGE_CALLBACK for callback in callbacks):
         callbacks.append(USAGE_CALLBACK)
     overrides: dict[str, Any] = {_METERS_KEY: [*open_meters(), meter], "callbacks": callbacks}
     if budget is not None and dspy.settings.lm is not None:
         overrides["lm"] = budgeted(dspy.settings.lm)
-    with dspy.context(**overrides):
-        yield meter
+    try:
+        with dspy.context(**overrides):
+            yield meter
+    finally:
+        meter.update_server_cost()

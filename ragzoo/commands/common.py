@@ -25,7 +25,8 @@ EXIT_STOPPED = 3  # a run or compile stopped by --max-calls / --max-cost (finish
 # flags of `add_lm_args`, with their defaults (commands merge these into their own DEFAULTS)
 LM_DEFAULTS: dict[str, Any] = {"lm": None, "api_base": None, "retriever": None, "knob": [], "no_cache": False,
                                "max_calls": None, "max_cost": None, "seed": 0, "adapter": "chat", "max_reasks": 2,
-                               "max_concurrency": 8, "timeout": 120.0, "price": None}
+                               "max_concurrency": 8, "timeout": 120.0, "price": None,
+                               "price_per_hour": None}
 # flags of `add_data_args`; split and metric stay None unless given, so the dataset's defaults can apply
 DATA_DEFAULTS: dict[str, Any] = {"dataset": None, "split": None, "data": None, "field_map": None, "n": None,
                                  "preset": None}
@@ -49,9 +50,11 @@ def add_lm_args(parser: argparse.ArgumentParser) -> None:
                                                        "(default: no limit)")
     parser.add_argument("--seed", type=int, help="sampling seed (default 0)")
     # real models (ragzoo.adapters, ragzoo.endpoints)
-    parser.add_argument("--adapter", choices=("chat", "json", "xml"),
+    parser.add_argument("--adapter", choices=("chat", "json", "xml", "two-step"),
                         help="prompt/reply format: chat (default), json or xml; replies are read leniently and an "
-                             "unreadable one is re-asked (recorded in the run config and the manifest)")
+                             "unreadable one is re-asked (recorded in the run config and the manifest); two-step: "
+                             "the model answers in free text and a second call of the same LM extracts the "
+                             "fields (DSPy's TwoStepAdapter: twice the calls, for models that slip on formats)")
     parser.add_argument("--max-reasks", type=int, help="re-asks after an unreadable reply, per call (default 2)")
     parser.add_argument("--max-concurrency", type=int,
                         help="LM requests in flight per endpoint, shared by all threads (default 8)")
@@ -59,6 +62,9 @@ def add_lm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--price", metavar="IN,OUT",
                         help="USD per million prompt,completion tokens for a model LiteLLM has no price for "
                              "(needed for --max-cost on a local model)")
+    parser.add_argument("--price-per-hour", type=float, metavar="USD",
+                        help="USD per hour of a server rented by the hour (e.g. a vLLM GPU box): the run's cost "
+                             "adds wall time x rate, shown apart from token cost, and --max-cost binds on it")
     parser.add_argument("--config", help="TOML/YAML file of options; flags win")
     add_secret_trap(parser)
 
@@ -206,7 +212,7 @@ def build_lm(config: dict):
     if config.get("no_cache"):
         options["cache"] = False
     if not is_dry_run_spec(str(config["lm"]).strip()):
-        for key in ("max_concurrency", "timeout", "price"):
+        for key in ("max_concurrency", "timeout", "price", "price_per_hour"):
             if config.get(key) is not None:
                 options[key] = config[key]
     lm = make_lm(config["lm"], api_base=config.get("api_base"), **options)

