@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -30,3 +32,20 @@ def percentile(values: Sequence[float], q: float) -> float:
         return float("nan")
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
+
+
+def wait_healthy(url: str, process: subprocess.Popen, seconds: float = 120, poll: float = 0.1) -> float:
+    """Seconds until the server at `url` answers 200 on `/health` (a RuntimeError if its process exits or
+    `seconds` pass first)."""
+    import httpx
+
+    started = time.monotonic()
+    while True:
+        try:
+            if httpx.get(url.rstrip("/") + "/health", timeout=1).status_code == 200:
+                return time.monotonic() - started
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() - started > seconds:
+            raise RuntimeError(f"the server at {url} did not come up")
+        time.sleep(poll)

@@ -22,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+from benchmarks.common import wait_healthy
 from ragzoo.retrieval.specs import DEFAULT_CORPUS as CORPUS  # the default retriever's corpus
 from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
 
@@ -238,8 +239,6 @@ async def _load(url: str, queries: list[str], concurrency: int, per_client: int)
 
 
 def bench_server(data: Path, tmp: Path, requests_per_level: int = 320) -> list[dict]:
-    import httpx
-
     questions = [json.loads(line)["question"] for line in open(data / QUESTIONS)]
     port = _free_port()
     env = {**os.environ, "RAGZOO_CACHE": str(tmp / "cache")}
@@ -247,16 +246,7 @@ def bench_server(data: Path, tmp: Path, requests_per_level: int = 320) -> list[d
                                "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("ragzoo serve did not come up")
-            time.sleep(0.2)
+        wait_healthy(url, server, seconds=60, poll=0.2)
         rows = []
         asyncio.run(_load(url, questions, 4, 10))  # warm-up
         for concurrency in (1, 8, 32):

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import percentile, write_json
+from benchmarks.common import percentile, wait_healthy, write_json
 from benchmarks.loadgen import get_request, run_load
 from benchmarks.retrieval import QUESTIONS, _free_port, in_child, qps
 from ragzoo.retrieval.specs import DEFAULT_CORPUS
@@ -74,8 +74,6 @@ def synthetic_corpus(sample: Path, path: Path, n_docs: int, seed: int = 0) -> di
 
 
 def _serve_p99(folder: str, questions: list[str], cache: str, clients: int = 8, requests: int = 800) -> dict:
-    import httpx
-
     port = _free_port()
     env = {**os.environ, "RAGZOO_CACHE": cache}
     server = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever",
@@ -83,17 +81,7 @@ def _serve_p99(folder: str, questions: list[str], cache: str, clients: int = 8, 
                               stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
-        started = time.monotonic()
-        while True:
-            try:
-                if httpx.get(url + "health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() - started > 300 or server.poll() is not None:
-                raise RuntimeError("ragzoo serve did not come up")
-            time.sleep(0.2)
-        ready_s = time.monotonic() - started
+        ready_s = wait_healthy(url, server, seconds=300, poll=0.2)
         wanted = [get_request("/", {"query": questions[i % len(questions)], "k": 10}) for i in range(requests)]
         asyncio.run(run_load("127.0.0.1", port, wanted[:40], 4))
         began = time.perf_counter()

@@ -25,25 +25,10 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.common import percentile, write_json
+from benchmarks.common import percentile, wait_healthy, write_json
 from benchmarks.loadgen import get_request, post_request, run_load
 from benchmarks.retrieval import QUESTIONS, _free_port, _load
 from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
-
-
-def _wait_health(url: str, process: subprocess.Popen, seconds: float = 120) -> float:
-    import httpx
-
-    started = time.monotonic()
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return time.monotonic() - started
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() - started > seconds:
-            raise RuntimeError("the server did not come up")
-        time.sleep(0.1)
 
 
 def _row(label: str, clients: int, latencies: list[float], statuses: list[int], elapsed: float,
@@ -67,7 +52,7 @@ def bench_retrieval(questions: list[str], requests: int, env: dict, spec: str = 
     url = f"http://127.0.0.1:{port}"
     rows = []
     try:
-        ready = _wait_health(url, server)
+        ready = wait_healthy(url, server)
         process = psutil.Process(server.pid)
         wanted = [get_request("/", {"query": questions[i % len(questions)], "k": 10}) for i in range(requests)]
         asyncio.run(run_load("127.0.0.1", port, wanted[:200], 4))  # warm-up
@@ -97,7 +82,7 @@ def bench_retrieval(questions: list[str], requests: int, env: dict, spec: str = 
     server = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever", spec, "--port",
                                str(port), "--max-pending", "8"], env=env, stderr=subprocess.DEVNULL)
     try:
-        _wait_health(f"http://127.0.0.1:{port}", server)
+        wait_healthy(f"http://127.0.0.1:{port}", server)
         wanted = [get_request("/", {"query": questions[i % len(questions)], "k": 100}) for i in range(requests)]
         started = time.perf_counter()
         latencies, statuses = asyncio.run(run_load("127.0.0.1", port, wanted, 64))
@@ -127,7 +112,7 @@ def bench_program(questions: list[str], env: dict, tmp: Path, latency: float = 0
          "--api-base", f"http://127.0.0.1:{stub_port}/v1", "--port", str(port), "--max-concurrency", str(clients),
          "--no-cache"], env={**env, "OPENAI_API_KEY": "stub"}, stderr=subprocess.DEVNULL)
     try:
-        _wait_health(f"http://127.0.0.1:{port}", server)
+        wait_healthy(f"http://127.0.0.1:{port}", server)
         process = psutil.Process(server.pid)
         body = [post_request("/ask", json.dumps({"question": q}).encode()) for q in questions]
         asyncio.run(run_load("127.0.0.1", port, body[:clients], clients))  # warm-up: imports, first calls

@@ -31,6 +31,7 @@ The adapter name ("chat", "json", "xml", "two-step") is what manifests and run c
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import re
@@ -343,49 +344,54 @@ class LenientMixin:
             what = "Your reply could not be read."
         return f"{what} {REASK_PHRASE}: {self.user_message_output_requirements(signature)}"
 
-    def _attempts(self, run, signature):
-        error: AdapterParseError | None = None
-        name = None
-        history: tuple[tuple[str, str], ...] = ()
-        for attempt in range(self.max_reasks + 1):
-            if error is not None:
-                history = (*history, (error.lm_response or "", self._reask_note(signature, error)))
-            token = _REASK.set(history) if history else None
-            try:
-                return run()
-            except AdapterParseError as exc:
-                error = exc
-                name = name or _predictor_name()
-                if attempt < self.max_reasks:
-                    record_reask(name, _reason(exc))
-            finally:
-                if token is not None:
-                    _REASK.reset(token)
-        raise UnreadableOutput(name or "?", self.max_reasks + 1, _reason(error), error) from error
-
     def __call__(self, lm, lm_kwargs, signature, demos, inputs):
-        parent = super()
-        return self._attempts(lambda: parent.__call__(lm, dict(lm_kwargs), signature, demos, inputs), signature)
+        reasks = _Reasks(self, signature)
+        for _ in range(self.max_reasks + 1):
+            with reasks.attempt():
+                return super().__call__(lm, dict(lm_kwargs), signature, demos, inputs)
+        raise reasks.unreadable() from reasks.error
 
     async def acall(self, lm, lm_kwargs, signature, demos, inputs):
-        error: AdapterParseError | None = None
-        name = None
-        history: tuple[tuple[str, str], ...] = ()
-        for attempt in range(self.max_reasks + 1):
-            if error is not None:
-                history = (*history, (error.lm_response or "", self._reask_note(signature, error)))
-            token = _REASK.set(history) if history else None
-            try:
+        reasks = _Reasks(self, signature)
+        for _ in range(self.max_reasks + 1):
+            with reasks.attempt():
                 return await super().acall(lm, dict(lm_kwargs), signature, demos, inputs)
-            except AdapterParseError as exc:
-                error = exc
-                name = name or _predictor_name()
-                if attempt < self.max_reasks:
-                    record_reask(name, _reason(exc))
-            finally:
-                if token is not None:
-                    _REASK.reset(token)
-        raise UnreadableOutput(name or "?", self.max_reasks + 1, _reason(error), error) from error
+        raise reasks.unreadable() from reasks.error
+
+
+class _Reasks:
+    """The bookkeeping of one predictor call's bounded re-asks, shared by the sync and async paths: each
+    attempt sees every unreadable reply so far (so it is never served from the cache); an unreadable reply
+    is counted as a re-ask unless it was the last attempt."""
+
+    def __init__(self, adapter, signature):
+        self.adapter, self.signature = adapter, signature
+        self.error: AdapterParseError | None = None
+        self.name: str | None = None
+        self.history: tuple[tuple[str, str], ...] = ()
+        self.failures = 0
+
+    @contextlib.contextmanager
+    def attempt(self):
+        """One attempt: an unreadable reply is recorded and swallowed, so the caller's loop asks again."""
+        if self.error is not None:
+            self.history = (*self.history,
+                            (self.error.lm_response or "", self.adapter._reask_note(self.signature, self.error)))
+        token = _REASK.set(self.history) if self.history else None
+        try:
+            yield
+        except AdapterParseError as exc:
+            self.error = exc
+            self.name = self.name or _predictor_name()
+            self.failures += 1
+            if self.failures <= self.adapter.max_reasks:
+                record_reask(self.name, _reason(exc))
+        finally:
+            if token is not None:
+                _REASK.reset(token)
+
+    def unreadable(self) -> "UnreadableOutput":
+        return UnreadableOutput(self.name or "?", self.adapter.max_reasks + 1, _reason(self.error), self.error)
 
 
 def _reason(error: AdapterParseError | None) -> str:
