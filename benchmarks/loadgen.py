@@ -38,8 +38,9 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def run_load(host: str, port: int, requests: Sequence[bytes], clients: int,
-                   timeout: float = 60.0) -> tuple[list[float], list[int]]:
-    """Send `requests` (round-robin over `clients` keep-alive connections); return latencies and statuses."""
+                   timeout: float = 60.0, bodies: list[bytes] | None = None) -> tuple[list[float], list[int]]:
+    """Send `requests` (round-robin over `clients` keep-alive connections); return latencies and statuses.
+    With a list as `bodies`, the reply bodies are appended to it (in completion order)."""
     latencies: list[float] = []
     statuses: list[int] = []
     cursor = iter(range(len(requests)))
@@ -51,13 +52,15 @@ async def run_load(host: str, port: int, requests: Sequence[bytes], clients: int
                 started = time.perf_counter()
                 writer.write(requests[index])
                 try:
-                    status, _ = await asyncio.wait_for(_read_response(reader), timeout)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    status = 0
+                    status, reply = await asyncio.wait_for(_read_response(reader), timeout)
+                except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+                    status, reply = 0, b""
                     writer.close()
                     reader, writer = await asyncio.open_connection(host, port)
                 latencies.append(time.perf_counter() - started)
                 statuses.append(status)
+                if bodies is not None:
+                    bodies.append(reply)
         finally:
             writer.close()
 

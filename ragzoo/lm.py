@@ -202,6 +202,9 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
     if namespaced:
         install_cache_namespace()
         lm.cache_namespace = lm.endpoint
+    from ragzoo.usage import memoize_price_metadata
+
+    memoize_price_metadata()  # DSPy prices each call from its model table: a full scan for unknown models
     return lm
 
 

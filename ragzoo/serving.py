@@ -19,6 +19,12 @@ at most `max_concurrency` questions answered at once (each on a worker thread) a
 past that, 503 with Retry-After at once instead of an unbounded queue. Keys for the upstream LM come from the
 environment only (LiteLLM reads them); if `RAGZOO_SERVE_API_KEY` is set, every route but `/health` needs
 `Authorization: Bearer <that key>`. `ragzoo serve` binds 127.0.0.1 unless `--host` says otherwise.
+
+CPU per question (issue 15; the answers are the same either way, see tests/serving/test_serving_fast_path.py):
+DSPy's model-metadata lookup is memoised for the process (`ragzoo.usage.memoize_price_metadata`), and a question without a
+budget runs without a meter when the LM carries ragzoo's usage callback itself (the trace sees the same calls).
+The LM endpoint's concurrency limit (`ragzoo.endpoints`, 8 unless set) also bounds questions at once: set
+`lm_max_concurrency` to at least `max_concurrency` for an LM-bound program.
 """
 
 
@@ -61,29 +67,66 @@ def _redact(text: str) -> str:
 
 
 class ProgramService:
-    """Answers questions with a compiled program on a bounded pool of worker threads."""
+    """Answers questions with a compiled program on a bounded pool of worker threads.
+
+    `lm_max_concurrency`: when given, the process-wide limit of LM requests in flight to the LM's endpoint
+    (`ragzoo.endpoints`) is set to it. `make_lm` leaves it at 8, which caps an LM-bound program at 8 questions
+    at once whatever `max_concurrency` says (at 200 ms a call: 40 questions/s). None leaves the LM's limit alone.
+    `memoize_prices`: DSPy prices every call from its model table; for a model the table does not know (a local
+    or stub model) that is a scan of the whole table, twice per call (~2 ms of CPU per question, the largest
+    single cost of a served question); True memoises the lookup for this process (same values, see
+    `memoize_price_metadata`)."""
 
     def __init__(self, program, lm, *, name: str = "ragzoo", method: str = "", max_concurrency: int = DEFAULT_CONCURRENCY,
-                 max_queue: int = DEFAULT_QUEUE, max_calls: int | None = None, max_cost: float | None = None):
+                 max_queue: int = DEFAULT_QUEUE, max_calls: int | None = None, max_cost: float | None = None,
+                 lm_max_concurrency: int | None = None, memoize_prices: bool = True):
         if max_concurrency < 1 or max_queue < 0:
             raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
         self.program, self.lm, self.name, self.method = program, lm, name, method
         self.max_concurrency, self.max_queue = max_concurrency, max_queue
         self.max_calls, self.max_cost = max_calls, max_cost
+        if lm_max_concurrency is not None:
+            from ragzoo.endpoints import endpoint_of, set_max_concurrency
+
+            set_max_concurrency(endpoint_of(lm), lm_max_concurrency)
+        if memoize_prices:
+            from ragzoo.usage import memoize_price_metadata
+
+            memoize_price_metadata()
+        self._meter = self._needs_meter()
         self.pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="ragzoo-ask")
         self.admitted = 0  # answering + waiting (event-loop thread only)
         self.served = 0
         self.rejected = 0
 
+    def _needs_meter(self) -> bool:
+        """A meter is needed for a budget, or to see calls of an LM without ragzoo's usage callback. Without
+        one, DSPy runs its callback machinery only around LM calls, not around every module, predictor and
+        adapter call (~0.5 ms of CPU per question); the trace records the same calls either way."""
+        from ragzoo.usage import USAGE_CALLBACK
+
+        if self.max_calls is not None or self.max_cost is not None or getattr(self.lm, "price_per_hour", None):
+            return True
+        if not any(callback is USAGE_CALLBACK for callback in getattr(self.lm, "callbacks", None) or []):
+            return True
+        try:
+            predictors = list(self.program.predictors()) if hasattr(self.program, "predictors") else []
+        except Exception:  # noqa: BLE001 - an unusual program: keep the meter
+            return True
+        return any(getattr(predictor, "lm", None) is not None for predictor in predictors)
+
     def answer(self, question: str) -> dict:
         """Run the program on one question (blocking). Raises on failure."""
+        import contextlib
+
         import dspy
 
         from ragzoo.tracing import trace_example
         from ragzoo.usage import metering
 
-        with dspy.context(lm=self.lm), metering(max_calls=self.max_calls, max_cost=self.max_cost), \
-                trace_example() as trace:
+        meter = metering(max_calls=self.max_calls, max_cost=self.max_cost) if self._meter \
+            else contextlib.nullcontext()
+        with dspy.context(lm=self.lm), meter, trace_example() as trace:
             prediction = self.program(question=question)
         answer = prediction.get("answer") if hasattr(prediction, "get") else getattr(prediction, "answer", None)
         passages = list(prediction.get("passages") or []) if hasattr(prediction, "get") else []

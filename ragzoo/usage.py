@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from copy import deepcopy
 import math
 import os
 import threading
@@ -661,3 +662,42 @@ def metering(max_calls: int | None = None, max_cost: float | None = None, *,
             yield meter
     finally:
         meter.update_server_cost()
+
+
+_PRICE_MEMO_LOCK = threading.Lock()
+_PRICE_MEMO = False
+
+
+def memoize_price_metadata() -> bool:
+    """Memoise DSPy's model-metadata lookup (`dspy.clients.costs.model_info`) for this process (idempotent).
+
+    The table is loaded once per process and never changes after, so the lookup is a function of its
+    arguments; a copy of the memoised entry is returned, as DSPy returns a copy. For a model the table does
+    not know, each lookup is a scan of every entry (~0.3 ms, and it evicts the CPU caches). True if installed."""
+    global _PRICE_MEMO
+    with _PRICE_MEMO_LOCK:
+        if _PRICE_MEMO:
+            return True
+        try:
+            from dspy.clients import costs
+        except ImportError:
+            return False
+        lookup = getattr(costs, "model_info", None)
+        if lookup is None:
+            return False
+
+        @functools.lru_cache(maxsize=1024)
+        def cached(provider, model, namespaces):
+            return lookup(provider, model, namespaces=None if namespaces is None else list(namespaces))
+
+        def model_info(provider, model, *, namespaces=None):
+            try:
+                key = None if namespaces is None else tuple(namespaces)
+                return deepcopy(cached(provider, model, key))
+            except TypeError:  # an unhashable argument: look it up as DSPy would
+                return lookup(provider, model, namespaces=namespaces)
+
+        model_info.__wrapped__ = lookup
+        costs.model_info = model_info
+        _PRICE_MEMO = True
+        return True

@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     program.add_argument("--name", default=None, help="model name the OpenAI route reports (default: ragzoo-METHOD)")
     program.add_argument("--max-concurrency", type=int, default=32, metavar="N",
                          help="questions answered at once (worker threads)")
+    program.add_argument("--lm-max-concurrency", type=int, default=None, metavar="N",
+                         help="LM requests in flight to the upstream endpoint (default: --max-concurrency; lower it "
+                              "for a rate-limited API)")
     program.add_argument("--max-queue", type=int, default=64, metavar="N",
                          help="questions waiting beyond --max-concurrency; past it, 503 with Retry-After")
     program.add_argument("--no-cache", action="store_true", help="bypass DSPy's LM cache")
@@ -90,13 +93,14 @@ def _serve_program(args: argparse.Namespace) -> int:
     from ragzoo.retrieval.server import run_app
     from ragzoo.serving import ProgramService, create_app
 
-    if args.max_concurrency < 1 or args.max_queue < 0:
-        raise ConfigError("--max-concurrency must be at least 1 and --max-queue at least 0")
+    lm_concurrency = args.max_concurrency if args.lm_max_concurrency is None else args.lm_max_concurrency
+    if args.max_concurrency < 1 or lm_concurrency < 1 or args.max_queue < 0:
+        raise ConfigError("--max-concurrency and --lm-max-concurrency must be at least 1 and --max-queue at least 0")
     for flag, value in (("--max-calls", args.max_calls), ("--max-cost", args.max_cost)):
         if value is not None and not value > 0:
             raise ConfigError(f"{flag} must be a positive number, got {value}")
     config = {"program": args.program, "lm": args.lm, "api_base": args.api_base, "retriever": args.retriever,
-              "knob": [], "no_cache": args.no_cache,
+              "knob": [], "no_cache": args.no_cache, "max_concurrency": lm_concurrency,
               "trust_retriever": args.trust_retriever}
     refuse_secrets({"api_base": args.api_base or ""})
     lm = build_lm(config)

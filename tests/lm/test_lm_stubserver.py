@@ -200,3 +200,139 @@ def test_server_binds_loopback_and_shuts_down():
     server.stop()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=0.5)
+
+
+# --- the asyncio server: HTTP details, many slow requests at once, stop, cheap token counts -----------------
+
+
+def _raw(server, data: bytes, *, replies: int = 1, timeout: float = 10) -> tuple[bytes, bool]:
+    """Send `data` on one connection; (everything read until `replies` replies came or the peer closed, closed?)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        received = b""
+        while received.count(b"HTTP/1.1 ") < replies or not _complete_replies(received, replies):
+            chunk = sock.recv(65536)
+            if not chunk:
+                return received, True
+            received += chunk
+        sock.settimeout(0.5)
+        try:
+            closed = sock.recv(1) == b""
+        except socket.timeout:
+            closed = False
+        return received, closed
+
+
+def _complete_replies(data: bytes, count: int) -> bool:
+    rest = data
+    for _ in range(count):
+        head, sep, rest = rest.partition(b"\r\n\r\n")
+        if not sep:
+            return False
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        if len(rest) < length:
+            return False
+        rest = rest[length:]
+    return True
+
+
+def _post(body: dict, extra: str = "", version: str = "HTTP/1.1") -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST /v1/chat/completions {version}\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n{extra}\r\n").encode() + data
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_keep_alive_connection_close_and_http_1_0():
+    with StubLMServer(responder="ok") as server:
+        two, closed = _raw(server, _post(CHAT) + _post(CHAT), replies=2)
+        assert two.count(b"HTTP/1.1 200 OK") == 2 and not closed  # keep-alive: both answered, still open
+        one, closed = _raw(server, _post(CHAT, "Connection: close\r\n"))
+        assert b"200 OK" in one and b"Connection: close" in one and closed
+        old, closed = _raw(server, _post(CHAT, version="HTTP/1.0"))
+        assert b"200 OK" in old and closed
+        assert server.requests == 4
+
+
+def test_malformed_requests_get_an_http_error_and_the_server_keeps_serving():
+    with StubLMServer(responder="ok") as server:
+        bad, closed = _raw(server, b"NONSENSE\r\n\r\n")
+        assert bad.startswith(b"HTTP/1.1 400") and closed
+        chunked, _ = _raw(server, b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        assert chunked.startswith(b"HTTP/1.1 400")
+        put, _ = _raw(server, b"PUT /v1/chat/completions HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        assert put.startswith(b"HTTP/1.1 501")
+        not_json, _ = _raw(server, b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 3\r\n\r\n{x}")
+        assert not_json.startswith(b"HTTP/1.1 400") and b"messages" in not_json
+        nowhere, _ = _raw(server, _post(CHAT).replace(b"/v1/chat/completions", b"/v1/nowhere", 1))
+        assert nowhere.startswith(b"HTTP/1.1 404")
+        assert server.requests == 0  # none of these reached the chat route
+        good, _ = _raw(server, _post(CHAT))
+        assert good.startswith(b"HTTP/1.1 200") and server.requests == 1
+
+
+def test_many_slow_requests_are_in_flight_at_once_on_one_thread():
+    import threading
+
+    with StubLMServer(responder="ok", latency=0.5) as server:
+        threads_before = threading.active_count()
+        results = []
+        with ThreadPoolExecutor(64) as pool:
+            results = list(pool.map(lambda _: _raw(server, _post(CHAT))[0], range(64)))
+            during = threading.active_count() - threads_before
+        assert server.max_in_flight == 64 and server.requests == 64
+    assert all(reply.startswith(b"HTTP/1.1 200") for reply in results)
+    assert during <= 64 + 1  # the pool's own threads; the server parks no thread per request
+
+
+def test_stop_ends_hung_and_held_back_replies():
+    import threading
+
+    server = StubLMServer(responder="ok", latency=30, faults=["hang"]).start()
+    outcomes = []
+
+    def ask():
+        outcomes.append(_raw(server, _post(CHAT), timeout=60))
+
+    clients = [threading.Thread(target=ask) for _ in range(2)]
+    for client in clients:
+        client.start()
+    while server.requests < 2:  # both requests are held: one hangs, one sleeps its 30 s latency
+        threading.Event().wait(0.01)
+    stopper = threading.Thread(target=server.stop)
+    stopper.start()
+    stopper.join(timeout=20)
+    for client in clients:
+        client.join(timeout=20)
+    assert not stopper.is_alive() and not any(client.is_alive() for client in clients)
+    assert outcomes == [(b"", True), (b"", True)]  # closed without a reply
+    assert server.in_flight == 0
+
+
+def test_usage_counts_are_cl100k_counts_and_repeat_exactly():
+    from ragzoo.engines import approx_tokens
+
+    system = "Your output fields are:\n1. `answer` (str):\nAll interactions will be structured"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Who wrote Ulysses? " * 7}]
+    with StubLMServer() as server:
+        client = urllib.request.Request(server.base_url + "/v1/chat/completions", data=json.dumps(
+            {"messages": messages}).encode(), headers={"Content-Type": "application/json"})
+        replies = []
+        for _ in range(3):
+            with urllib.request.urlopen(client) as response:
+                replies.append(json.load(response))
+    expected = approx_tokens(system) + approx_tokens(messages[1]["content"])
+    text = replies[0]["choices"][0]["message"]["content"]
+    assert [r["usage"]["prompt_tokens"] for r in replies] == [expected] * 3
+    assert [r["usage"]["completion_tokens"] for r in replies] == [approx_tokens(text)] * 3
+    assert json.loads(text) == {"answer": PLACEHOLDER_TEXT["answer"]}  # no completion marker: a JSON prompt
+    assert all(r["choices"][0]["message"]["content"] == text for r in replies)
+
+
+def test_a_port_in_use_fails_at_start():
+    with StubLMServer() as first:
+        with pytest.raises(OSError):
+            StubLMServer(port=first.port).start()

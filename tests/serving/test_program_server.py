@@ -193,3 +193,24 @@ def test_cli_serves_a_program_with_the_dry_run_lm_on_loopback(artifact, tmp_path
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+@pytest.mark.parametrize("flags, limit", [(["--max-concurrency", "24"], 24),
+                                          (["--max-concurrency", "24", "--lm-max-concurrency", "4"], 4)])
+def test_cli_lets_the_lm_keep_as_many_requests_in_flight_as_questions(artifact, monkeypatch, flags, limit):
+    """Each question waits on its LM: an LM limit below the question limit would cap throughput at
+    limit / latency (8 / 0.2 s = 40 q/s with make_lm's default), whatever --max-concurrency says."""
+    import ragzoo.retrieval.server
+    import ragzoo.serving
+    from ragzoo.cli import main
+    from ragzoo.endpoints import endpoint_of, limiter
+
+    served = {}
+    monkeypatch.setattr(ragzoo.serving, "create_app", lambda service: served.setdefault("service", service))
+    monkeypatch.setattr(ragzoo.retrieval.server, "run_app", lambda app, **kw: served.update(kw))
+    with StubLMServer() as lm_server:  # a fresh port: an endpoint limiter no other test shares
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-stub")
+        assert main(["serve", "--program", str(artifact), "--lm", "openai/stub", "--api-base",
+                     lm_server.base_url + "/v1", *flags]) == 0
+    assert limiter(endpoint_of(served["service"].lm)).limit == limit
+    assert served["service"].max_concurrency == 24 and served["host"] == "127.0.0.1"
