@@ -292,8 +292,9 @@ class BM25Retriever(BaseRetriever):
                        "when was the university founded")
 
     def warm_up(self) -> None:
-        """A few searches, single and batched: numba compiles its scorer on the first (~5 s), and the pages of
-        the memory-mapped index that common terms touch come in."""
+        """A few searches, single and batched: numba compiles the scorer's loops on the first (or loads them
+        from its disk cache), the common terms' largest weights are computed, and the pages of the
+        memory-mapped index that those terms touch come in."""
         for query in self.WARM_UP_QUERIES:
             self._search(query, 10)
         self._search_batch(list(self.WARM_UP_QUERIES), 10)

@@ -185,36 +185,38 @@ _COMPILED = None
 
 
 def _compiled():
+    """The numba versions of the loops below (compiled on first use; numba caches them on disk)."""
     global _COMPILED
     if _COMPILED is None:
         import numba
 
-        @numba.njit(nogil=True, cache=True)
-        def scan_into(indices, data, start, end, repeat, scratch, fresh):
-            found = 0
-            for j in range(start, end):
-                row = indices[j]
-                if scratch[row] == 0:
-                    fresh[found] = row
-                    found += 1
-                scratch[row] += data[j] * repeat
-            return found
-
-        @numba.njit(nogil=True, cache=True)
-        def add_to_reached(indices, data, start, end, repeat, scratch):
-            for j in range(start, end):
-                row = indices[j]
-                if scratch[row] > 0:
-                    scratch[row] += data[j] * repeat
-
-        @numba.njit(nogil=True, cache=True)
-        def still_in_reach_into(candidates, scratch, needed, kept):
-            found = 0
-            for row in candidates:
-                if scratch[row] >= needed:
-                    kept[found] = row
-                    found += 1
-            return found
-
-        _COMPILED = (scan_into, add_to_reached, still_in_reach_into)
+        jit = numba.njit(nogil=True, cache=True)
+        _COMPILED = (jit(_scan_into), jit(_add_to_reached), jit(_still_in_reach_into))
     return _COMPILED
+
+
+def _scan_into(indices, data, start, end, repeat, scratch, fresh):
+    found = 0
+    for j in range(start, end):
+        row = indices[j]
+        if scratch[row] == 0:
+            fresh[found] = row
+            found += 1
+        scratch[row] += data[j] * repeat
+    return found
+
+
+def _add_to_reached(indices, data, start, end, repeat, scratch):
+    for j in range(start, end):
+        row = indices[j]
+        if scratch[row] > 0:
+            scratch[row] += data[j] * repeat
+
+
+def _still_in_reach_into(candidates, scratch, needed, kept):
+    found = 0
+    for row in candidates:
+        if scratch[row] >= needed:
+            kept[found] = row
+            found += 1
+    return found

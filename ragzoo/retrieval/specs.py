@@ -1,8 +1,9 @@
 """Retrievers from spec strings.
 
-    bm25:<corpus.jsonl | index-dir>[?k1=0.9&b=0.4][&backend=numba]
+    bm25:<corpus.jsonl | index-dir>[?k1=0.9&b=0.4][&backend=numba][&threads=2]
                                                       the embedded default (no service needed); numba
-                                                      scores ~25x faster after a ~5 s JIT warm-up
+                                                      compiles the scorer's loops (faster on big corpora);
+                                                      threads answer a batch's queries in parallel
     dense:<corpus.jsonl | index-dir>[?model=NAME]     sentence-transformers + faiss
     hybrid:<corpus.jsonl>[?model=NAME]                reciprocal-rank fusion of bm25 and dense
     colbertv2:http://host:port/path                   the ColBERTv2 REST API (e.g. `ragzoo serve`)
@@ -61,6 +62,11 @@ def make_retriever(spec: str, **kwargs) -> Retriever:
 
         target, options = _split_options(rest)
         backend = options.pop("backend", "numpy")
+        threads = options.pop("threads", None)
+        if threads is not None:
+            if not threads.isdigit() or not 1 <= int(threads) <= 64:
+                raise ConfigError(f"retriever spec {spec!r}: threads must be a whole number from 1 to 64")
+            kwargs.setdefault("n_threads", int(threads))
         settings = replace(BM25Settings(), **_float_options(options, ("k1", "b"), spec))
         return BM25Retriever.from_corpus(target, settings=settings, spec=spec, backend=backend, **kwargs)
     if scheme == "dense":

@@ -117,3 +117,19 @@ def test_scratch_is_reset_between_queries(index):
     assert first[0].tolist() == again[0].tolist() and np.array_equal(first[1], again[1])
     assert not pruned._scratch().any()
     assert pruned.top_k([], 5)[0].tolist() == []
+
+
+def test_threads_option_answers_batches_on_a_pool_with_the_same_results(index):
+    from ragzoo.errors import ConfigError
+    from ragzoo.retrieval import make_retriever
+
+    plain = make_retriever(f"bm25:{index}")
+    pooled = make_retriever(f"bm25:{index}?threads=2")
+    assert (plain.n_threads, pooled.n_threads) == (0, 2)
+    queries = _queries(np.random.default_rng(3), 40)
+    assert [[p.pid for p in r] for r in pooled.batch(queries, 10)] == \
+        [[p.pid for p in r] for r in plain.batch(queries, 10)]
+    assert pooled._pool is not None  # the batch really went through the pool
+    for bad in ("0", "two", "-1", "65"):
+        with pytest.raises(ConfigError, match="threads must be"):
+            make_retriever(f"bm25:{index}?threads={bad}")
