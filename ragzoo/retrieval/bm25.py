@@ -185,15 +185,20 @@ def _write_score_matrix(folder: Path, settings: BM25Settings, doc_freq: np.ndarr
 
 def _release_pages(*arrays) -> None:
     """Unmap the resident pages of file-backed memory maps (MADV_DONTNEED; Linux, Python >= 3.8)."""
+    _advise(*arrays, advice="MADV_DONTNEED")
+
+
+def _advise(*arrays, advice: str) -> None:
+    """madvise(`advice`) on the np.memmap `arrays` (Linux, Python >= 3.8); a no-op for anything else."""
     import mmap
 
-    advice = getattr(mmap, "MADV_DONTNEED", None)
+    flag = getattr(mmap, advice, None)
     for array in arrays:
         handle = getattr(array, "_mmap", None)
-        if advice is None or handle is None:
+        if flag is None or handle is None:
             continue
         try:
-            handle.madvise(advice)
+            handle.madvise(flag)
         except (OSError, ValueError):
             pass
 
@@ -294,7 +299,9 @@ class BM25Retriever(BaseRetriever):
     def warm_up(self) -> None:
         """A few searches, single and batched: numba compiles the scorer's loops on the first (or loads them
         from its disk cache), the common terms' largest weights are computed, and the pages of the
-        memory-mapped index that those terms touch come in."""
+        memory-mapped index that those terms touch come in. The whole score matrix is also advised
+        MADV_WILLNEED, so the kernel reads it into the page cache in the background instead of query by query."""
+        _advise(self.model.scores.get("data"), self.model.scores.get("indices"), advice="MADV_WILLNEED")
         for query in self.WARM_UP_QUERIES:
             self._search(query, 10)
         self._search_batch(list(self.WARM_UP_QUERIES), 10)

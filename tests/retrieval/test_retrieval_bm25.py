@@ -174,3 +174,20 @@ def test_numba_backend_ranks_like_numpy(tmp_path):
             {p.pid for p in expected if round(p.score, 4) > cutoff}
     with pytest.raises(Exception, match="numpy or numba"):
         make_retriever(f"bm25:{corpus}?backend=gpu")
+
+
+def test_warm_up_asks_the_kernel_to_read_the_score_matrix_ahead(corpus, monkeypatch):
+    import mmap
+
+    import ragzoo.retrieval.bm25 as bm25
+
+    advised = []
+    retriever = make_retriever(f"bm25:{corpus}", show_progress=False)
+    real_advise = bm25._advise
+    monkeypatch.setattr(bm25, "_advise", lambda *arrays, advice: (advised.append((arrays, advice)),
+                                                                   real_advise(*arrays, advice=advice)))
+    retriever.warm_up()
+    (arrays, advice), = advised
+    assert advice == "MADV_WILLNEED" and hasattr(mmap, advice)
+    assert arrays[0] is retriever.model.scores["data"] and arrays[1] is retriever.model.scores["indices"]
+    assert all(getattr(array, "_mmap", None) is not None for array in arrays)  # real maps, so the advice lands
