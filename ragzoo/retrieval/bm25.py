@@ -28,6 +28,7 @@ from ragzoo.retrieval.base import BaseRetriever, Passage
 from ragzoo.retrieval.store import PassageStore, PassageStoreWriter
 
 BACKEND = "bm25"
+TERM_MAX = "term_max.npy"
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
         lengths = np.concatenate(doc_lengths)
         nnz = np.concatenate(doc_nnz)
         _write_score_matrix(staging, settings, doc_freq[:len(vocab)], lengths, nnz, show_progress)
+        _write_term_max(staging)
         _write_bm25s_params(staging, settings, num_docs, vocab)
         for spool in ("spool.terms.i32", "spool.tfs.f32"):
             (staging / spool).unlink()
@@ -124,7 +126,7 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
                 "settings": asdict(settings), "versions": _versions(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "build_seconds": round(time.perf_counter() - started, 3),
                 "files": "bm25s index (data/indices/indptr .csc.index.npy, vocab.index.json, params.index.json) "
-                         "+ passages.jsonl with passage_offsets.npy"}
+                         "+ term_max.npy (largest weight per term) + passages.jsonl with passage_offsets.npy"}
         index_cache.publish(staging, out_dir, meta)
         return meta
     except BaseException:
@@ -181,6 +183,17 @@ def _write_score_matrix(folder: Path, settings: BM25Settings, doc_freq: np.ndarr
     data.flush()
     indices.flush()
     del data, indices, terms_all, tfs_all
+
+
+def _write_term_max(folder: Path) -> None:
+    """`term_max.npy`: every term's largest weight, the bounds the pruned scorer needs (its columns are sorted,
+    as `_write_score_matrix` writes them). Not a bm25s file: bm25s ignores it."""
+    from ragzoo.retrieval.bm25_topk import term_maxima
+
+    data = np.load(folder / "data.csc.index.npy", mmap_mode="r")
+    np.save(folder / TERM_MAX, term_maxima(data, np.load(folder / "indptr.csc.index.npy")))
+    _release_pages(data)
+    del data
 
 
 def _release_pages(*arrays) -> None:
@@ -266,8 +279,9 @@ class BM25Retriever(BaseRetriever):
             from ragzoo.retrieval.bm25_topk import PrunedTopK
 
             scores = self.model.scores
+            term_max = np.load(self.index_dir / TERM_MAX) if (self.index_dir / TERM_MAX).exists() else None
             self.pruned = PrunedTopK(scores["data"], scores["indices"], scores["indptr"], scores["num_docs"],
-                                     kernels=self.backend)
+                                     kernels=self.backend, term_max=term_max)
         elif self.backend == "numba":
             self.model.backend = "numba"
             self.model.activate_numba_scorer()

@@ -34,12 +34,15 @@ class PrunedTopK:
     """
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
-                 kernels: str = "numpy"):
+                 kernels: str = "numpy", term_max: np.ndarray | None = None):
         self.kernels = NumbaKernels() if kernels == "numba" else NumpyKernels()
         # plain views of the memory maps: slicing a np.memmap costs a Python-level __array_finalize__ each time
         self.data, self.indices, self.indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
         self.num_docs = int(num_docs)
         self._term_stats: dict[int, tuple[float, bool]] = {}
+        # every term's largest weight, as ragzoo's builder writes it (`term_max.npy`, whose columns are sorted);
+        # without it each term's column is read once, on first use, for its largest weight and its order
+        self.term_max = None if term_max is None else np.asarray(term_max, dtype=np.float64)
         self._local = threading.local()
         # running totals, for benchmarks and tests: postings added in full vs terms only looked up
         self.postings_scanned = 0
@@ -53,6 +56,8 @@ class PrunedTopK:
 
     def _stats(self, term: int) -> tuple[float, bool]:
         """(largest weight, rows sorted) of a term's column, computed on first use and kept."""
+        if self.term_max is not None:
+            return float(self.term_max[term]), True
         stats = self._term_stats.get(term)
         if stats is None:
             start, end = int(self.indptr[term]), int(self.indptr[term + 1])
@@ -220,3 +225,13 @@ def _still_in_reach_into(candidates, scratch, needed, kept):
             kept[found] = row
             found += 1
     return found
+
+
+def term_maxima(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """Each column's largest weight (0 for an empty column): one sequential pass over `data`."""
+    indptr = np.asarray(indptr)
+    maxima = np.zeros(len(indptr) - 1, dtype=np.float32)
+    nonempty = np.flatnonzero(indptr[1:] > indptr[:-1])
+    if len(nonempty):
+        maxima[nonempty] = np.maximum.reduceat(data, indptr[nonempty])
+    return maxima

@@ -112,7 +112,10 @@ def _versions(engine: str = DEFAULT_ENGINE) -> dict:
     if engine != "torch":
         import onnxruntime
 
+        from ragzoo.retrieval.onnx_embed import RECIPE
+
         versions["onnxruntime"] = onnxruntime.__version__
+        versions["onnx_recipe"] = RECIPE  # an index embedded by another export recipe is rebuilt, not mixed
     return versions
 
 

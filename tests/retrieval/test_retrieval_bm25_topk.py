@@ -133,3 +133,21 @@ def test_threads_option_answers_batches_on_a_pool_with_the_same_results(index):
     for bad in ("0", "two", "-1", "65"):
         with pytest.raises(ConfigError, match="threads must be"):
             make_retriever(f"bm25:{index}?threads={bad}")
+
+
+def test_the_build_writes_each_terms_largest_weight_and_the_scorer_uses_it(index):
+    retriever = BM25Retriever(index)
+    written = np.load(index / "term_max.npy")
+    data, indptr = retriever.model.scores["data"], retriever.model.scores["indptr"]
+    assert len(written) == len(indptr) - 1
+    for term in range(len(written)):
+        column = data[indptr[term]:indptr[term + 1]]
+        assert written[term] == (column.max() if len(column) else 0)
+    assert retriever.pruned.term_max is not None
+    # without the file (an index built before it existed) the bounds come from the columns, same results
+    lazy = PrunedTopK(data, retriever.model.scores["indices"], indptr, len(retriever))
+    for query in _queries(np.random.default_rng(5), 30):
+        ids = retriever.tokenize([query])[0]
+        got, expected = lazy.top_k(ids, 10), retriever.pruned.top_k(ids, 10)
+        assert got[0].tolist() == expected[0].tolist() and np.array_equal(got[1], expected[1])
+    assert lazy._term_stats and not retriever.pruned._term_stats
