@@ -149,9 +149,10 @@ class NumpyKernels:
         """Add a column's weights to `scratch`; return the rows it reached first (weights are positive, so
         zero means not reached yet)."""
         rows, weights = indices[start:end], data[start:end]
-        fresh = rows[scratch[rows] == 0]
-        # a column lists each passage once, so a fancy-indexed add is exact (no np.add.at needed)
-        scratch[rows] += weights * repeat if repeat != 1 else weights
+        partial = scratch[rows]
+        fresh = rows[partial == 0]
+        # a column lists each passage once, so writing the sums back is exact (no np.add.at needed)
+        scratch[rows] = partial + (weights * repeat if repeat != 1 else weights)
         return fresh
 
     @staticmethod
@@ -164,8 +165,8 @@ class NumpyKernels:
         """Add a column's weights to the rows already reached (nonzero). A reached row that was since dropped
         from the candidates only gains weight nobody reads."""
         rows = indices[start:end]
-        known = scratch[rows] > 0
-        scratch[rows[known]] += data[start:end][known] * repeat
+        partial = scratch[rows]
+        scratch[rows] = np.where(partial > 0, partial + data[start:end] * repeat, partial)
 
 
 class NumbaKernels:
