@@ -68,11 +68,18 @@ def test_same_top_k_as_bm25s_exhaustive(index, kernels):
 def test_frequent_terms_are_looked_up_not_scanned(index, kernels):
     retriever = BM25Retriever(index, backend=kernels)
     pruned = retriever.pruned
-    ids = retriever.tokenize(["name3 river city"])[0]
+    lengths = {f"name{i}": int(np.diff(pruned.indptr[retriever.tokenize([f"name{i}"])[0][0]:][:2])[0])
+               for i in range(60) if retriever.tokenize([f"name{i}"])[0]}
+    rare_name = min((name for name, n in lengths.items() if n >= 3), key=lengths.get)
+    ids = retriever.tokenize([f"{rare_name} river city"])[0]
     starts, ends = pruned.indptr[ids], pruned.indptr[np.asarray(ids) + 1]
     rare = int(min(ends - starts))
     before_scanned, before_searched = pruned.postings_scanned, pruned.terms_searched
+    passes = []  # few candidates against long columns: binary search, never a pass over a whole column
+    real_pass = pruned.kernels.add_to_reached
+    pruned.kernels.add_to_reached = lambda *args: (passes.append(args[2:4]), real_pass(*args))
     rows, _scores = pruned.top_k(ids, 3)
+    assert passes == []
     assert len(rows) == 3
     # only the rare name's postings were added in full; the two common words were searched for candidates
     assert pruned.postings_scanned - before_scanned == rare
