@@ -1,5 +1,6 @@
-"""Offline stand-ins for tests, notebooks and benchmarks: a scripted LM that answers per predictor, and a
-static retriever. Both go through the real DSPy and ragzoo code paths."""
+"""Offline stand-ins for tests, notebooks and benchmarks: a scripted LM that answers per predictor, a static
+retriever (both go through the real DSPy and ragzoo code paths), and a loopback HTTP server for hand-written
+`http.server` handlers (fake upstreams that misbehave at the protocol level)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,27 @@ def make_passages(n: int, prefix: str = "Doc") -> list[Passage]:
     """n distinct passages `Doc 0 | text of doc 0`, ... for tests."""
     return [Passage(pid=str(i), title=f"{prefix} {i}", text=f"text of {prefix.lower()} {i}", score=float(n - i))
             for i in range(n)]
+
+
+class LoopbackHTTPServer:
+    """`handler` (a `http.server.BaseHTTPRequestHandler` class) served on 127.0.0.1, on a free port, by a
+    daemon thread while the context is open; `base_url` is `http://127.0.0.1:PORT` (no trailing slash)."""
+
+    def __init__(self, handler: type):
+        from http.server import ThreadingHTTPServer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 import dspy
@@ -18,11 +17,12 @@ from ragzoo import programs
 from ragzoo.lm import make_lm
 from ragzoo.retrieval import make_retriever
 from ragzoo.runs import evaluate
+from ragzoo.testing import LoopbackHTTPServer
 
 BAD = "item 1?"
 
 
-class FaultyColBERT:
+class FaultyColBERT(LoopbackHTTPServer):
     """A loopback ColBERTv2 REST server that answers well, except for queries containing BAD (`mode`)."""
 
     def __init__(self, mode: str, slow_seconds: float = 1.0):
@@ -67,18 +67,8 @@ class FaultyColBERT:
                 except OSError:  # the client gave up (timeout) and closed the connection
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
+        self.url = self.base_url + "/"
 
 
 def _examples(n=3):

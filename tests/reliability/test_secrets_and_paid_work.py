@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import errno
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+from ragzoo.testing import LoopbackHTTPServer
+
 KEY = "plainsecretvalue0123456789"  # not shaped like a provider key: only its value can be recognised
 
 
-class _EchoingServer:
+class _EchoingServer(LoopbackHTTPServer):
     """An OpenAI-compatible server that refuses every completion, echoing the key it was sent (as OpenAI's
     'Incorrect API key provided: ...' does); /models answers so the endpoint check passes."""
 
@@ -46,20 +47,7 @@ class _EchoingServer:
                                                       f"API key at {self.path}", "type": "invalid_request_error",
                                            "code": "invalid_api_key"}})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        super().__init__(Handler)
 
 
 def _files_text(folder: Path) -> str:

@@ -10,11 +10,12 @@ import os
 import subprocess
 import sys
 import tarfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from ragzoo.testing import LoopbackHTTPServer
 
 
 # -- a loopback stand-in for the Hugging Face hub ----------------------------------------------------
@@ -50,7 +51,7 @@ def wiki17_tarball(sample: Path, n: int = 200, member: str = "wiki.abstracts.201
     return buffer.getvalue(), rows
 
 
-class FakeHub:
+class FakeHub(LoopbackHTTPServer):
     def __init__(self, content: bytes, repo: str = "dspy/cache", filename: str = "wiki.abstracts.2017.tar.gz"):
         self.content = content
         self.etag = hashlib.sha256(content).hexdigest()
@@ -126,22 +127,11 @@ class FakeHub:
                     return
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> "FakeHub":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return self.base_url
 
 
 # -- tests --------------------------------------------------------------------------------------------
