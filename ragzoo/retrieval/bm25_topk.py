@@ -61,8 +61,7 @@ class PrunedTopK:
         stats = self._term_stats.get(term)
         if stats is None:
             start, end = int(self.indptr[term]), int(self.indptr[term + 1])
-            rows = np.asarray(self.indices[start:end])
-            weights = np.asarray(self.data[start:end])
+            rows, weights = self.indices[start:end], self.data[start:end]
             stats = (float(weights.max()) if end > start else 0.0, bool(np.all(rows[1:] > rows[:-1])))
             self._term_stats[term] = stats
         return stats
