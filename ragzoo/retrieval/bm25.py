@@ -87,7 +87,7 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
         doc_freq = np.zeros(1 << 16, dtype=np.int64)
         total = count_lines(corpus) if show_progress else None
         progress = tqdm(total=total, desc=f"bm25 index {corpus.name}", unit="doc", disable=not show_progress)
-        for chunk in _chunks(iter_corpus(corpus), chunk_size):
+        for chunk in _chunks(iter_corpus(corpus, progress=progress), chunk_size):
             for passage in chunk:
                 store.add(passage.pid, passage.title, passage.text)
             token_ids = list(tokenizer.streaming_tokenize([p.long_text for p in chunk], update_vocab=True,

@@ -146,7 +146,7 @@ def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, f
         progress = tqdm(total=total, desc=f"dense index {corpus.name}", unit="doc", disable=not show_progress)
         dim = None
         with open(staging / EMBEDDINGS_FILE, "wb") as sink:
-            iterator = iter(iter_corpus(corpus))
+            iterator = iter(iter_corpus(corpus, progress=progress))
             while chunk := list(itertools.islice(iterator, chunk_size)):
                 for passage in chunk:
                     store.add(passage.pid, passage.title, passage.text)

@@ -50,7 +50,8 @@ def test_blank_lines_keep_line_numbers(tmp_path):
 
 @pytest.mark.parametrize("rows, message", [
     ([{"id": "1", "title": "A", "text": "x"}, '{"id": "2", "title": "B", '], r"c\.jsonl:2: malformed JSON"),
-    ([{"id": "1", "text": "x"}], r"c\.jsonl:1: missing string field 'title'"),
+    ([{"id": "1", "title": 3, "text": "x"}], r"c\.jsonl:1: field 'title' must be a string"),
+    ([{"text": ["no", "title"]}], r"c\.jsonl:1: missing string field 'title'"),
     ([{"id": "1", "title": "A"}], r"c\.jsonl:1: missing field 'text'"),
     ([{"id": "1", "title": "A", "text": ["ok", 3]}], r"c\.jsonl:1: field 'text' must be a string or a list"),
     ([{"id": "1", "title": "A", "text": "x"}, {"id": "1", "title": "B", "text": "y"}], r"c\.jsonl:2: duplicate id '1'"),
@@ -61,6 +62,61 @@ def test_corpus_errors(tmp_path, rows, message):
     path = write_lines(tmp_path / "c.jsonl", rows)
     with pytest.raises(DataError, match=message):
         list(iter_corpus(path))
+
+
+def test_colbert_style_lines_split_the_title_and_keep_their_ids(tmp_path):
+    # ColBERTv2's collections: {"id"|"pid", "text": "Title | abstract"}; the collection's own ids stay the pids
+    path = write_lines(tmp_path / "wiki17.jsonl", [
+        {"id": 4021, "text": "Ed Wood | Edward Davis Wood Jr. was an American filmmaker. A | B"},
+        {"pid": "77", "text": "Scott Derrickson | Scott Derrickson is a director."},
+        {"id": "x9", "text": "no title separator here"},
+    ])
+    passages = list(iter_corpus(path))
+    assert [(p.pid, p.title) for p in passages] == [("4021", "Ed Wood"), ("77", "Scott Derrickson"), ("x9", "")]
+    assert passages[0].text == "Edward Davis Wood Jr. was an American filmmaker. A | B"  # split at the first " | "
+    assert passages[0].long_text == "Ed Wood | Edward Davis Wood Jr. was an American filmmaker. A | B"
+
+
+def test_own_ids_win_over_line_numbers(tmp_path):
+    # `id`, else `pid` (the original collection's id), else `_id` (BEIR), else the 0-based line index
+    path = write_lines(tmp_path / "c.jsonl", [{"pid": 12, "title": "A", "text": "x"},
+                                              {"_id": "doc3", "title": "B", "text": "y"},
+                                              {"title": "C", "text": ["z"]},
+                                              {"id": "k", "pid": 5, "title": "D", "text": "w"}])
+    passages = list(iter_corpus(path, with_meta=True))
+    assert [p.pid for p in passages] == ["12", "doc3", "2", "k"]
+    assert passages[3].meta == {"pid": 5}  # the other id is kept as metadata
+    dup = write_lines(tmp_path / "dup.jsonl", [{"pid": 1, "title": "A", "text": "x"}, {"pid": 1, "title": "B",
+                                                                                      "text": "y"}])
+    with pytest.raises(DataError, match=r"dup\.jsonl:2: duplicate id '1'"):
+        list(iter_corpus(dup))
+
+
+def test_tsv_collections(tmp_path):
+    # DPR's psgs_w100.tsv (header, quoted text, title column) and ColBERT's collection.tsv (pid, "Title | text")
+    dpr = tmp_path / "psgs_w100.tsv"
+    dpr.write_text('id\ttext\ttitle\n1\t"Aaron ( or ; ""Ahärôn"") is a prophet."\tAaron\n2\tplain text\tB\n',
+                   encoding="utf-8")
+    assert [(p.pid, p.title, p.text) for p in iter_corpus(dpr)] == [
+        ("1", "Aaron", 'Aaron ( or ; "Ahärôn") is a prophet.'), ("2", "B", "plain text")]
+    colbert = write_lines(tmp_path / "collection.tsv", ["0\tEd Wood | Edward Wood was a filmmaker.",
+                                                        "1\tOnly text"])
+    assert [(p.pid, p.title, p.text) for p in iter_corpus(colbert)] == [
+        ("0", "Ed Wood", "Edward Wood was a filmmaker."), ("1", "", "Only text")]
+    bad = write_lines(tmp_path / "bad.tsv", ["0\tA | x", "just one field"])
+    with pytest.raises(DataError, match=r"bad\.tsv:2: expected 'pid<TAB>text' or 'pid<TAB>text<TAB>title'"):
+        list(iter_corpus(bad))
+
+
+def test_bad_line_error_starts_on_a_fresh_line_after_the_progress_bar(tmp_path, capsys):
+    from ragzoo.cli import main
+
+    path = write_lines(tmp_path / "c.jsonl", [{"id": "1", "title": "A", "text": "x"}, '{"id": "2", "title"'])
+    assert main(["index", "build", "--corpus", str(path), "--out", str(tmp_path / "idx")]) != 0
+    err = capsys.readouterr().err
+    assert "bm25 index" in err  # the bar was shown ...
+    line = next(line for line in err.splitlines() if "error:" in line)
+    assert line.startswith("ragzoo index: error: ") and "c.jsonl:2: malformed JSON" in line  # ... and ended first
 
 
 def test_missing_empty_and_non_utf8_corpus(tmp_path):
