@@ -325,9 +325,147 @@ def test_unpack_stops_midway_leaves_no_partial_and_no_corpus(tmp_path, tarball):
     target = tmp_path / "out" / "wiki.abstracts.2017.jsonl"
     with pytest.raises(DataError, match="damaged or incomplete"):
         fetch.unpack(archive, "wiki.abstracts.2017.jsonl", target, progress=False)
-    assert not target.exists() and not list(target.parent.iterdir())
+    assert not target.parent.exists()  # no partial file, and not the folder the unpack made
 
 
 def test_unknown_corpus_name_lists_the_known_ones(tmp_path):
     done = _cli(["corpus", "fetch", "wiki18", "--quiet"], _env(tmp_path, None, offline=True))
     assert done.returncode == 2 and "wiki17-abstracts" in done.stderr
+
+
+# -- bounded unpacking, pinned digests ------------------------------------------------------------------
+# Corpora registered for a test only (monkeypatch.setitem on fetch.CORPORA): each is served by the loopback
+# hub under its own repo/file, with a pin and a size bound of the test's choosing.
+
+
+def _tar_gz(members: list[tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+def _register(monkeypatch, name: str, **pins):
+    from ragzoo.retrieval import fetch
+
+    src = fetch.CorpusSource(name=name, repo_id="tests/tiny", filename=f"{name}.tar.gz", member=f"{name}.jsonl",
+                             **pins)
+    monkeypatch.setitem(fetch.CORPORA, name, src)
+    return src
+
+
+def _fetch_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    from ragzoo.cli import main
+
+    code = main(["corpus", "fetch", *args, "--quiet"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("unpacking ")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+ROW = b'{"title": "T", "text": ["some text"]}\n'
+
+
+def test_a_gzip_bomb_stops_at_the_known_size_and_leaves_nothing(online, monkeypatch, capsys):
+    from ragzoo.retrieval import fetch
+
+    bomb = _tar_gz([("tiny.jsonl", b"\0" * (4 << 20))])  # 4 MiB of zeros: about 4 KB compressed
+    _register(monkeypatch, "tiny", sha256=hashlib.sha256(bomb).hexdigest(), max_unpacked_bytes=64 << 10)
+    with FakeHub(bomb, repo="tests/tiny", filename="tiny.tar.gz") as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, out, err = _fetch_cli(["tiny"], capsys)
+    assert code != 0 and "fetched" not in out
+    line = _one_line(err)
+    assert "more than" in line and "tiny" in line
+    assert not (online / "corpora" / "tiny").exists()  # no partial file, no folder
+    assert not fetch.is_complete(fetch.corpus_path("tiny"))
+
+
+def test_a_bomb_in_another_member_of_an_unsized_corpus_hits_the_ratio_cap(online, monkeypatch, capsys):
+    from ragzoo.retrieval import fetch
+
+    monkeypatch.setattr(fetch, "MIN_UNPACK_LIMIT", 1 << 20)
+    bomb = _tar_gz([("padding.bin", b"\0" * (8 << 20)), ("tiny.jsonl", ROW)])
+    _register(monkeypatch, "tiny", sha256=hashlib.sha256(bomb).hexdigest())
+    with FakeHub(bomb, repo="tests/tiny", filename="tiny.tar.gz") as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, out, err = _fetch_cli(["tiny"], capsys)
+    assert code != 0
+    assert "more than" in _one_line(err)
+    assert not (online / "corpora" / "tiny").exists()
+
+
+def test_a_pinned_corpus_is_verified_by_its_pin_when_the_hub_gives_no_sha256(online, monkeypatch, capsys):
+    from ragzoo.retrieval import fetch
+
+    content = _tar_gz([("tiny.jsonl", ROW)])
+    _register(monkeypatch, "tiny", sha256=hashlib.sha256(content).hexdigest())
+    with FakeHub(content, repo="tests/tiny", filename="tiny.tar.gz") as hub:
+        hub.etag = "5d41402abc4b2a76b9719d911017c592"  # a mirror's ETag that is no sha256
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, out, err = _fetch_cli(["tiny"], capsys)
+    assert code == 0, err
+    path = fetch.corpus_path("tiny")
+    marker = json.loads(path.with_name(path.name + ".ragzoo.json").read_text())
+    assert marker["verified"] is True and marker["verified_by"] == "pin"
+    assert path.read_bytes() == ROW
+
+
+def test_an_archive_that_does_not_match_its_pin_is_refused_before_download(online, monkeypatch, capsys):
+    from ragzoo.retrieval import fetch
+
+    content = _tar_gz([("tiny.jsonl", ROW)])
+    _register(monkeypatch, "tiny", sha256=hashlib.sha256(b"the archive ragzoo knows").hexdigest())
+    with FakeHub(content, repo="tests/tiny", filename="tiny.tar.gz") as hub:  # ETag: the served file's sha256
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, out, err = _fetch_cli(["tiny"], capsys)
+        gets = [r for r in hub.requests if r[0] == "GET"]
+    assert code != 0 and not gets  # refused on the hub's word alone: nothing downloaded
+    line = _one_line(err)
+    assert "pin" in line and "tiny" in line
+    assert not fetch.corpus_path("tiny").exists()
+
+
+def test_a_mismatching_archive_behind_a_non_sha256_etag_is_refused_and_removed(online, monkeypatch, capsys):
+    from ragzoo.retrieval import fetch
+
+    content = _tar_gz([("tiny.jsonl", ROW)])
+    _register(monkeypatch, "tiny", sha256=hashlib.sha256(b"the archive ragzoo knows").hexdigest())
+    with FakeHub(content, repo="tests/tiny", filename="tiny.tar.gz") as hub:
+        hub.etag = "5d41402abc4b2a76b9719d911017c592"
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, out, err = _fetch_cli(["tiny"], capsys)
+    assert code != 0
+    assert "integrity" in _one_line(err)
+    assert not fetch.corpus_path("tiny").exists()
+    assert not [p for p in (online / "hub").rglob("*") if p.is_file() and p.name.endswith(".tar.gz")]
+
+
+def test_an_unverifiable_download_is_refused_unless_allowed(online, monkeypatch, capsys):
+    from ragzoo.retrieval import fetch
+
+    content = _tar_gz([("tiny.jsonl", ROW)])
+    _register(monkeypatch, "tiny")  # no pin
+    with FakeHub(content, repo="tests/tiny", filename="tiny.tar.gz") as hub:
+        hub.etag = "5d41402abc4b2a76b9719d911017c592"
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        code, out, err = _fetch_cli(["tiny"], capsys)
+        assert code != 0 and not [r for r in hub.requests if r[0] == "GET"]
+        line = _one_line(err)
+        assert "--allow-unverified" in line and "sha256" in line
+        assert not fetch.corpus_path("tiny").exists()
+
+        code, out, err = _fetch_cli(["tiny", "--allow-unverified"], capsys)
+    assert code == 0, err
+    assert "unverified" in out.lower()  # said where it is seen, not only in the hidden marker
+    path = fetch.corpus_path("tiny")
+    assert json.loads(path.with_name(path.name + ".ragzoo.json").read_text())["verified"] is False
