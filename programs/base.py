@@ -147,12 +147,20 @@ def read_yes_no(text) -> str | None:
     return None if value is None else ("yes" if value else "no")
 
 
+def _abstains(text) -> bool:
+    """The reply is the literal abstention "unknown" (an empty reply stays unreadable: it is re-asked)."""
+    from ragzoo.metrics.rates import is_unknown
+
+    return isinstance(text, str) and bool(text.strip()) and is_unknown(text)
+
+
 class YesNoPredict(dspy.Predict):
     """A predictor whose signature types a field `Literal["yes", "no"]` (so the prompt, the dry-run LM and
     `ragzoo methods` see the two values), read leniently: the LM's text is parsed as a string and mapped by
     `read_yes_no`, so "Yes", "No." or "yes, because ..." (the casing and punctuation the papers' own prompts
-    invite: "either Yes or No") count as yes/no instead of failing to parse. An answer that reads as neither
-    still raises DSPy's `AdapterParseError`, as a strict Literal would."""
+    invite: "either Yes or No") count as yes/no instead of failing to parse. "unknown" is an abstention, kept
+    as the answer "unknown" (it scores 0 and counts toward %Unk, as in `ragzoo.metrics.rates`). An answer that
+    reads as none of these still raises DSPy's `AdapterParseError`, as a strict Literal would."""
 
     field_name = "answer"
 
@@ -168,6 +176,10 @@ class YesNoPredict(dspy.Predict):
         prediction = super().forward(signature=loose, **kwargs)
         raw = prediction.get(self.field_name)
         value = read_yes_no(raw)
+        if value is None and _abstains(raw):
+            from ragzoo.metrics.rates import UNKNOWN
+
+            value = UNKNOWN  # an answer that scores 0 and counts toward %Unk, not a parse failure
         if value is None:
             raise AdapterParseError(adapter_name="YesNoPredict", signature=declared, lm_response=str(raw),
                                     message=f"{self.field_name} {raw!r} reads as neither yes nor no")

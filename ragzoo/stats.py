@@ -15,6 +15,11 @@ question (0/1 for EM or accuracy, [0, 1] for F1); a failed example scores 0, as 
   ((hits + 1) / (R + 1)), never 0.
 - `compare(a, b)`: all of it in one `Comparison` (difference, its CI, p-value, the test's name, counts of
   questions where the runs disagree).
+- `holm(p_values)`: Holm's step-down adjustment of a family of p-values (several methods tested against one),
+  and `format_p(p)`: "< 0.0001" below what four decimals can show, never "0.0000".
+
+The bootstrap resamples positions, so callers pass scores in a canonical order (sorted by question): the same
+scores then give the same interval whatever order the predictions were written in.
 """
 
 from __future__ import annotations
@@ -160,6 +165,31 @@ def compare(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95,
                                                                        f" ({permutations} random sign flips)"),
                       exact=exact, a_better=int(np.sum(diffs > 0)), b_better=int(np.sum(diffs < 0)),
                       ties=int(np.sum(diffs == 0)))
+
+
+P_FLOOR = 0.0001  # below this a p-value prints as "< 0.0001" (four decimals would show 0.0000)
+HOLM_NAME = "Holm-adjusted"
+
+
+def format_p(p: float) -> str:
+    """A p-value as a table shows it: four decimals, or "< 0.0001" for one that would print as 0.0000."""
+    return f"< {P_FLOOR:.4f}" if p < P_FLOOR else f"{p:.4f}"
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error), in the order given: the i-th smallest of m is
+    multiplied by m - i + 1, made monotone (never below an earlier adjusted value) and capped at 1. The same
+    values as statsmodels' `multipletests(p, method="holm")[1]`."""
+    values = [float(p) for p in p_values]
+    if any(not 0.0 <= p <= 1.0 or math.isnan(p) for p in values):
+        raise ValueError("p-values must lie in [0, 1]")
+    m = len(values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: values[i])):
+        running = max(running, min(1.0, (m - rank) * values[index]))
+        adjusted[index] = running
+    return adjusted
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

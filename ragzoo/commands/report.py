@@ -3,14 +3,24 @@
 - The metrics table: method (with the knobs that tell same-method runs apart), n done, every metric (mean with
   a seeded 95% bootstrap CI over questions with `--ci`), LM calls, tokens, cost per question, failures;
   partial runs (n done < n asked, or killed before their summary) and mostly-failed runs are marked.
-- The runs table: dataset/split, LM, optimizer, n done / n asked, failures, mean latency, status.
-- Runs that answered different questions are said to: how many questions all of them share; `--shared` puts
-  every run's means on those shared questions only.
+- The runs table: dataset/split, LM with its endpoint (no credentials) and adapter, optimizer, n done / n
+  asked, failures, mean latency, status. Tokens and cost are shown twice, labelled: spent (cache hits are
+  free) and as if uncached (what the same calls cost without the cache).
+- A question is its id AND a hash of its normalised text and gold answers (`question_key`): two data files
+  that number different questions 0..n share no question. Runs that answered different questions are said
+  to: how many questions all of them share; `--shared` puts every run's means on those shared questions only
+  (refused when there is none). Runs that differ in LM, endpoint, adapter, retriever, metric definition or
+  data get a warning line naming what differs.
+- Bootstrap CIs resample the scores sorted by question, so the file's order (thread completion order) does
+  not move them.
 - A metric a run lacks is an error (`--metric` names the metrics; by default those every run has, and the
   ones left out are named).
-- `--compare` (two runs): the paired test on the questions both answered (the paired permutation test, with
-  the difference and its paired bootstrap CI), and the questions where they disagree; refused when they
-  share no question.
+- `--compare` (two runs): the paired test on the questions both were asked (the paired permutation test, with
+  the difference and its paired bootstrap CI; a failure or an abstention scores 0 and is counted per side),
+  and the questions where they disagree; refused when they share no question, or when questions with the
+  same id differ (another data file).
+- `ragzoo report GRID_OUT`: a grid folder (from `ragzoo sweep` / `reproduce`) prints the grid's results table
+  rebuilt from its cells, and the cells' run directories.
 - `--plot out.png`: the metric against LM calls per question, one labelled point per run with its CI.
 """
 
@@ -53,6 +63,57 @@ def _lm_name(lm) -> str:
             name += f" (priced as {lm['priced_model']})"
         return name
     return str(lm or "?")
+
+
+def _endpoint(config: dict) -> str:
+    """Where the run's LM was served, as it may be shown: the --api-base URL without credentials, else the
+    host the LM description kept, else the provider's own endpoint."""
+    from ragzoo.secrets import strip_url
+
+    lm = config.get("lm") if isinstance(config.get("lm"), dict) else {}
+    url = config.get("api_base") or lm.get("api_base")
+    return str(strip_url(url)) if url else "provider default"
+
+
+def _setup(config: dict) -> dict[str, str]:
+    """What must be the same for two runs' scores to differ only by method: LM, endpoint, adapter, retriever,
+    metric definition, data."""
+    import json
+
+    lm = config.get("lm")
+    preset = config.get("preset") or (config.get("defaults_used") or {}).get("preset")
+    return {"LM": _lm_name(lm), "endpoint": _endpoint(config),
+            "adapter": str(config.get("adapter") or "?") + (" (lenient)" if config.get("lenient") else ""),
+            "retriever": str(config.get("retriever") or "method default"),
+            "metric definition": f"preset {preset or 'none'}",
+            "data": f"{config.get('dataset') or '?'}/{config.get('split') or '-'}"
+                    + (f" file {config['data']}" if config.get("data") else "")
+                    + (f" fields {json.dumps(config['field_map'], sort_keys=True)}" if config.get("field_map") else "")}
+
+
+def setup_differences(setups: list[dict]) -> list[str]:
+    """One text per aspect in which the runs' setups (`_setup`) differ, naming each run's value."""
+    found = []
+    for aspect in setups[0] if setups else {}:
+        values = [setup[aspect] for setup in setups]
+        if len(set(values)) > 1:
+            found.append(f"{aspect} ({' vs '.join(values)})")
+    return found
+
+
+def question_key(record: dict) -> str:
+    """The question a record answered: its id AND a hash of its normalised question text and gold answers, so
+    that two data files numbering different questions 0..n are not taken for the same questions."""
+    import hashlib
+    import json
+
+    from ragzoo.metrics.answer import normalize_answer
+
+    gold = record.get("gold")
+    golds = gold if isinstance(gold, list) else [gold]
+    text = json.dumps([normalize_answer(str(record.get("question") or "")),
+                       sorted(normalize_answer(str(g)) for g in golds if g is not None)])
+    return f"{record['id']}#{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
 
 
 def _optimizer(config: dict) -> str:
@@ -113,7 +174,8 @@ def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, li
             raise corrupt(CONFIG_FILE, f"{key!r} is not a string")
     for index, record in enumerate(records, 1):
         numbers = [record.get(key) for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cost",
-                                                "retrievals", "latency")]
+                                                "retrievals", "latency", "cached_calls", "cached_prompt_tokens",
+                                                "cached_completion_tokens", "cached_cost")]
         scores = record.get("metrics", {})
         if not isinstance(record.get("id"), (str, int)) or isinstance(record.get("id"), bool) \
                 or not isinstance(scores, dict) \
@@ -168,14 +230,33 @@ def _metric_names(runs: list[dict], requested: str | None) -> tuple[list[str], l
     return shared, left
 
 
-def _scores(run: dict, metric: str, ids: set[str] | None = None) -> dict[str, float]:
-    return {str(r["id"]): float((r.get("metrics") or {}).get(metric) or 0.0) for r in run["records"]
-            if ids is None or str(r["id"]) in ids}
+def _keyed(run: dict) -> dict[str, dict]:
+    """The run's records by question key (the last record of a key wins, as in a resumed run)."""
+    if "keyed" not in run:
+        run["keyed"] = {question_key(r): r for r in run["records"]}
+    return run["keyed"]
+
+
+def _scores(run: dict, metric: str, keys: set[str] | None = None) -> dict[str, float]:
+    """Scores by question key, in key order: the bootstrap then sees the same sequence whatever order the
+    predictions were written in (threads finish in any order)."""
+    keyed = _keyed(run)
+    return {key: float((keyed[key].get("metrics") or {}).get(metric) or 0.0) for key in sorted(keyed)
+            if keys is None or key in keys}
 
 
 def shared_ids(runs: list[dict]) -> set[str]:
-    sets = [{str(r["id"]) for r in run["records"]} for run in runs]
+    """The question keys every run answered."""
+    sets = [set(_keyed(run)) for run in runs]
     return set.intersection(*sets) if sets else set()
+
+
+def _same_id_other_question(runs: list[dict]) -> int:
+    """How many ids all runs answered hold a different question (text or gold) in some run."""
+    ids = [{str(r["id"]) for r in run["records"]} for run in runs]
+    common_ids = set.intersection(*ids) if ids else set()
+    same = {key.partition("#")[0] for key in shared_ids(runs)}
+    return len(common_ids - same)
 
 
 def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False, ci: bool = False,
@@ -183,13 +264,20 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
     """One row per run. `shared`: figures over the questions every run answered."""
     from ragzoo import stats
 
+    from ragzoo.errors import ConfigError
+
     runs = [_load(run_dir) for run_dir in run_dirs]
     names, left_out = _metric_names(runs, metric)
     common = shared_ids(runs) if shared else None
+    if common is not None and not common:
+        differing = _same_id_other_question(runs)
+        raise ConfigError(f"--shared: the runs share no question ({'/'.join(str(len(r['records'])) for r in runs)} "
+                          f"answered{f'; {differing} ids hold different questions' if differing else ''}), so "
+                          f"there is nothing to compute; evaluate them on the same questions")
     table = []
     for run, label in zip(runs, _labels(runs)):
         config, summary = run["config"], run["summary"]
-        records = [r for r in run["records"] if common is None or str(r["id"]) in common]
+        records = [r for key, r in sorted(_keyed(run).items()) if common is None or key in common]
         n = len(records)
         failures = sum(1 for r in records if r.get("error"))
         dry_run = _recorded_dry_run(config.get("lm"))
@@ -213,12 +301,20 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
         table.append({
             "run": run["dir"], "method": label, "knobs": config.get("knobs") or {},
             "dataset": config.get("dataset") or config.get("data") or "?", "split": config.get("split"),
-            "lm": _lm_name(config.get("lm")), "optimizer": _optimizer(config), "n": n, "n_done": len(run["records"]),
+            "lm": _lm_name(config.get("lm")), "endpoint": _endpoint(config), "adapter": _setup(config)["adapter"],
+            "setup": _setup(config),
+            "optimizer": _optimizer(config), "n": n, "n_done": len(run["records"]),
             "n_asked": run["n_asked"], "dry_run": dry_run, "metrics": metrics, "ci": intervals,
             "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / n if n else 0.0,
+            # spent: cache hits cost nothing; uncached: the same calls as if none had been served from the cache
             "tokens_per_question": sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0)
                                        for r in records) / n if n else 0.0,
+            "uncached_tokens_per_question": sum(
+                (r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0) + (r.get("cached_prompt_tokens") or 0)
+                + (r.get("cached_completion_tokens") or 0) for r in records) / n if n else 0.0,
+            "cached_calls": sum(r.get("cached_calls") or 0 for r in records),
             "cost": sum(float(r.get("cost") or 0) for r in records),
+            "cost_uncached": sum(float(r.get("cost") or 0) + float(r.get("cached_cost") or 0) for r in records),
             "latency_mean": sum(float(r.get("latency") or 0) for r in records) / n if n else 0.0,
             "failures": failures, "complete": not partial,
             "mostly_failed": bool(n and failures / n > MOSTLY_FAILED),
@@ -251,19 +347,22 @@ def format_table(table: list[dict], *, common: int | None = None, shared: bool =
             text += f" [{low:.3f}, {high:.3f}]"
         return text
 
-    header = ["method", "n", *metric_names, "calls/q", "tokens/q", "cost $", "failures"]
+    header = ["method", "n", *metric_names, "calls/q", "spent tok/q", "uncached tok/q", "spent $", "uncached $",
+              "failures"]
     lines = [[str(row["method"]) + ("" if row["complete"] else " (partial)")
               + (" (mostly failed)" if row.get("mostly_failed") else ""), str(row["n"]),
               *[value(row, m) for m in metric_names], f"{row['lm_calls_per_question']:.2f}",
-              f"{row['tokens_per_question']:.0f}", f"{row['cost']:.4f}", str(row["failures"])] for row in table]
+              f"{row['tokens_per_question']:.0f}", f"{row.get('uncached_tokens_per_question', 0):.0f}",
+              f"{row['cost']:.4f}", f"{row.get('cost_uncached', 0):.4f}", str(row["failures"])] for row in table]
     out = _aligned(header, lines)
     out.append("")
     details = [[str(row["method"]), f"{row['dataset']}{'/' + row['split'] if row.get('split') else ''}", row["lm"],
-                row["optimizer"], f"{row['n_done']}/{row['n_asked']}", str(row["failures"]),
-                f"{row['latency_mean']:.2f}", row["status"]] for row in table]
-    out += _aligned(["run", "dataset/split", "LM", "optimizer", "done/asked", "failures", "latency s", "status"],
-                    details)
-    notes = []
+                row.get("endpoint", "?"), row.get("adapter", "?"), row["optimizer"], f"{row['n_done']}/{row['n_asked']}",
+                str(row["failures"]), f"{row['latency_mean']:.2f}", row["status"]] for row in table]
+    out += _aligned(["run", "dataset/split", "LM", "endpoint", "adapter", "optimizer", "done/asked", "failures",
+                     "latency s", "status"], details)
+    notes = ["spent: tokens and $ paid (calls served from the LM cache cost nothing); uncached: the same calls as "
+             "if none had been served from the cache"]
     if any(row.get("dry_run") for row in table):
         notes.append("* dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
     if show_ci and any(row.get("ci") for row in table):
@@ -283,6 +382,10 @@ def format_table(table: list[dict], *, common: int | None = None, shared: bool =
         if len(datasets) > 1:
             notes.append(f"warning: the runs are on different datasets/splits: "
                          f"{', '.join(f'{d}/{s}' for d, s in sorted(datasets, key=str))}")
+        differing = setup_differences([row["setup"] for row in table if row.get("setup")])
+        if differing:
+            notes.append(f"warning: the runs differ in {'; '.join(differing)}: a difference in their figures may "
+                         f"come from that, not from the method")
     if any(not row["complete"] for row in table):
         notes.append("(partial): killed, stopped or not finished; rerun its evaluate with --resume")
     return "\n".join(out + ([""] + notes if notes else []))
@@ -301,33 +404,67 @@ def compare(run_a: str, run_b: str, *, metric: str | None = None, seed: int = 0,
     for run in runs:
         if _recorded_dry_run(run["config"].get("lm")):
             raise ConfigError(f"{run['dir']} is a dry run (placeholder answers): there is nothing to compare")
-    common = shared_ids(runs)
+    from ragzoo.metrics.rates import is_unknown
+
     sizes = [len(run["records"]) for run in runs]
+    differing = _same_id_other_question(runs)
+    if differing:
+        raise ConfigError(f"refusing to compare: {differing} question(s) with the same id differ in text or gold "
+                          f"answers between the runs (another data file or dataset?); a paired test needs the same "
+                          f"questions")
+    common = shared_ids(runs)
     if not common:
         raise ConfigError(f"refusing to compare: the runs share no question ({sizes[0]} and {sizes[1]} answered); "
                           f"evaluate both on the same questions (same --dataset/--split/-n/--seed)")
-    ids = sorted(common)
+    keys = sorted(common)
     a, b = _scores(runs[0], name, common), _scores(runs[1], name, common)
-    result = stats.compare([a[i] for i in ids], [b[i] for i in ids], seed=seed)
-    by_id = [{str(r["id"]): r for r in run["records"]} for run in runs]
-    disagree = [{"id": i, "question": by_id[0][i].get("question"), "gold": by_id[0][i].get("gold"),
-                 "a": by_id[0][i].get("prediction"), "b": by_id[1][i].get("prediction"), "score_a": a[i],
-                 "score_b": b[i]} for i in ids if a[i] != b[i]]
+    result = stats.compare([a[k] for k in keys], [b[k] for k in keys], seed=seed)
+    by_key = [_keyed(run) for run in runs]
+    # a failure scores 0 like a wrong answer; an abstention ("unknown") is an answer that scores 0: both counted
+    failed = [sum(1 for k in keys if records[k].get("error")) for records in by_key]
+    abstained = [sum(1 for k in keys if not records[k].get("error") and is_unknown(records[k].get("prediction")))
+                 for records in by_key]
+    disagree = [{"id": str(by_key[0][k]["id"]), "question": by_key[0][k].get("question"),
+                 "gold": by_key[0][k].get("gold"), "a": by_key[0][k].get("prediction"),
+                 "b": by_key[1][k].get("prediction"), "score_a": a[k], "score_b": b[k]}
+                for k in keys if a[k] != b[k]]
     labels = _labels(runs)
-    return {"a": labels[0], "b": labels[1], "run_a": run_a, "run_b": run_b, "metric": name, "shared": len(ids),
-            "n_a": sizes[0], "n_b": sizes[1], "comparison": result.to_dict(), "disagreements": disagree,
-            "shown": disagree[:max(0, show)]}
+    warnings = []
+    datasets = [(run["config"].get("dataset") or run["config"].get("data") or "?", run["config"].get("split"))
+                for run in runs]
+    if datasets[0] != datasets[1]:
+        warnings.append(f"the runs are on different datasets/splits: {datasets[0][0]}/{datasets[0][1]} vs "
+                        f"{datasets[1][0]}/{datasets[1][1]} (their shared questions are compared)")
+    differences = setup_differences([_setup(run["config"]) for run in runs])
+    if differences:
+        warnings.append(f"the runs differ in {'; '.join(differences)}: the difference may come from that, not "
+                        f"from the method")
+    return {"a": labels[0], "b": labels[1], "run_a": run_a, "run_b": run_b, "metric": name, "shared": len(keys),
+            "n_a": sizes[0], "n_b": sizes[1], "failed_a": failed[0], "failed_b": failed[1],
+            "abstained_a": abstained[0], "abstained_b": abstained[1],
+            "setup_a": _setup(runs[0]["config"]), "setup_b": _setup(runs[1]["config"]), "warnings": warnings,
+            "comparison": result.to_dict(), "disagreements": disagree, "shown": disagree[:max(0, show)]}
 
 
 def format_compare(found: dict) -> str:
     c = found["comparison"]
     d = c["difference"]
-    lines = [f"A = {found['a']} ({found['run_a']})", f"B = {found['b']} ({found['run_b']})",
-             f"on the {found['shared']} questions both answered (A answered {found['n_a']}, B {found['n_b']}), "
+    from ragzoo.stats import format_p
+
+    def who(setup: dict) -> str:
+        return f"LM {setup['LM']} @ {setup['endpoint']}, adapter {setup['adapter']}"
+
+    p_text = format_p(c["p_value"])
+    lines = [f"A = {found['a']} ({found['run_a']}; {who(found['setup_a'])})",
+             f"B = {found['b']} ({found['run_b']}; {who(found['setup_b'])})",
+             *[f"warning: {text}" for text in found.get("warnings", [])],
+             f"on the {found['shared']} questions both runs were asked (A has {found['n_a']}, B {found['n_b']}), "
              f"metric {found['metric']}:",
+             f"  failed (scored 0): A {found['failed_a']}, B {found['failed_b']};  abstained (\"unknown\", scored "
+             f"0, counted in %Unk): A {found['abstained_a']}, B {found['abstained_b']}",
              f"  A {c['mean_a']:.3f}   B {c['mean_b']:.3f}   A − B = {d['mean']:+.3f} "
              f"[95% CI {d['low']:+.3f}, {d['high']:+.3f}] (paired bootstrap over questions, 10000 resamples)",
-             f"  {c['test']}: p = {c['p_value']:.4f}",
+             f"  {c['test']}: p {p_text if p_text.startswith('<') else '= ' + p_text}",
              f"  A better on {c['a_better']}, B better on {c['b_better']}, equal on {c['ties']}"]
     if found["shown"]:
         lines.append(f"questions where they disagree ({len(found['disagreements'])}; first {len(found['shown'])}):")
@@ -384,11 +521,67 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
     return metric
 
 
+def _is_grid_folder(path: str) -> bool:
+    from pathlib import Path
+
+    from ragzoo.grid.runner import GRID_FILE
+    from ragzoo.runs import CONFIG_FILE
+
+    return (Path(path) / GRID_FILE).is_file() and not (Path(path) / CONFIG_FILE).is_file()
+
+
+def _cell_runs(grid_out: str) -> list[str]:
+    """The run directories of a grid folder's cells that have started (in the grid file's order)."""
+    from pathlib import Path
+
+    from ragzoo.errors import ConfigError
+    from ragzoo.grid.runner import cell_dir
+    from ragzoo.grid.table import grid_of_folder
+    from ragzoo.runs import CONFIG_FILE
+
+    found = [str(cell_dir(Path(grid_out), cell) / "run") for cell in grid_of_folder(grid_out).cells()]
+    found = [run_dir for run_dir in found if (Path(run_dir) / CONFIG_FILE).is_file()]
+    if not found:
+        raise ConfigError(f"grid folder {grid_out} has no evaluated cell yet; run its sweep first")
+    return found
+
+
+def report_grid(grid_out: str, args: argparse.Namespace) -> int:
+    """`report GRID_OUT`: the grid's results table rebuilt from its cells, then each cell's run directory."""
+    import json
+    from pathlib import Path
+
+    from ragzoo.grid import table as results
+    from ragzoo.grid.runner import cell_dir
+
+    grid = results.grid_of_folder(grid_out)
+    built = results.build(grid, grid_out, seed=args.seed)
+    if args.json:
+        print(json.dumps(built, indent=2, default=str))
+    else:
+        print(results.to_markdown(built))
+        entries = {entry["key"]: entry for row in built["rows"] for entry in row["cells"].values() if "key" in entry}
+        print("cells (each an ordinary run directory: `ragzoo report RUN ...`, `--compare A B`):")
+        for cell in grid.cells():
+            entry = entries.get(cell.key, {})
+            done = f"{entry['n']}/{entry['n_asked']}, " if "n" in entry else ""
+            print(f"  {cell.describe()}: {cell_dir(Path(grid_out), cell) / 'run'} ({done}{entry.get('status', '?')})")
+    if args.plot:
+        results.plot(built, args.plot, args.metric)
+        print(f"plot: {args.plot}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
     from ragzoo.errors import ConfigError
 
+    if len(args.runs) == 1 and _is_grid_folder(args.runs[0]) and not args.compare:
+        return report_grid(args.runs[0], args)
+    # a grid folder among runs stands for its cells' runs
+    args.runs = [run_dir for given in args.runs
+                 for run_dir in (_cell_runs(given) if _is_grid_folder(given) else [given])]
     if args.compare:
         if len(args.runs) != 2:
             raise ConfigError(f"--compare takes exactly two runs, got {len(args.runs)}")
@@ -399,8 +592,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(table, indent=2))
     else:
-        common = len(shared_ids([{"records": [{"id": r} for r in _ids(run)]} for run in args.runs])) \
-            if len(args.runs) > 1 else None
+        common = len(shared_ids([{"records": _records(run)} for run in args.runs])) if len(args.runs) > 1 else None
         print(format_table(table, common=common, shared=args.shared, show_ci=args.ci))
     if args.plot:
         metric = plot(table, args.plot, args.metric)
@@ -408,9 +600,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ids(run_dir: str) -> list[str]:
+def _records(run_dir: str) -> list[dict]:
     from pathlib import Path
 
     from ragzoo.runs import PREDICTIONS_FILE, read_predictions
 
-    return [str(r["id"]) for r in read_predictions(Path(run_dir) / PREDICTIONS_FILE)]
+    return read_predictions(Path(run_dir) / PREDICTIONS_FILE)

@@ -1,7 +1,10 @@
 """The results of a grid: rows = methods (x optimizer x LM when the grid has several), columns = dataset x
 metric, each entry "ours [95% CI] | paper | delta" on the paper's scale, plus n done / asked, failures, LM
 calls and cost per question; then the paired comparisons of every row with the grid's main method on the
-questions both answered. Written as Markdown, CSV and JSON in the grid directory.
+questions both answered, each p-value printed beside its Holm adjustment over all the comparisons of the
+table (several methods tested against one main method: family-wise error). Written as Markdown, CSV and JSON
+in the grid directory; `grid_of_folder` recovers a sweep's grid from its folder, so `ragzoo report GRID_OUT`
+rebuilds the table.
 
 Everything is computed from the cells' run directories (records sorted by question id, statistics seeded),
 so the table is the same whichever worker, order or number of workers produced the cells.
@@ -123,7 +126,47 @@ def _comparisons(grid: Grid, rows: dict, scores: dict, resamples: int, seed: int
                                      p_value=comparison.p_value, test=comparison.test,
                                      a_better=comparison.a_better, b_better=comparison.b_better)
                     result.append(entry)
+    tested = [entry for entry in result if "p_value" in entry]
+    for entry, adjusted in zip(tested, stats.holm([entry["p_value"] for entry in tested])):
+        entry["p_holm"] = adjusted
     return result
+
+
+def grid_of_folder(out: str | Path) -> Grid:
+    """The grid a sweep ran in `out`: the spec its grid file names, with the LMs, n, seed and optimizers the
+    grid file records (the sweep's command-line overrides) and only the methods and datasets of its cells.
+    ConfigError when the spec is gone or no longer yields the recorded cells (edited since)."""
+    from ragzoo.errors import ConfigError
+    from ragzoo.grid.runner import GRID_FILE
+    from ragzoo.grid.spec import LMEntry, load_grid
+
+    path = Path(out) / GRID_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        cells = record["cells"]
+        keys = {cell["key"] for cell in cells}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"{path} is corrupt; rerun the sweep into this folder") from None
+    source = record.get("source")
+    if not source or not Path(source).is_file():
+        raise ConfigError(f"{out}: the grid file {source or '?'} it was swept from is gone; the table saved by the "
+                          f"sweep is {Path(out) / 'results.md'}")
+    grid = load_grid(source)
+    methods = {cell.get("method") for cell in cells}
+    datasets = {(cell.get("dataset"), cell.get("split")) for cell in cells}
+    grid.methods = [m for m in grid.methods if m.id in methods]
+    grid.datasets = [d for d in grid.datasets if (d.name, d.split) in datasets]
+    grid.n, grid.seed = record.get("n"), int(record.get("seed") or 0)
+    grid.optimizers = list(record.get("optimizers") or grid.optimizers)
+    labelled = {(lm.spec, lm.api_base): lm for lm in grid.lms}
+    recorded = [(lm.get("spec"), lm.get("api_base")) for lm in record.get("lms") or []]
+    # a sweep's --lm override drops the spec's LM labels (which name the cells): try both
+    for lms in ([labelled.get(pair) or LMEntry(*pair) for pair in recorded], [LMEntry(*pair) for pair in recorded]):
+        grid.lms = lms
+        if {cell.key for cell in grid.cells()} == keys:
+            return grid
+    raise ConfigError(f"{out}: its grid file {source} was edited since the sweep (other cells); the table saved by "
+                      f"the sweep is {Path(out) / 'results.md'}")
 
 
 def _num(value, digits: int) -> str:
@@ -184,18 +227,22 @@ def to_markdown(table: dict) -> str:
                                          str(sum(e['failures'] for e in entries)) if entries else "–",
                                          f"{calls:.2f}" if entries else "–", f"{cost:.5f}" if entries else "–"]) + " |")
     if table["comparisons"]:
+        tested = sum(1 for c in table["comparisons"] if "p_value" in c)
         lines += ["", f"Paired comparisons ({table['test']}; difference with its 95% paired bootstrap CI), "
-                      f"on the questions both runs answered:", "",
-                  "| a | b | dataset | metric | shared questions | a − b [95% CI] | p | a better / b better |",
-                  "|---|---|---|---|---|---|---|---|"]
+                      f"on the questions both runs answered; p (Holm): {stats.HOLM_NAME} over the {tested} "
+                      f"comparisons of this table (family-wise error):", "",
+                  "| a | b | dataset | metric | shared questions | a − b [95% CI] | p | p (Holm) | a better / b better |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in table["comparisons"]:
             if "refused" in c:
                 lines.append(f"| {c['a']} | {c['b']} | {c['dataset']} | {c['metric']} | 0 | refused: "
-                             f"{c['refused']} | – | – |")
+                             f"{c['refused']} | – | – | – |")
                 continue
+            holm = stats.format_p(c["p_holm"]) if "p_holm" in c else "–"
             lines.append(f"| {c['a']} | {c['b']} | {c['dataset']} | {c['metric']} | {c['shared']} "
                          f"(of {c['n_a']}/{c['n_b']}) | {c['difference']:+.{digits}f} [{c['low']:+.{digits}f}, "
-                         f"{c['high']:+.{digits}f}] | {c['p_value']:.4f} | {c['a_better']} / {c['b_better']} |")
+                         f"{c['high']:+.{digits}f}] | {stats.format_p(c['p_value'])} | {holm} | "
+                         f"{c['a_better']} / {c['b_better']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,7 +24,8 @@ def test_report_table_and_plot(tmp_path, capsys):
     plot = tmp_path / "plot.png"
     assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--plot", str(plot)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["method", "n", "em", "calls/q", "tokens/q", "cost", "$", "failures"]
+    assert out[0].split() == ["method", "n", "em", "calls/q", "spent", "tok/q", "uncached", "tok/q", "spent", "$",
+                              "uncached", "$", "failures"]
     assert out[1].split()[:4] == ["rag", "2", "0.500", "1.00"] and out[2].split()[:4] == ["blendfilter", "2",
                                                                                           "1.000", "13.00"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
