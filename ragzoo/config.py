@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +82,13 @@ def resolve(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any
     for name, default in defaults.items():
         flag = getattr(args, name, None)
         if flag is not None and flag != [] :
-            resolved[name] = flag
+            resolved[name] = check_number(name, flag)
         elif name in from_file:
-            resolved[name] = _file_value(name, from_file[name], default, args.config)
+            resolved[name] = check_number(name, _file_value(name, from_file[name], default, args.config),
+                                          where=f"config file {args.config}: ")
         else:
             resolved[name] = default
+    refuse_free_budget(resolved)
     refuse_secrets({**resolved, "api_key": getattr(args, "api_key", None)})
     for name in ("api_base", "retriever"):  # what an endpoint carries is redacted from every error text
         if isinstance(resolved.get(name), str) and "://" in resolved[name]:
@@ -96,10 +99,100 @@ def resolve(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any
     return resolved
 
 
-# options whose default is None, by the type their flag parses to (every other None-default option is text)
-_NUMBER_OPTIONS = {"n": int, "max_calls": int, "max_cost": float, "train_n": int, "dev_n": int, "threads": int,
-                   "trials": int, "seed": int, "timeout": float, "deadline": float, "max_reasks": int,
-                   "max_concurrency": int, "abort_failure_rate": float}
+def _numbers():
+    from ragzoo.knobs import Range
+
+    at_least_one, none_below_zero, positive = Range(1), Range(0), Range(0, above=True)
+    return {
+        "n": (int, at_least_one), "train_n": (int, at_least_one), "dev_n": (int, none_below_zero),
+        "threads": (int, at_least_one), "trials": (int, at_least_one), "seed": (int, Range()),
+        "max_calls": (int, none_below_zero), "max_cost": (float, none_below_zero),
+        "timeout": (float, positive), "deadline": (float, positive), "max_reasks": (int, none_below_zero),
+        "max_concurrency": (int, at_least_one), "lm_max_concurrency": (int, at_least_one),
+        "abort_failure_rate": (float, Range(0, 1)), "price_per_hour": (float, none_below_zero),
+        "parallel": (int, at_least_one), "price_sample": (int, at_least_one), "max_queue": (int, none_below_zero),
+        "max_pending": (int, at_least_one), "max_query_chars": (int, at_least_one),
+    }
+
+
+# Every numeric option of every command, by option name (the flag's dest, the config file's key): its type and
+# range. One table and one check (`check_number`, on `ragzoo.knobs`' rules: the type, finite, the Range) for
+# flags and --config values alike, because argparse's float() takes "nan", "inf" and "1e400" (= inf) as numbers.
+NUMBER_OPTIONS: dict[str, tuple[type, Any]] = _numbers()
+_NUMBER_OPTIONS = {name: kind for name, (kind, _range) in NUMBER_OPTIONS.items()}  # the type a flag parses to
+PRICE_OPTION = "price"  # "IN,OUT" USD per million prompt / completion tokens: two numbers, each finite and >= 0
+
+
+def flag_name(name: str) -> str:
+    return "-n" if name == "n" else f"--{name.replace('_', '-')}"
+
+
+def check_number(name: str, value: Any, where: str = "") -> Any:
+    """`value` of option `name` if it is of the option's type, finite and in its range (options outside the
+    table pass through); else a one-line ConfigError naming the option (`where` prefixes it, e.g. the config
+    file). Both a flag's and a config file's value come through here."""
+    from ragzoo.knobs import describe, fits
+
+    if value is None:
+        return value
+    if name == PRICE_OPTION:
+        _check_price(value, where)
+        return value
+    if name not in NUMBER_OPTIONS:
+        return value
+    kind, bounds = NUMBER_OPTIONS[name]
+    annotation = typing.Annotated[kind, bounds]
+    if not fits(value, annotation):
+        shown = flag_name(name) if not where else name
+        raise ConfigError(f"{where}{shown} {value!r}: expected {describe(annotation, shown)}")
+    return value
+
+
+def check_numbers(values: dict[str, Any]) -> None:
+    """`check_number` on every option of `values` that has a number (commands that read argparse's namespace
+    without `resolve`: `sweep`, `reproduce`, `serve`), then `refuse_free_budget`."""
+    for name, value in values.items():
+        check_number(name, value)
+    refuse_free_budget(values)
+
+
+def price_parts(value: Any) -> list[float] | None:
+    """The numbers of a `--price` value ("IN,OUT", "X" for both, or a pair), None if it is not numbers."""
+    try:
+        parts = [float(part) for part in (value.replace("/1M", "").split(",") if isinstance(value, str) else value)]
+    except (TypeError, ValueError):
+        return None
+    return parts * 2 if len(parts) == 1 else parts
+
+
+def _check_price(value: Any, where: str) -> None:
+    import math
+
+    parts = price_parts(value) if not isinstance(value, bool) else None
+    shown = "price" if where else "--price"
+    if parts is None or len(parts) != 2:
+        raise ConfigError(f"{where}{shown} {value!r}: expected 'IN,OUT', USD per million prompt and completion "
+                          f"tokens, e.g. 0.15,0.60")
+    if not all(math.isfinite(part) and part >= 0 for part in parts):
+        raise ConfigError(f"{where}{shown} {value!r}: each price must be a finite number >= 0 (USD per million "
+                          f"tokens)")
+
+
+def refuse_free_budget(values: dict[str, Any]) -> None:
+    """`--price 0,0 --max-cost X` (no `--price-per-hour`): every call costs nothing, so the budget could never stop
+    the run: refused, since the user who gave it expects it to. A dry-run LM prices at a real model's list
+    price and ignores --price, so its budget still binds."""
+    price, max_cost = values.get(PRICE_OPTION), values.get("max_cost")
+    if price in (None, "") or max_cost is None or values.get("price_per_hour"):
+        return
+    lms = values.get("lm")
+    lms = [lms] if isinstance(lms, str) else list(lms or [])
+    if lms and all(str(spec).strip().startswith("dry-run") for spec in lms):
+        return
+    parts = price_parts(price)
+    if parts and not any(parts):
+        raise ConfigError(f"--max-cost {max_cost:g} can never stop anything: --price {price} makes every LM call "
+                          f"free; cap calls with --max-calls instead, or give the model's real --price")
 
 
 def _file_value(name: str, value: Any, default: Any, path: Any) -> Any:

@@ -33,20 +33,24 @@ _FALSE = {"0", "false", "no", "off"}
 
 @dataclass(frozen=True)
 class Range:
-    """Bounds of a numeric knob, attached with `typing.Annotated[int, Range(1, 100)]` (both inclusive)."""
+    """Bounds of a numeric knob or option, attached with `typing.Annotated[int, Range(1, 100)]` (both inclusive;
+    `above=True` makes the lower bound exclusive: a timeout of 0 seconds is no timeout)."""
 
     min: float | None = None
     max: float | None = None
+    above: bool = False
 
     def text(self, name: str) -> str:
+        low = f"{name} > {self.min}" if self.above else f"{name} >= {self.min}"
         if self.min is not None and self.max is not None:
-            return f"{self.min} <= {name} <= {self.max}"
+            return f"{self.min} {'<' if self.above else '<='} {name} <= {self.max}"
         if self.min is not None:
-            return f"{name} >= {self.min}"
+            return low
         return f"{name} <= {self.max}" if self.max is not None else ""
 
     def holds(self, value: float) -> bool:
-        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+        low = self.min is None or (value > self.min if self.above else value >= self.min)
+        return low and (self.max is None or value <= self.max)
 
 
 def parse_knob_args(pairs: list[str] | None) -> dict[str, str]:
@@ -135,13 +139,13 @@ def parse(name: str, value: Any, annotation: Any, owner: str | None = None) -> A
 
 # ------------------------------------------------------------------------------------------- validation
 
-def _fits(value: Any, annotation: Any) -> bool:
+def fits(value: Any, annotation: Any) -> bool:
     """Does `value` have the type `annotation` names (ranges aside)?"""
     base, ranges = _unpack(annotation)
     if base is Any or base is inspect.Parameter.empty:
         return True
     if _is_union(base):
-        return any(_fits(value, option) for option in typing.get_args(base))
+        return any(fits(value, option) for option in typing.get_args(base))
     if base is type(None) or base is None:
         return value is None
     if typing.get_origin(base) is Literal:
@@ -149,7 +153,7 @@ def _fits(value: Any, annotation: Any) -> bool:
         return any(value == option and type(value) is type(option) for option in typing.get_args(base))
     item = _sequence_item(base)
     if item is not None:
-        return isinstance(value, (tuple, list)) and all(_fits(v, item) for v in value)
+        return isinstance(value, (tuple, list)) and all(fits(v, item) for v in value)
     if base is bool:
         return isinstance(value, bool)
     if base is int:
@@ -166,13 +170,13 @@ def _fits(value: Any, annotation: Any) -> bool:
 def check(name: str, value: Any, annotation: Any, owner: str | None = None) -> Any:
     """`value` if it fits `annotation` (type, Literal choices, Range, finite floats), else a one-line
     ConfigError naming `owner` (the class or method), the knob, the value and what is allowed."""
-    if _fits(value, annotation):
+    if fits(value, annotation):
         return value
     base, _ = _unpack(annotation)
     item = _sequence_item(base)
     if item is not None and isinstance(value, (tuple, list)):
         # Name the offending item: "unknown agent 'critic'" reads better than the whole tuple.
-        bad = next(v for v in value if not _fits(v, item))
+        bad = next(v for v in value if not fits(v, item))
         noun = name[:-1] if name.endswith("s") else f"{name} item"
         prefix = f"{owner} knob" if owner else "knob"
         raise ConfigError(f"{prefix} {name}: unknown {noun} {bad!r}; expected {describe(item, name)}")

@@ -56,8 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from ragzoo.config import check_numbers
     from ragzoo.errors import ConfigError
 
+    check_numbers(vars(args))  # every numeric flag finite and in range, as evaluate's and compile's are
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be in 1..65535, got {args.port}")
     if not args.path.startswith("/"):

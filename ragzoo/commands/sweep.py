@@ -53,7 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def apply_overrides(grid, args: argparse.Namespace):
     from ragzoo.grid.spec import LMEntry
 
+    from ragzoo.config import check_numbers
     from ragzoo.errors import ConfigError
+
+    check_numbers(vars(args))  # every numeric flag finite and in range, as evaluate's and compile's are
 
     if args.lm:
         grid.lms = [LMEntry(spec, args.api_base, None, not args.no_cache) for spec in args.lm]

@@ -1,0 +1,112 @@
+"""Numbers the user never gave: every numeric option of every command, from a flag or a --config file, is
+finite and in range, or refused before any work with one line naming the option (issue 20 §6)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragzoo.cli import main
+
+DRY = ["--lm", "dry-run"]
+
+
+@pytest.fixture
+def questions(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps({"id": str(i), "question": f"who {i}?", "answers": ["x"]}) + "\n"
+                            for i in range(2)))
+    return str(path)
+
+
+def _refused(argv: list[str], capsys, flag: str) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0, err
+    assert len(lines) == 1 and flag in lines[0], err
+    assert "Traceback" not in err and "internal error" not in err
+    return lines[0]
+
+
+EVALUATE_BAD = [
+    (["--timeout", "nan"], "--timeout"), (["--timeout", "inf"], "--timeout"), (["--timeout", "-5"], "--timeout"),
+    (["--timeout", "0"], "--timeout"), (["--deadline", "nan"], "--deadline"), (["--deadline", "inf"], "--deadline"),
+    (["--deadline", "-1"], "--deadline"), (["--max-cost", "nan"], "--max-cost"), (["--max-cost", "inf"], "--max-cost"),
+    (["--max-cost", "-1"], "--max-cost"), (["--price", "1e400,1"], "--price"), (["--price", "nan,1"], "--price"),
+    (["--price", "1,-2"], "--price"), (["--price", "1,2,3"], "--price"), (["--price-per-hour", "inf"], "--price-per-hour"),
+    (["--price-per-hour", "-1"], "--price-per-hour"), (["--abort-failure-rate", "nan"], "--abort-failure-rate"),
+    (["--abort-failure-rate", "1.5"], "--abort-failure-rate"), (["--max-calls", "-1"], "--max-calls"),
+    (["--max-concurrency", "0"], "--max-concurrency"), (["--max-reasks", "-1"], "--max-reasks"),
+    (["-n", "0"], "-n"), (["--threads", "0"], "--threads"),
+]
+
+
+@pytest.mark.parametrize("flags, flag", EVALUATE_BAD, ids=[" ".join(f) for f, _ in EVALUATE_BAD])
+def test_evaluate_refuses_a_number_out_of_range(tmp_path, questions, capsys, flags, flag):
+    out = tmp_path / "run"
+    line = _refused(["evaluate", "--method", "direct", "--data", questions, *DRY, "--out", str(out), *flags],
+                    capsys, flag)
+    assert flags[1] in line  # the value given is quoted back
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--timeout", "nan"], "--timeout"), (["--train-n", "0"], "--train-n"), (["--dev-n", "-1"], "--dev-n"),
+    (["--trials", "0"], "--trials"), (["--max-cost", "inf"], "--max-cost"),
+])
+def test_compile_refuses_a_number_out_of_range(tmp_path, capsys, flags, flag):
+    out = tmp_path / "art"
+    _refused(["compile", "--method", "direct", "--dataset", "hotpotqa", "--optimizer", "none", *DRY, "--out",
+              str(out), *flags], capsys, flag)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, flag", [(["--timeout", "inf"], "--timeout"), (["--max-cost", "nan"], "--max-cost")])
+def test_ask_refuses_a_number_out_of_range(capsys, flags, flag):
+    _refused(["ask", "--method", "direct", *DRY, "who?", *flags], capsys, flag)
+
+
+def test_serve_refuses_an_infinite_budget(tmp_path, capsys):
+    _refused(["serve", "--program", str(tmp_path), *DRY, "--max-cost", "inf"], capsys, "--max-cost")
+
+
+@pytest.mark.parametrize("flags, flag", [(["--max-cost", "inf"], "--max-cost"), (["--parallel", "0"], "--parallel"),
+                                         (["--price-sample", "0"], "--price-sample")])
+def test_sweep_refuses_a_number_out_of_range(tmp_path, capsys, flags, flag):
+    _refused(["sweep", "filco-table4", "--out", str(tmp_path / "grid"), *flags], capsys, flag)
+    assert not (tmp_path / "grid").exists()
+
+
+@pytest.mark.parametrize("line, name", [("timeout = nan", "timeout"), ("deadline = inf", "deadline"),
+                                        ('price = "1e400,1"', "price"), ("max_cost = -0.5", "max_cost"),
+                                        ("threads = 0", "threads")])
+def test_a_config_file_value_is_checked_like_its_flag(tmp_path, questions, capsys, line, name):
+    config = tmp_path / "cfg.toml"
+    config.write_text(line + "\n")
+    out = tmp_path / "run"
+    message = _refused(["evaluate", "--method", "direct", "--data", questions, *DRY, "--out", str(out), "--config",
+                        str(config)], capsys, name)
+    assert str(config) in message
+    assert not out.exists()
+
+
+def test_a_budget_that_can_never_stop_anything_is_refused(tmp_path, questions, capsys):
+    out = tmp_path / "run"
+    # a priced-at-zero local model: --max-cost could never bind (refused before any request: port 9 is closed)
+    line = _refused(["evaluate", "--method", "direct", "--data", questions, "--lm", "hosted_vllm/local",
+                     "--api-base", "http://127.0.0.1:9/v1", "--price", "0,0", "--max-cost", "1", "--out", str(out)],
+                    capsys, "--max-cost")
+    assert "--price" in line and "--max-calls" in line
+    assert not out.exists()
+
+
+def test_numbers_in_range_pass_and_are_recorded(tmp_path, questions, capsys):
+    out = tmp_path / "run"
+    code = main(["evaluate", "--method", "direct", "--data", questions, *DRY, "--out", str(out), "--timeout", "5",
+                 "--deadline", "30", "--max-cost", "10", "--price", "0.1,0.2", "--abort-failure-rate", "1",
+                 "--max-calls", "100", "-n", "2"])
+    assert code == 0, capsys.readouterr().err
+    config = json.loads((out / "config.json").read_text())
+    assert config["timeout"] == 5.0 and config["deadline"] == 30.0 and config["max_cost"] == 10.0
