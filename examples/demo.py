@@ -27,13 +27,15 @@ def step(title: str, *argv: str) -> None:
 
 
 def main() -> int:
-    from ragzoo.paths import data_root
+    from ragzoo.paths import locate_data
 
-    corpus = data_root() / "hotpotqa" / "corpus_wiki17_abstracts.jsonl"
+    root, why = locate_data()
+    print(f"data: {root} ({why})", flush=True)
+    corpus = "hotpotqa/corpus_wiki17_abstracts.jsonl"  # relative to the data folder, as a user would type it
     question = "Which magazine was started first, Arthur's Magazine or First for Women?"
     program_dir, run_dir = OUT / METHOD, OUT / f"run-{METHOD}"
     step("1. build the embedded bm25 index over the 2017 Wikipedia abstracts sample",
-         "index", "build", "--corpus", str(corpus))
+         "index", "build", "--corpus", corpus)
     step("2. retrieve", "search", question, "-k", "5")
     step("3. what compiling would cost with gpt-4o-mini (no LM called)",
          "compile", "--method", METHOD, "--dataset", "hotpotqa", "--train-n", "10", "--dev-n", "5",

@@ -5,17 +5,40 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The small slice of every data file shipped with ragzoo (see demo_data/SOURCES.md), so that a clone or an
+# installed package runs the demo and most tests with no data folder at all.
+DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
+# `../shared/data` beside the checkout (the layout of the machines the project is developed on).
+CHECKOUT_SIBLING = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+HOME_DATA = Path("~/.ragzoo/data")
+
 
 def data_root() -> Path:
-    """The benchmark data folder: `$RAGZOO_DATA`, else `../shared/data` next to the checkout when present,
-    else `~/.ragzoo/data`."""
+    """The benchmark data folder: the first existing one of `$RAGZOO_DATA`, `../shared/data` beside the checkout
+    and `~/.ragzoo/data`; else the demo slice shipped with ragzoo (`DEMO_DATA`)."""
+    return locate_data()[0]
+
+
+def locate_data() -> tuple[Path, str]:
+    """The data folder and, in a few words, why that one (for `ragzoo datasets` and the test summary)."""
     env = os.environ.get("RAGZOO_DATA")
     if env:
-        return Path(env).expanduser()
-    checkout_sibling = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-    if checkout_sibling.is_dir():
-        return checkout_sibling
-    return Path.home() / ".ragzoo" / "data"
+        path = Path(env).expanduser()
+        if path.is_dir():
+            return path, "RAGZOO_DATA"
+    if CHECKOUT_SIBLING.is_dir():
+        return CHECKOUT_SIBLING, "beside the checkout"
+    home = HOME_DATA.expanduser()
+    if home.is_dir():
+        return home, "the default folder"
+    missing = f"RAGZOO_DATA={env} is not a folder" if env else "RAGZOO_DATA is not set"
+    return DEMO_DATA, (f"the demo slice shipped with ragzoo: {missing}, and neither ../shared/data beside the "
+                       f"checkout nor {HOME_DATA} exists")
+
+
+def is_demo_data(root: Path | None = None) -> bool:
+    """True when `root` (default: `data_root()`) is the shipped demo slice, not the full benchmark data."""
+    return Path(root if root is not None else data_root()).resolve() == DEMO_DATA.resolve()
 
 
 def cache_root() -> Path:

@@ -32,14 +32,41 @@ def _isolated_cache(tmp_path_factory):
         os.environ["RAGZOO_CACHE"] = previous
 
 
+FULL_DATA_REASON = "needs the full benchmark data"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_full_data: reads the full benchmark files (exact sizes, whole "
+                                       "splits, the 17,703-abstract sample); skipped on the demo slice")
+
+
+def pytest_runtest_setup(item):
+    from ragzoo.paths import is_demo_data
+
+    if item.get_closest_marker("needs_full_data") is not None and is_demo_data():
+        pytest.skip(FULL_DATA_REASON)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for all the tests skipped for want of the full data, instead of one per test."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if FULL_DATA_REASON in str(getattr(report, "longrepr", ""))]
+    if skipped:
+        from ragzoo.paths import locate_data
+
+        root, why = locate_data()
+        terminalreporter.write_line(
+            f"{len(skipped)} tests skipped: they need the full benchmark data, and the data folder is {why} "
+            f"({root}); set RAGZOO_DATA to the full data folder to run them")
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
+    """The data folder: the full benchmark data, or the demo slice (tests that need the full files carry
+    `@pytest.mark.needs_full_data`)."""
     from ragzoo.paths import data_root
 
-    root = data_root()
-    if not (root / "hotpotqa").is_dir():
-        pytest.fail(f"benchmark data not found at {root}; set RAGZOO_DATA to the shared data folder")
-    return root
+    return data_root()
 
 
 @pytest.fixture(scope="session")

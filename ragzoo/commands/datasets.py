@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ragzoo.data import available, dataset_defaults, splits
-    from ragzoo.paths import data_root
+    from ragzoo.paths import locate_data
 
     if args.dataset is not None:
         splits(args.dataset)  # a DataError listing the valid datasets for a wrong name
@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         if not defaults.disjoint:
             train += " (overlaps the evaluation split)"
         print(f"  {name:<{width}}  {defaults.eval_split} | {train} | {defaults.metric}")
-    print(f"\ndata root: {data_root()} (set RAGZOO_DATA to change it)")
+    root, why = locate_data()
+    print(f"\ndata root: {root} ({why}; set RAGZOO_DATA to change it)")
     print("* ordered paper split: --n takes its first n questions; other splits draw a seeded random sample")
     print("your own file: --data path.jsonl|.csv [--field-map question=q,answers=gold,id=qid]")
     return 0

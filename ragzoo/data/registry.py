@@ -63,7 +63,7 @@ SPLITS: dict[tuple[str, str], SplitSpec] = {
               "R1-Searcher's 500 eval questions followed by ActiveRAG's 500 (28 shared)"),
         _spec("2wikimultihopqa", "dev_first500", "2wikimultihopqa/dev.jsonl",
               "first 500 dev questions (R1-Searcher's 2wiki_500 eval set; BlendFilter's 500-question setting)",
-              take=500, ordered=True),
+              take=500, ordered=True, source_contains="r1searcher:"),  # by source too: the demo slice has 40
         _spec("2wikimultihopqa", "dev_activerag500", "2wikimultihopqa/dev.jsonl",
               "ActiveRAG's 500-question sample with its recorded top-5 passages (`retrieved`)",
               source_contains="activerag:", ordered=True),

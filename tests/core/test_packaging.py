@@ -31,6 +31,8 @@ def test_wheel_puts_every_folder_under_the_ragzoo_namespace(wheel):
     for folder in ("programs", "signatures", "optimizers", "metrics"):
         assert f"ragzoo/{folder}/__init__.py" in names
     assert "ragzoo/grid/grids/blendfilter-table2.toml" in names  # the bundled grids are package data
+    assert {"ragzoo/demo_data/SOURCES.md", "ragzoo/demo_data/hotpotqa/corpus_wiki17_abstracts.jsonl",
+            "ragzoo/demo_data/hotpotqa/dev.jsonl"} <= set(names)  # the demo slice too
 
 
 def test_regular_install_imports_every_subpackage_outside_the_checkout(wheel, tmp_path):

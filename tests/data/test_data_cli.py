@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ragzoo.cli import main
 
 
@@ -18,6 +20,7 @@ def test_table_lists_every_split_with_size(data_dir, capsys):
     assert "RAGZOO_DATA" in out
 
 
+@pytest.mark.needs_full_data
 def test_json_output_and_dataset_filter(data_dir, capsys):
     assert main(["datasets", "strategyqa", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

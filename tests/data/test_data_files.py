@@ -132,6 +132,7 @@ def test_malformed_json_document_and_unknown_format(tmp_path):
 
 # --- original releases (raw/) ------------------------------------------------------------------------
 
+@pytest.mark.needs_full_data
 def test_hotpotqa_official_json_matches_normalized_dev(data_dir):
     raw = data_dir / "raw" / "hotpotqa" / "hotpot_dev_v1_simplified.json"
     assert data.detect_format(raw) == "hotpotqa"
@@ -142,6 +143,7 @@ def test_hotpotqa_official_json_matches_normalized_dev(data_dir):
                for e, r in zip(examples, normalized))
 
 
+@pytest.mark.needs_full_data
 def test_hotpotqa_official_json_with_facts_and_context(data_dir):
     examples = data.load_file(data_dir / "raw" / "hotpotqa" / "hipporag_hotpotqa_train.json")
     normalized = {r["id"]: r for r in data.load_records("hotpotqa", "train") if "hipporag" in r["source"]}
@@ -154,6 +156,7 @@ def test_hotpotqa_official_json_with_facts_and_context(data_dir):
         assert all(c["text"] == "".join(c["sentences"]) for c in example.contexts)
 
 
+@pytest.mark.needs_full_data
 def test_strategyqa_json_matches_normalized_train(data_dir):
     raw = data_dir / "raw" / "strategyqa" / "aos_strategyqa_train_fullorder.json"
     assert data.detect_format(raw) == "strategyqa"
@@ -164,6 +167,7 @@ def test_strategyqa_json_matches_normalized_train(data_dir):
                for e, r in zip(examples, normalized))
 
 
+@pytest.mark.needs_full_data
 def test_nq_open_jsonl_reads_its_answer_field(data_dir):
     examples = data.load_file(data_dir / "raw" / "nq_open" / "NQ-open.dev.jsonl")
     normalized = data.load_records("nq_open", "dev")
@@ -171,6 +175,7 @@ def test_nq_open_jsonl_reads_its_answer_field(data_dir):
     assert all(e.question == r["question"] and e.answers == r["answers"] for e, r in zip(examples, normalized))
 
 
+@pytest.mark.needs_full_data
 def test_activerag_sampled_file_becomes_retrieved_passages(data_dir):
     raw = data_dir / "raw" / "activerag" / "data_nq_sampled.jsonl"
     assert data.detect_format(raw) == "activerag"

@@ -28,6 +28,7 @@ def test_every_local_split_loads_with_its_listed_size(data_dir):
     ("strategyqa", "train_first500", 500), ("nq_open", "dev", 3610), ("triviaqa", "dev", 11313),
     ("squad_open", "dev", 10570), ("webquestions", "test", 2032), ("popqa", "test", 1000),
 ])
+@pytest.mark.needs_full_data
 def test_paper_split_sizes(data_dir, dataset, split, size):
     row = next(r for r in data.available() if (r["dataset"], r["split"]) == (dataset, split))
     assert row["size"] == size
@@ -44,6 +45,7 @@ def test_examples_carry_inputs_labels_and_extra_fields(data_dir):
     assert "answers" in labels and "question" not in labels
 
 
+@pytest.mark.needs_full_data
 def test_strategyqa_answers_are_yes_no_strings_with_answer_bool(data_dir):
     examples = data.load("strategyqa", "train_first500")
     assert len(examples) == 500
@@ -53,6 +55,7 @@ def test_strategyqa_answers_are_yes_no_strings_with_answer_bool(data_dir):
     assert examples[0].decomposition and examples[0].facts
 
 
+@pytest.mark.needs_full_data
 def test_first500_splits_are_prefixes_of_the_full_files(data_dir):
     first = data.load_records("hotpotqa", "dev_first500")
     full = data.load_records("hotpotqa", "dev", n=500, seed=None)
@@ -61,6 +64,7 @@ def test_first500_splits_are_prefixes_of_the_full_files(data_dir):
     assert [r["question"] for r in strategy] == [r["question"] for r in data.load_records("strategyqa", "train_first500")]
 
 
+@pytest.mark.needs_full_data
 def test_activerag_samples_keep_their_recorded_passages(data_dir):
     for dataset, split in [("nq_open", "dev_activerag500"), ("triviaqa", "dev_activerag500"),
                            ("popqa", "test_activerag500"), ("2wikimultihopqa", "dev_activerag500")]:
@@ -89,6 +93,7 @@ def test_n_on_other_splits_is_a_seeded_sample_in_file_order(data_dir):
     assert [r["id"] for r in data.load_records("nq_open", "dev", n=3, seed=None)] == full_ids[:3]
 
 
+@pytest.mark.needs_full_data
 def test_bad_n_and_too_large_n(data_dir):
     with pytest.raises(ConfigError, match="positive integer"):
         data.load_records("nq_open", "dev", n=0)
@@ -128,6 +133,7 @@ def test_malformed_line_in_a_registered_file_names_file_and_line(tmp_path, monke
     assert len(data.load("webquestions", "dev", n=5, seed=None)) == 5  # lines before the bad one still load
 
 
+@pytest.mark.needs_full_data
 def test_dev_first500_gets_gold_titles_from_the_distractor_file(data_dir):
     records = data.load_records("hotpotqa", "dev_first500")
     with_gold = [r for r in records if "supporting_titles" in r]
@@ -167,6 +173,7 @@ def test_dataset_defaults_are_on_disk_and_disjoint_where_declared(data_dir):
     assert data.default_train_split("nq_open") == "efficientqa_dev"
 
 
+@pytest.mark.needs_full_data
 def test_exclude_split_drops_the_other_splits_questions(data_dir):
     first500 = {r["question"] for r in data.load_records("strategyqa", "train_first500")}
     rest = data.load_records("strategyqa", "train", exclude_split="train_first500")

@@ -43,6 +43,7 @@ def test_passage_forms_and_title_normalization():
         title_recall(passages("x"), [])
 
 
+@pytest.mark.needs_full_data
 def test_on_real_distractor_paragraphs(data_dir):
     from ragzoo import data
 

@@ -107,6 +107,7 @@ def served(wiki17_corpus, server):
         process.wait(timeout=10)
 
 
+@pytest.mark.needs_full_data
 def test_load_levels_zero_errors_bounded_p99_steady_memory(served):
     url, process = served
     _load(url + "/", 4, 40)  # warm-up: first queries, thread pools, allocator

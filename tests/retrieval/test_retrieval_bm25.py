@@ -65,6 +65,7 @@ def test_same_scores_as_raw_bm25s_on_same_tokens(wiki17_corpus):
         assert np.allclose([p.score for p in mine[q]], scores[q], atol=1e-4)
 
 
+@pytest.mark.needs_full_data
 def test_hotpotqa_question_finds_gold_titles(wiki17_corpus, data_dir):
     retriever = make_retriever("bm25:hotpotqa/corpus_wiki17_abstracts.jsonl", show_progress=False)
     assert len(retriever) == 17_703

@@ -130,6 +130,7 @@ def test_missing_empty_and_non_utf8_corpus(tmp_path):
         list(iter_corpus(tmp_path / "bad.jsonl"))
 
 
+@pytest.mark.needs_full_data
 def test_streaming_reads_lazily_and_counts_cheaply(wiki17_corpus):
     assert count_lines(wiki17_corpus) == 17703
     head = list(itertools.islice(iter_corpus(wiki17_corpus), 3))

@@ -20,6 +20,7 @@ def test_bad_specs_list_the_valid_forms(spec, tmp_path):
     assert "bm25:" in message or "colbertv2:" in message or "known" in message
 
 
+@pytest.mark.needs_full_data
 def test_bm25_spec_options_and_data_relative_default(tmp_path):
     assert DEFAULT_RETRIEVER == "bm25:hotpotqa/corpus_wiki17_abstracts.jsonl"
     default = make_retriever(DEFAULT_RETRIEVER, show_progress=False)

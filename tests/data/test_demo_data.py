@@ -1,0 +1,97 @@
+"""The demo slice shipped in `ragzoo/demo_data/`: found when no data folder is, enough for the CLI's main path,
+and exactly what `tools/build_demo_data.py` makes from the full data."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragzoo import paths
+from ragzoo.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def no_data_folder(tmp_path, monkeypatch):
+    """A machine with no data folder at all: RAGZOO_DATA names a missing folder, nothing beside the checkout,
+    no ~/.ragzoo/data."""
+    monkeypatch.setenv("RAGZOO_DATA", str(tmp_path / "absent"))
+    monkeypatch.setattr(paths, "CHECKOUT_SIBLING", tmp_path / "no-shared" / "data")
+    monkeypatch.setattr(paths, "HOME_DATA", tmp_path / "no-home" / ".ragzoo" / "data")
+    return tmp_path
+
+
+def test_without_any_data_folder_the_demo_slice_is_used_and_said(no_data_folder, capsys):
+    root, why = paths.locate_data()
+    assert root == paths.DEMO_DATA and paths.is_demo_data()
+    assert "demo slice" in why and f"RAGZOO_DATA={no_data_folder / 'absent'} is not a folder" in why
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    first500 = next(line for line in out.splitlines() if line.startswith("hotpotqa") and "dev_first500" in line)
+    assert " 100 " in first500 and "local" in first500
+    assert f"data root: {paths.DEMO_DATA}" in out and "demo slice" in out
+
+
+def test_an_existing_folder_wins_over_the_slice(no_data_folder, monkeypatch):
+    sibling = no_data_folder / "shared" / "data"
+    sibling.mkdir(parents=True)
+    monkeypatch.setattr(paths, "CHECKOUT_SIBLING", sibling)
+    assert paths.locate_data() == (sibling, "beside the checkout")
+    mine = no_data_folder / "mine"
+    mine.mkdir()
+    monkeypatch.setenv("RAGZOO_DATA", str(mine))
+    assert paths.locate_data() == (mine, "RAGZOO_DATA") and not paths.is_demo_data()
+
+
+def test_index_search_and_evaluate_run_on_the_slice(no_data_folder, capsys):
+    assert main(["index", "build", "--corpus", "hotpotqa/corpus_wiki17_abstracts.jsonl", "--quiet"]) == 0
+    assert main(["search", "Who directed Ed Wood?", "-k", "3"]) == 0
+    assert "Ed Wood (film)" in capsys.readouterr().out
+    run = no_data_folder / "run"
+    code = main(["evaluate", "--method", "rag", "--dataset", "hotpotqa", "--split", "dev_first500", "-n", "3",
+                 "--lm", "dry-run", "--out", str(run)])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    lines = (run / "predictions.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+
+
+def test_slice_gold_passages_are_in_its_corpus_and_it_stays_small():
+    from ragzoo.retrieval.corpus import iter_corpus
+
+    demo = paths.DEMO_DATA
+    titles = {p.title for p in iter_corpus(demo / "hotpotqa" / "corpus_wiki17_abstracts.jsonl")}
+    assert 200 <= len(titles) <= 1000  # a few hundred abstracts
+    dev_ids = [json.loads(line)["id"] for line in open(demo / "hotpotqa" / "dev.jsonl")]
+    distractor = [json.loads(line) for line in open(demo / "hotpotqa" / "dev_distractor.jsonl")]
+    assert len(distractor) == 50 and {row["id"] for row in distractor} <= set(dev_ids)
+    for row in distractor:
+        assert set(row["supporting_titles"]) <= titles, row["id"]
+    total = sum(path.stat().st_size for path in demo.rglob("*") if path.is_file())
+    assert total < 2_000_000
+    sources = (demo / "SOURCES.md").read_text()
+    assert "CC BY-SA 4.0" in sources and "tools/build_demo_data.py" in sources
+
+
+@pytest.mark.needs_full_data
+def test_the_shipped_slice_is_what_the_build_script_makes(data_dir, tmp_path):
+    out = tmp_path / "slice"
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "build_demo_data.py"), "--source", str(data_dir),
+                           "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shipped = sorted(p.relative_to(paths.DEMO_DATA) for p in paths.DEMO_DATA.rglob("*") if p.is_file())
+    built = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert shipped == built
+    for name in shipped:
+        assert filecmp.cmp(paths.DEMO_DATA / name, out / name, shallow=False), name
+    for name in shipped:
+        if name.suffix == ".jsonl":  # every line is a line of the full file, in its order
+            full = (data_dir / name).read_bytes().splitlines()
+            positions = {line: i for i, line in enumerate(full)}
+            order = [positions[line] for line in (out / name).read_bytes().splitlines()]
+            assert order == sorted(order), name
