@@ -61,6 +61,7 @@ class CompileResult:
     notes: list[str] = field(default_factory=list)
     staged: list[dict] = field(default_factory=list)  # one record per compile stage of the method
     selection_score: bool = False  # the dev score is also what the optimizer selected on (optimistic)
+    val_scores: list[float] = field(default_factory=list)  # per dev question, in valset order (for a CI)
 
     @property
     def usage(self) -> Usage:
@@ -265,10 +266,16 @@ def _jsonable_settings(settings: dict) -> dict:
 
 def score_program(program, examples: list, metric: SafeMetric, threads: int = 1) -> float:
     """Mean metric of `program` over `examples`; a failing example scores 0. Budget stops propagate."""
+    scores = score_examples(program, examples, metric, threads)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def score_examples(program, examples: list, metric: SafeMetric, threads: int = 1) -> list[float]:
+    """The metric of `program` on each of `examples`, in their order; a failing example scores 0."""
     from dspy.utils.parallelizer import ParallelExecutor
 
     if not examples:
-        return 0.0
+        return []
     budget: list[BudgetExceeded] = []
 
     def run_one(example):
@@ -289,7 +296,7 @@ def score_program(program, examples: list, metric: SafeMetric, threads: int = 1)
     scores = executor.execute(run_one, list(examples))
     if budget:
         raise budget[0]
-    return sum(s or 0.0 for s in scores) / len(examples)
+    return [float(s or 0.0) for s in scores]
 
 
 def _check_settings(preset_name: str, teleprompter_class, settings: dict, own: set[str]) -> None:
@@ -396,7 +403,8 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
         if validate and valset and result.stopped is None:
             started, before = time.perf_counter(), meter.usage.snapshot()
             try:
-                result.score = score_program(result.program, valset, safe, threads)
+                result.val_scores = score_examples(result.program, valset, safe, threads)
+                result.score = sum(result.val_scores) / len(result.val_scores)
             except BudgetExceeded as error:
                 result.stopped = f"{error} during validation; the score is missing"
             finally:

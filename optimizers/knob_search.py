@@ -91,6 +91,17 @@ def open_storage(url: str | None):
     raise AssertionError("unreachable")
 
 
+def _dev_ci(scores: list[float]) -> list[float] | None:
+    """[low, high] of the trial's seeded 95% bootstrap CI over its dev questions: how far apart trials must be
+    to be told apart."""
+    from ragzoo import stats
+
+    if not scores:
+        return None
+    interval = stats.bootstrap_ci(scores)
+    return [interval.low, interval.high]
+
+
 def grid_points(space: dict[str, list], optimizers, seed: int) -> list[dict]:
     """Every (knobs, optimizer) point of the grid once, shuffled with `seed`."""
     names = list(space)
@@ -256,7 +267,7 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
                 program = programs.get(method, retriever=retriever, **knobs)
                 result = compile_program(program, trainset=trainset, valset=valset, optimizer=optimizer,
                                          metric=metric, seed=seed, threads=threads)
-                record.update(score=result.score or 0.0, lm_calls=result.usage.lm_calls)
+                record.update(score=result.score or 0.0, lm_calls=result.usage.lm_calls, ci=_dev_ci(result.val_scores))
                 stop = result.stopped or exceeded_budget()
             except BudgetExceeded as error:
                 record.update(score=0.0, stopped=str(error))

@@ -200,6 +200,8 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
     for trial in found.trials:
         shown = ", ".join(f"{k}={v}" for k, v in trial["knobs"].items())
         score = "n/a" if placeholder else f"{trial['score']:.3f}"
+        if not placeholder and trial.get("ci"):
+            score += f" [95% CI {trial['ci'][0]:.3f}, {trial['ci'][1]:.3f}]"
         note = f"  stopped: {trial['stopped']}" if trial.get("stopped") else (
             f"  error: {trial['error']}" if trial.get("error") else "")
         print(f"trial {shown}  {trial['optimizer']}  dev {config['metric']}={score}  "
@@ -208,8 +210,17 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
     best = ", ".join(f"{k}={v}" for k, v in found.best_knobs.items())
     score = "n/a (dry-run: placeholder answers)" if placeholder else f"{found.best_score:.3f}"
     where = f", {found.ran_here} run here; study {found.study_name} in {storage}" if storage else ""
-    print(f"knob search over {len(found.trials)} trials of a {found.grid_size}-point grid ({calls} LM calls"
-          f"{where}): best {best} with {found.best_optimizer}, dev {config['metric']}={score}")
+    tied = [] if placeholder else [trial for trial in found.trials if not trial.get("error")
+                                   and not trial.get("stopped") and abs(trial["score"] - found.best_score) < 1e-12]
+    if len(tied) > 1:  # the dev questions cannot tell these apart: naming one "best" would be a coin toss
+        names = "; ".join(f"{', '.join(f'{k}={v}' for k, v in t['knobs'].items())} with {t['optimizer']}"
+                          for t in tied)
+        print(f"knob search over {len(found.trials)} trials of a {found.grid_size}-point grid ({calls} LM calls"
+              f"{where}): no best, {len(tied)} trials tie at dev {config['metric']}={score} ({names}); saving the "
+              f"first in grid order, {best} with {found.best_optimizer} (more --dev-n may separate them)")
+    else:
+        print(f"knob search over {len(found.trials)} trials of a {found.grid_size}-point grid ({calls} LM calls"
+              f"{where}): best {best} with {found.best_optimizer}, dev {config['metric']}={score}")
     stopped = getattr(found, "stopped", None)
     if dry_run:
         say_defaults("compile", config)

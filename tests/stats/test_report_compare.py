@@ -287,3 +287,24 @@ def test_report_of_a_grid_folder_prints_its_table_with_holm_adjusted_p(tmp_path,
     # not a grid folder and not a run: the one-line refusal
     assert main(["report", str(tmp_path)]) != 0
     assert "not a ragzoo run directory" in capsys.readouterr().err
+
+
+# --- a knob search whose trials tie ------------------------------------------------------------------------------
+
+def test_a_knob_search_whose_trials_tie_says_so_with_each_trials_ci(tmp_path, capsys, monkeypatch):
+    from ragzoo.stubserver import StubLMServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": f"Title {i}", "text": f"magazine fact {i}"}) + "\n"
+                              for i in range(30)))
+    with StubLMServer() as server:  # placeholder answers: every trial scores 0 on dev
+        code = main(["compile", "--method", "rag", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "3",
+                     "--optimizer", "none", "--search", "k=1,2", "--lm", "openai/stub", "--api-base",
+                     f"{server.base_url}/v1", "--no-cache", "--retriever", f"bm25:{corpus}",
+                     "--out", str(tmp_path / "best")])
+    assert code == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    trials = [line for line in out.splitlines() if line.startswith("trial ")]
+    assert len(trials) == 2 and all("=0.000 [95% CI 0.000, 0.000]" in line for line in trials), trials
+    assert "no best, 2 trials tie at dev em=0.000 (k=" in out and "best k=" not in out
