@@ -33,8 +33,8 @@ from ragzoo.errors import ArtifactError, ConfigError
 from ragzoo.leakage import restore as restore_seen
 from ragzoo.leakage import seen_by
 from ragzoo.secrets import storable, strip_spec
-from ragzoo.files import atomic_write_bytes, atomic_write_json, discard_dir, fsync_dir, jsonable, replace_dir, \
-    staging_dir
+from ragzoo.files import atomic_write_bytes, atomic_write_json, discard_dir, fsync_dir, jsonable, staging_dir
+from ragzoo.ownership import claim, replace
 
 FORMAT_VERSION = 1
 PROGRAM_FILE = "program.json"
@@ -138,7 +138,7 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
     if knobs is None:
         knobs = origin.get("knobs") if origin.get("method") == method else None
     resolved = programs.resolve_knobs(method, knobs or {})
-    check_replaceable(path, overwrite)
+    path = check_replaceable(path, overwrite)
 
     structure = _structure(program)
     fresh = programs.get(method, retriever=None if not info_method.uses_retrieval else _NoRetriever(),
@@ -176,8 +176,9 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
             **storable(jsonable(info)),  # no credentials in URLs, no key-shaped values, no secret-named entries
         }
         atomic_write_json(staging / MANIFEST_FILE, manifest)
-        fsync_dir(staging)
-        replace_dir(staging, path)
+        check_replaceable(path, overwrite)  # again: the folder may have changed while the program compiled
+        replace(staging, path, "artifact")  # marks it; files the user added to the old artifact are kept
+        fsync_dir(path)
     except BaseException:
         discard_dir(staging)
         raise
@@ -210,21 +211,13 @@ def is_artifact_dir(path: str | os.PathLike) -> bool:
         return False
 
 
-def check_replaceable(path: str | os.PathLike, overwrite: bool) -> None:
+def check_replaceable(path: str | os.PathLike, overwrite: bool) -> Path:
     """Refuse to write an artifact over anything but nothing, an empty folder, or (with `overwrite`) an
-    artifact: ragzoo replaces only what it wrote itself."""
-    path = Path(path)
-    if not path.exists() and not path.is_symlink():
-        return
-    if not path.is_dir() or path.is_symlink():
-        raise ArtifactError(f"{path} exists and is not a directory; choose another --out")
-    if not any(path.iterdir()):
-        return
-    if not is_artifact_dir(path):
-        raise ArtifactError(f"{path} exists and is not a compiled-program artifact; ragzoo never replaces it: "
-                            f"choose another --out")
-    if not overwrite:
+    artifact ragzoo wrote (`ragzoo.ownership.claim`). Returns the folder to write (a symbolic link followed)."""
+    found = claim(path, "artifact", error=ArtifactError)
+    if found.existing and not overwrite:
         raise ArtifactError(f"{path} already exists; choose another --out or pass --force to replace it")
+    return found.path
 
 
 class _NoRetriever:

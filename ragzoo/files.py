@@ -6,7 +6,8 @@ here.
   target, then the folder fsynced.
 - `staging_dir(final)` + `replace_dir(staging, final)`: build a folder beside its final place, then swap it
   in: an old folder is renamed to a backup first and dropped only once the new one is in place, so there
-  is never a moment with no folder at `final`, and a failure puts the old one back.
+  is never a moment with no folder at `final`, and a failure puts the old one back; entries the caller names
+  (what ragzoo did not write) are carried over into the new folder.
 - Permissions follow the umask, as any other program's files do (`tempfile` would make them 0600/0700 and
   shut colleagues on a shared filesystem out of a run): no secret is ever written to these files.
 """
@@ -121,9 +122,15 @@ def staging_dir(final: str | os.PathLike) -> Path:
     return staging
 
 
-def replace_dir(staging: str | os.PathLike, final: str | os.PathLike) -> None:
+def replace_dir(staging: str | os.PathLike, final: str | os.PathLike,
+                keep: list[str] | tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """Move the finished folder `staging` to `final`. An existing `final` is renamed to a backup first and
-    removed only after the new folder is in place; if the swap fails, the old folder is put back."""
+    removed only after the new folder is in place; if the swap fails, the old folder is put back.
+
+    `keep`: names of entries in the old `final` to carry over into the new one (what ragzoo did not write
+    there; see `ragzoo.ownership`). An entry whose name the new folder also uses comes over as `NAME.kept`
+    (`NAME.kept-2`, ...). If any cannot be moved, the backup is left in place rather than removed. Returns
+    (old name, new name) of each entry carried over."""
     staging, final = Path(staging), Path(final)
     backup = None
     if final.exists() or final.is_symlink():
@@ -135,12 +142,28 @@ def replace_dir(staging: str | os.PathLike, final: str | os.PathLike) -> None:
         if backup is not None:
             os.replace(backup, final)
         raise
+    carried: list[tuple[str, str]] = []
+    intact = True
+    if backup is not None and keep and backup.is_dir() and not backup.is_symlink():
+        for name in keep:
+            target, suffix = name, 1
+            while os.path.lexists(final / target):  # never over a file of the new folder, nor over another kept one
+                target = f"{name}.kept" if suffix == 1 else f"{name}.kept-{suffix}"
+                suffix += 1
+            try:
+                os.rename(backup / name, final / target)
+                carried.append((name, target))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                intact = False  # what could not be moved stays in the backup, which is then not removed
     fsync_dir(final.parent)
-    if backup is not None:
+    if backup is not None and intact:
         if backup.is_dir() and not backup.is_symlink():
             shutil.rmtree(backup, ignore_errors=True)
         else:
             backup.unlink(missing_ok=True)
+    return carried
 
 
 def discard_dir(staging: str | os.PathLike) -> None:

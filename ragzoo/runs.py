@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from ragzoo.config import ANSWER_LM_KEYS, ANSWER_OPTIONS, answer_differences, answer_view
 from ragzoo.errors import BudgetExceeded, RunError
 from ragzoo.files import atomic_write_bytes, atomic_write_json, fsync_dir, jsonable
 
@@ -40,11 +41,10 @@ PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE)
 LOCK_FILE = ".ragzoo-run.lock"
-# What must match to resume a run: the same questions, program, retriever, LM and metrics (the LM's cache
-# and retry options may change).
-# (`n` may grow: a resumed run extends to more questions, each finished one checked to be among them.)
-RESUME_KEYS = ("method", "program", "knobs", "dataset", "split", "seed", "data", "field_map", "retriever",
-               "metrics")
+# What must match to resume a run: every option that changes answers, from the one list evaluate, compile and
+# grids share (`ragzoo.config.ANSWER_OPTIONS`, `ANSWER_LM_KEYS`); the questions themselves are checked one by
+# one (`check_same_questions`: `n` may grow, a resumed run extends to more questions).
+RESUME_KEYS = ANSWER_OPTIONS
 DEFAULT_DEADLINE = 600.0  # seconds one example may take before it is recorded as a timeout failure
 
 
@@ -56,7 +56,7 @@ class SetupBroken(RunError):
     """A run stopped early because so many examples failed that the setup (server, key, model) looks broken."""
 
     exit_code = 5
-RESUME_LM_KEYS = ("model", "api_base", "priced_model", "dry_run")
+RESUME_LM_KEYS = ANSWER_LM_KEYS
 
 
 def example_id(example, position: int) -> str:
@@ -124,8 +124,28 @@ def _passages(prediction) -> list[dict]:
     return result
 
 
+def storable_record(record: dict) -> dict:
+    """A run record as it may be written: every text `ragzoo.secrets.scrub`bed (an upstream that echoes the key
+    in its answer, its error or a re-ask must not get it stored), the id kept as is (it is the record's
+    identity: resume and report match it with the data's)."""
+    from ragzoo.secrets import scrub
+
+    return {**scrub(record), "id": record["id"]} if "id" in record else scrub(record)
+
+
+def _write_record_json(path: Path, value: dict) -> None:
+    from ragzoo.secrets import scrub
+
+    atomic_write_json(path, scrub(value))
+
+
+def _jsonl(records: list[dict]) -> bytes:
+    return "".join(json.dumps(storable_record(r), ensure_ascii=False, default=str) + "\n" for r in records).encode()
+
+
 class PredictionWriter:
-    """Appends one JSON line per example, flushed at once; thread-safe; never writes an id twice."""
+    """Appends one JSON line per example (`storable_record`: no secret), flushed at once; thread-safe; never
+    writes an id twice."""
 
     def __init__(self, path: Path, done_ids: Iterable[str] = ()):
         self.path = path
@@ -134,7 +154,7 @@ class PredictionWriter:
         self._handle = open(path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> bool:
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        line = json.dumps(storable_record(record), ensure_ascii=False, default=str) + "\n"
         with self._lock:
             if self._handle.closed:
                 return False  # the run was interrupted and closed: a straggler's result is not kept
@@ -178,95 +198,115 @@ def read_predictions(path: Path, repair: bool = False) -> list[dict]:
         seen.add(record["id"])
         records.append(record)
     if repair and (dropped or (raw and not raw.endswith(b"\n"))):
-        text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records)
-        atomic_write_bytes(path, text.encode("utf-8"))
+        atomic_write_bytes(path, _jsonl(records))
         logger.warning("%s: dropped %d incomplete line(s) left by an interrupted run", path, dropped)
     return records
 
 
 def _resume_view(config: dict) -> dict:
-    view = {key: jsonable(config[key]) for key in RESUME_KEYS if key in config}
-    lm = config.get("lm")
-    if isinstance(lm, dict):
-        view.update({f"lm.{key}": jsonable(lm.get(key)) for key in RESUME_LM_KEYS if key in lm})
-    return view
+    return answer_view(config)
 
 
 def check_same_questions(records: list[dict], examples: list, ids: list[str], out: Path) -> None:
     """Every finished record of a resumed run must be one of `examples`, with the same question and gold answer
     (an edited data file, or another sample, would mix two sets of questions in one run)."""
+    from ragzoo.secrets import scrub
+
     by_id = dict(zip(ids, examples))
     for record in records:
         example = by_id.get(record["id"])
         if example is None:
             raise RunError(f"cannot resume {out}: question {record['id']!r} of the interrupted run is not among "
                            f"these questions; use the same data or another --out")
-        if record.get("question") != example.get("question") or record.get("gold") != jsonable(_gold(example)):
+        question, gold = example.get("question"), jsonable(_gold(example))
+        # records are written scrubbed: a question holding a secret's value is still the same question
+        if record.get("question") not in (question, scrub(question)) or record.get("gold") not in (gold, scrub(gold)):
             raise RunError(f"cannot resume {out}: question {record['id']!r} changed since the interrupted run (an "
                            f"edited data file?); use the same data or another --out")
 
 
 def _check_run_dir(out: Path, config: dict, resume: bool, force: bool) -> bool:
-    """Refusals that need no write. Returns whether `out` already holds a run."""
-    if out.exists() and not out.is_dir():
-        raise RunError(f"{out} exists and is not a directory; choose another --out")
-    entries = {entry.name for entry in out.iterdir()} - {LOCK_FILE} if out.is_dir() else set()
-    is_run = CONFIG_FILE in entries
-    if entries and not is_run:  # not ours: never write into it, never delete anything in it
-        raise RunError(f"{out} exists and is not a ragzoo run directory; choose another --out")
+    """Refusals that need no write. Returns whether `out` already holds a run.
+
+    Only a folder ragzoo made for a run (`ragzoo.ownership`) is ever written into: `--resume`/`--force` are
+    weighed after that, so they never apply to a user's folder, a look-alike config.json or another kind."""
+    from ragzoo.ownership import claim
+
+    found = claim(out, "run", error=RunError)
+    is_run = found.existing and (found.path / CONFIG_FILE).is_file()
     if is_run and not resume and not force:
         raise RunError(f"{out} already holds a run; pass --resume to continue it or --force to start over")
     if is_run and resume:
         try:
-            previous = json.loads((out / CONFIG_FILE).read_text(encoding="utf-8"))
+            previous = json.loads((found.path / CONFIG_FILE).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             raise RunError(f"{out / CONFIG_FILE} is unreadable; start a new run with another --out") from None
-        if not isinstance(previous, dict):
+        if not isinstance(previous, dict) or not isinstance(previous.get("metrics"), list):
             raise RunError(f"{out / CONFIG_FILE} is not a run configuration; start a new run with another --out")
         before, now = _resume_view(previous), _resume_view(config)
-        differing = [key for key in now if key in before and before[key] != now[key]]
+        # a key the interrupted run did not record matches only an unset one: a config sharing no key with this
+        # run's is another run, not this one
+        differing = answer_differences(before, now)
         if differing:
-            raise RunError(f"cannot resume {out}: {', '.join(differing)} differ from the interrupted run; use the "
-                           f"same flags or another --out")
+            raise RunError(f"cannot resume {out}: {'; '.join(differing)} (options that change answers); rerun with "
+                           f"the interrupted run's options, or use another --out")
     return is_run
 
 
 @contextlib.contextmanager
 def _run_lock(out: Path) -> Iterator[None]:
-    """Hold `out` for this process. The lock is the kernel's (flock): a crash or kill releases it."""
+    """Hold `out` for this process, for as long as the block runs. The lock is the kernel's (flock), so a crash
+    or kill releases it, and it is taken on the run folder itself: deleting, renaming or replacing the lock
+    file cannot let a second writer in. The lock file is still held too, for its pid (named in the refusal) and
+    for ragzoo versions that lock only the file."""
     import fcntl
 
-    handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
-    try:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+    def refuse(handle) -> RunError:
+        owner = "?"
+        if handle is not None:
             handle.seek(0)
             owner = handle.read().strip() or "?"
-            raise RunError(f"{out} is being written by another ragzoo process (pid {owner}); wait for it to finish "
-                           f"or choose another --out") from None
+        return RunError(f"{out} is being written by another ragzoo process (pid {owner}); wait for it to finish "
+                        f"or choose another --out")
+
+    folder = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    handle = None
+    try:
+        handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
+        for fd in (folder, handle.fileno()):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise refuse(handle) from None
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))
         handle.flush()
         yield
     finally:
-        handle.close()
+        if handle is not None:
+            handle.close()
+        os.close(folder)  # closing the last descriptor releases the folder's lock
 
 
 @contextlib.contextmanager
 def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = False,
                  force: bool = False) -> Iterator[Path]:
-    """Create or reopen a run directory and own it while the block runs (the caller writes its config). Refuses an existing directory that is
-    not a run (ragzoo never writes into, or deletes from, what it did not write), a run without
-    `resume`/`force`, a resume whose configuration differs (other questions, program, retriever, LM or
-    metrics), and a run another process is writing."""
+    """Create or reopen a run directory and own it while the block runs (the caller writes its config). Refuses a
+    folder ragzoo did not make for a run (`ragzoo.ownership.claim`: a user's folder, `.`, $HOME, a git working
+    tree, a folder of another kind), a run without `resume`/`force`, a resume whose configuration differs (other
+    questions, program, retriever, LM or metrics), and a run another process is writing. `force` removes only the
+    run's own files; anything else in the folder stays."""
+    from ragzoo.ownership import claim, mark
+
     out = Path(out_dir)
     _check_run_dir(out, config, resume, force)
+    out = claim(out, "run", error=RunError).path  # a symbolic link to a run: the run folder itself
     out.mkdir(parents=True, exist_ok=True)
     with _run_lock(out):
         is_run = _check_run_dir(out, config, resume, force)  # again, now that no one else can change it
-        if force and not resume:
+        mark(out, "run", (*RUN_FILES, LOCK_FILE))
+        if force and not resume and is_run:
             for name in RUN_FILES:
                 (out / name).unlink(missing_ok=True)
         yield out  # the caller writes config.json once it has checked what it resumes
@@ -329,9 +369,12 @@ def call_with_deadline(fn: Callable[[], Any], deadline: float | None) -> Any:
     (its LM requests end with their own per-call timeout)."""
     import contextvars
 
+    from ragzoo.endpoints import start_question_deadline
+
     if not deadline:
         return fn()
     context = contextvars.copy_context()
+    context.run(start_question_deadline, deadline)  # the example's LM calls stop retrying 429s at its deadline
     outcome: dict[str, Any] = {}
     done = threading.Event()
 
@@ -501,13 +544,16 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             check_same_questions(previous, examples, ids, out)
             if retry_failed and any(r.get("error") for r in previous):
                 previous = [r for r in previous if not r.get("error")]
-                text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in previous)
-                atomic_write_bytes(out / PREDICTIONS_FILE, text.encode("utf-8"))
-            atomic_write_json(out / CONFIG_FILE, jsonable(run_config))
+                atomic_write_bytes(out / PREDICTIONS_FILE, _jsonl(previous))
+            _write_record_json(out / CONFIG_FILE, jsonable(run_config))
             fsync_dir(out)
             writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
         done = {r["id"] for r in previous}
         todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
+        if previous:  # a resume says where it starts, so no one wonders whether it started over
+            import sys
+
+            print(f"evaluate: resuming from {len(done)}/{len(examples)}", file=sys.stderr, flush=True)
         new_records: list[dict] = []
         lock = threading.Lock()
         stop: list[str] = []
@@ -532,8 +578,13 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     if not stop:
                         stop.append(str(error))
                 return None
+            except KeyboardInterrupt:  # Ctrl-C on a one-thread run lands here: stop the run, not this question
+                closing.set()
+                raise
             except BaseException as error:  # noqa: BLE001 - never let the executor log a whole example
-                logger.warning("example %s: %s", example_id(example, position), _one_line(error, 200))
+                from ragzoo.secrets import redact  # before the cut: a key cut in two is no longer its value
+
+                logger.warning("example %s: %s", example_id(example, position), _one_line(redact(str(error)), 200))
                 return None
             if closing.is_set():
                 return None
@@ -603,7 +654,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             if key in run_config:
                 summary[key] = run_config[key]
         if out is not None:
-            atomic_write_json(out / SUMMARY_FILE, summary)
+            _write_record_json(out / SUMMARY_FILE, summary)
         else:
             summary["records"] = records
     return summary

@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     from ragzoo.config import check_out_writable
 
     check_out_writable(config["out"])  # before any LM call (and the endpoint check): results must be keepable
+    from ragzoo.errors import RunError
+    from ragzoo.ownership import claim
+
+    claim(config["out"], "run", error=RunError)  # only a run folder ragzoo made (or a new one), before any work
     adapter = build_adapter(config)
     lm = build_lm(config)
     examples = load_examples(config)  # before the program: a `fixed` retriever replays their passages

@@ -32,6 +32,7 @@ from ragzoo.grid.spec import Cell, Grid
 
 GRID_FILE = "grid.json"
 CELLS_DIR = "cells"
+GRID_OUTPUTS = (GRID_FILE, CELLS_DIR, "results.md", "results.csv", "results.json")  # all a grid writes in OUT
 
 
 def cell_dir(out: Path, cell: Cell) -> Path:
@@ -48,12 +49,12 @@ def runnable(cell: Cell) -> str | None:
 
 
 def cell_state(out: Path, cell: Cell) -> dict:
-    """What is on disk for a cell: done / partial / absent, examples written, spend."""
+    """What is on disk for a cell: done / partial / absent, examples written (`done`) of `total` asked, spend."""
     from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE, read_predictions
 
     base = cell_dir(out, cell)
     run = base / "run"
-    state = {"key": cell.key, "status": "absent", "done": 0, "cost": 0.0, "lm_calls": 0}
+    state = {"key": cell.key, "status": "absent", "done": 0, "total": cell.n, "cost": 0.0, "lm_calls": 0}
     artifact = base / "artifact" / "manifest.json"
     if artifact.is_file():
         try:
@@ -71,9 +72,15 @@ def cell_state(out: Path, cell: Cell) -> dict:
         if (run / SUMMARY_FILE).is_file():
             try:
                 summary = json.loads((run / SUMMARY_FILE).read_text(encoding="utf-8"))
+                config = json.loads((run / CONFIG_FILE).read_text(encoding="utf-8"))
             except (OSError, ValueError):
-                summary = {}
-            if summary.get("complete") and not summary.get("stopped") and summary.get("n") == len(records):
+                summary, config = {}, {}
+            if cell.n is None and config.get("n") is None and summary.get("n_expected"):
+                state["total"] = summary["n_expected"]  # the whole split
+            # n is not part of the cell: a run of fewer questions than the grid asks now is extended (--resume -n)
+            asked = len(records) >= cell.n if cell.n is not None else config.get("n") is None
+            if summary.get("complete") and not summary.get("stopped") and summary.get("n") == len(records) \
+                    and asked:
                 state["status"] = "done"
     return state
 
@@ -129,8 +136,12 @@ def _cell_log(routers, path: Path):
     if routers is None:
         yield
         return
+    from ragzoo.cli import RedactingStream
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as log:
+    with open(path, "a", encoding="utf-8") as raw:
+        # the log is a file: what reaches it is redacted here, whichever thread's stdout/stderr swap is current
+        log = RedactingStream(raw)
         ident = threading.get_ident()
         for router in routers:
             router.targets[ident] = log
@@ -169,20 +180,35 @@ def _knob_args(cell: Cell) -> list[str]:
     return args
 
 
-def compile_argv(cell: Cell, out: Path, max_cost: float | None = None) -> list[str]:
+def _spend_args(max_cost: float | None, max_calls: int | None, price: str | None,
+                price_per_hour: float | None) -> list[str]:
+    """A cell's budget and prices, as `evaluate`/`compile` take them: exact (repr), never rounded."""
+    args = []
+    if max_calls is not None:
+        args += ["--max-calls", str(int(max_calls))]
+    if max_cost is not None:
+        args += ["--max-cost", repr(float(max_cost))]
+    if price:
+        args += ["--price", str(price)]
+    if price_per_hour is not None:
+        args += ["--price-per-hour", repr(float(price_per_hour))]
+    return args
+
+
+def compile_argv(cell: Cell, out: Path, max_cost: float | None = None, *, max_calls: int | None = None,
+                 price: str | None = None, price_per_hour: float | None = None) -> list[str]:
     dataset = cell.dataset
     argv = ["compile", "--method", cell.method.id, "--dataset", dataset.name, "--optimizer", cell.optimizer,
             "--train-n", str(cell.grid.train_n), "--dev-n", str(cell.grid.dev_n), "--out", str(out), "--force",
             *_knob_args(cell), *_common_args(cell, cell.lm.spec, cell.lm.api_base)]
     if dataset.metrics:
         argv += ["--metric", dataset.metrics[0]]
-    if max_cost is not None:
-        argv += ["--max-cost", f"{max_cost:.6f}"]
-    return argv
+    return argv + _spend_args(max_cost, max_calls, price, price_per_hour)
 
 
 def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, resume: bool,
-                  max_cost: float | None = None) -> list[str]:
+                  max_cost: float | None = None, *, max_calls: int | None = None, price: str | None = None,
+                  price_per_hour: float | None = None) -> list[str]:
     dataset = cell.dataset
     argv = ["evaluate", "--dataset", dataset.name, "--out", str(run), "--threads", str(cell.grid.threads),
             *_common_args(cell, cell.lm.spec, cell.lm.api_base)]
@@ -197,14 +223,15 @@ def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, r
         argv += ["--metric", ",".join(dataset.metrics)]
     if resume:
         argv.append("--resume")
-    if max_cost is not None:
-        argv += ["--max-cost", f"{max_cost:.6f}"]
-    return argv
+    return argv + _spend_args(max_cost, max_calls, price, price_per_hour)
 
 
-def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None) -> dict:
-    """Compile (if the grid compiles and no artifact is there) and evaluate (resuming) one cell, in process,
-    through the same code paths as `ragzoo compile` / `ragzoo evaluate`. Returns the cell's state."""
+def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls: int | None = None,
+             price: str | None = None, price_per_hour: float | None = None, meter=None) -> dict:
+    """Compile (if the grid compiles and no artifact is there) and evaluate (resuming, extending to a larger n)
+    one cell, in process, through the same code paths as `ragzoo compile` / `ragzoo evaluate`. `meter` (a
+    `ragzoo.usage.Meter` the caller opened around this call) counts the compile's spend, which the evaluation's
+    budget then leaves out. Returns the cell's state."""
     from ragzoo.cli import main as ragzoo_main
     from ragzoo.runs import CONFIG_FILE
 
@@ -213,18 +240,26 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None) -> dict:
     state = cell_state(out, cell)
     if state["status"] == "done":
         return {**state, "exit": 0, "skipped": True}
+    prices = {"price": price, "price_per_hour": price_per_hour}
     artifact = None
     if cell.optimizer != "none":
         artifact = base / "artifact"
         if not (artifact / "manifest.json").is_file():
-            code = ragzoo_main(compile_argv(cell, artifact, max_cost))
+            before = meter.usage.snapshot() if meter is not None else None
+            code = ragzoo_main(compile_argv(cell, artifact, max_cost, max_calls=max_calls, **prices))
             if code != 0 or not (artifact / "manifest.json").is_file():
                 return {**cell_state(out, cell), "exit": code or 1, "stage": "compile"}
-            if max_cost is not None:
-                max_cost = max(0.0, max_cost - cell_state(out, cell)["cost"])
+            if before is not None:
+                used = meter.usage.minus(before)
+                if max_cost is not None:
+                    max_cost = max_cost - used.total_cost
+                if max_calls is not None:
+                    max_calls = max_calls - used.lm_calls + used.cached_calls
+            if (max_cost is not None and max_cost <= 0) or (max_calls is not None and max_calls <= 0):
+                return {**cell_state(out, cell), "exit": 3, "stage": "compile"}  # the compile used the budget
     run = base / "run"
     resume = (run / CONFIG_FILE).is_file()
-    code = ragzoo_main(evaluate_argv(cell, run, artifact, cell.n, resume, max_cost))
+    code = ragzoo_main(evaluate_argv(cell, run, artifact, cell.n, resume, max_cost, max_calls=max_calls, **prices))
     return {**cell_state(out, cell), "exit": code, "stage": "evaluate"}
 
 
@@ -266,6 +301,16 @@ def _file_lock(url: str):
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
 class OptunaClaims:
     """Each cell is an enqueued Optuna trial; `study.ask()` pops a waiting trial atomically in the storage, so
     each cell is claimed by exactly one worker. Heartbeats mark the running claims; a claim whose worker died
@@ -274,7 +319,8 @@ class OptunaClaims:
     HEARTBEAT = 5
     GRACE = 30
 
-    def __init__(self, url: str, study_name: str, keys: list[str], *, wait: float = 60.0):
+    def __init__(self, url: str, study_name: str, keys: list[str], *, wait: float = 60.0,
+                 choices: list[str] | None = None):
         import warnings
 
         import optuna
@@ -287,7 +333,9 @@ class OptunaClaims:
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
         self._optuna = optuna
         self._keys = list(keys)
-        self._distributions = {"cell": CategoricalDistribution(self._keys or ["-"])}
+        # the choices of a trial's "cell" are every cell of the grid, the same on every run and worker (the study
+        # is named after them): Optuna refuses a second run whose choices differ ("dynamic value space")
+        self._distributions = {"cell": CategoricalDistribution(sorted(choices or self._keys) or ["-"])}
         self._lock = threading.Lock()
         self.storage = self._storage(url)
         try:
@@ -329,13 +377,42 @@ class OptunaClaims:
         not done on disk (the caller passes only those keys) and no claim waits or runs for them."""
         from optuna.trial import TrialState
 
+        self._fail_dead_claims()
         live = set()
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
-            key = trial.params.get("cell") or (trial.system_attrs.get("fixed_params") or {}).get("cell")
-            live.add(key)
+            live.add(self._key_of(trial))
         for key in self._keys:
             if key not in live:
                 self.study.enqueue_trial({"cell": key})
+
+    @staticmethod
+    def _key_of(trial):
+        return trial.params.get("cell") or (trial.system_attrs.get("fixed_params") or {}).get("cell")
+
+    def _fail_dead_claims(self) -> None:
+        """Claims whose worker is known dead go back to the queue now, not after the heartbeat grace: a worker of
+        this machine whose process is gone (a SIGKILL, a crash), and a claim that never got a worker or a
+        heartbeat (a worker that died inside `ask`) once the grace has passed."""
+        import datetime
+        import socket
+
+        from optuna.trial import TrialState
+
+        host = socket.gethostname()
+        now = datetime.datetime.now()
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = str(trial.user_attrs.get("worker") or "")
+            name, _, pid = worker.rpartition(":")
+            if worker:
+                if name != host or not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+                    continue
+            elif trial.datetime_start is None or (now - trial.datetime_start).total_seconds() < self.GRACE:
+                continue
+            with contextlib.suppress(Exception):  # another worker failed it first
+                self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+                key = self._key_of(trial)
+                if key in self._keys:
+                    self.study.enqueue_trial({"cell": key})
 
     def next(self):
         from optuna.storages import fail_stale_trials
@@ -345,29 +422,38 @@ class OptunaClaims:
             with self._lock:
                 with contextlib.suppress(Exception):
                     fail_stale_trials(self.study)  # a dead worker's cell goes back to the queue
+                    self._fail_dead_claims()
                 if not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                     beats = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
-                    # without heartbeats (journal storage) a dead worker's claim would never come back: stop
-                    if not beats or not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                    # without heartbeats (journal storage) a dead worker's claim would never come back: stop; and
+                    # a claim on a cell this worker has nothing left of (done on disk) is nothing to wait for
+                    running = [trial for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                               if self._key_of(trial) in self._keys]
+                    if not beats or not running:
                         return None, None
-                    running = True
+                    waiting = True
                 else:
-                    running = False
-            if running:  # other workers still run cells: wait, in case one dies and its cell comes back
+                    waiting = False
+            if waiting:  # other workers still run cells: wait, in case one dies and its cell comes back
                 time.sleep(1.0)
                 continue
             with self._lock:
                 trial = self.study.ask(self._distributions)
-                attrs = self.storage.get_trial_system_attrs(trial._trial_id)
-                if "fixed_params" not in attrs:  # another worker popped the last waiting claim
-                    self.study.tell(trial, state=TrialState.PRUNED)
-                    continue
-                key = trial.params["cell"]
-                with contextlib.suppress(Exception):  # who ran which cell, for the record
-                    import socket
+                try:
+                    attrs = self.storage.get_trial_system_attrs(trial._trial_id)
+                    if "fixed_params" not in attrs:  # another worker popped the last waiting claim
+                        self.study.tell(trial, state=TrialState.PRUNED)
+                        continue
+                    key = trial.params["cell"]
+                    with contextlib.suppress(Exception):  # who ran which cell: the record, and a dead worker found
+                        import socket
 
-                    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-                if key not in self._keys:  # a cell this worker does not know (another grid file?)
+                        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+                except BaseException:
+                    with contextlib.suppress(Exception):  # never leave a claim running with no one behind it
+                        self.study.tell(trial, state=TrialState.FAIL)
+                    raise
+                if key not in self._keys:  # a cell this worker does not know, or one done on disk
                     self.study.tell(trial, state=TrialState.FAIL)
                     continue
                 return key, trial
@@ -406,40 +492,96 @@ class SweepResult:
     failed: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     stopped: str | None = None
+    interrupted: bool = False  # Ctrl-C: the grid stopped; finished questions are kept
 
 
 def write_grid_file(grid: Grid, out: Path, cells: list[Cell]) -> None:
     from ragzoo.files import atomic_write_json
+    from ragzoo.secrets import scrub, strip_url
+    from ragzoo.ownership import claim, mark
 
+    found = claim(out, "grid")  # a grid writes only into a folder ragzoo made for a grid (or a new/empty one)
+    out = found.path
     out.mkdir(parents=True, exist_ok=True)
     record = {"name": grid.name, "title": grid.title, "source": grid.source, "paper": grid.paper,
               "n": grid.n, "seed": grid.seed, "optimizers": grid.optimizers,
-              "lms": [{"spec": lm.spec, "api_base": lm.api_base} for lm in grid.lms],
+              "lms": [{"spec": lm.spec, "api_base": strip_url(lm.api_base)} for lm in grid.lms],
               "cells": [{"key": c.key, "method": c.method.id, "label": c.method.label, "knobs": c.knobs,
                          "dataset": c.dataset.name, "split": c.dataset.split, "optimizer": c.optimizer,
                          "lm": c.lm.spec} for c in cells]}
+    record = scrub(record)  # the endpoint without credentials (registered: hidden wherever echoed), no known key
     path = out / GRID_FILE
     if path.is_file():
         try:
             previous = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             previous = {}
-        if previous.get("name") not in (None, grid.name):
+        if previous.get("name") != grid.name:
             raise ConfigError(f"{out} holds grid {previous.get('name')!r}, not {grid.name!r}; choose another --out")
         if previous == record:
+            mark(out, "grid", GRID_OUTPUTS)
             return
+    mark(out, "grid", GRID_OUTPUTS)
     atomic_write_json(path, record)
 
 
+def check_budget_options(grid: Grid, *, max_cost: float | None, max_calls: int | None, price: str | None,
+                         price_per_hour: float | None) -> None:
+    """A grid's budget and prices fail here, once, in one line, before any cell (not once per cell)."""
+    import math
+
+    from ragzoo.lm import parse_price
+    from ragzoo.usage import check_price_per_hour
+
+    if max_cost is not None and (not math.isfinite(max_cost) or max_cost < 0):
+        raise ConfigError(f"--max-cost must be a non-negative number of USD, got {max_cost!r}")
+    if max_calls is not None and max_calls < 0:
+        raise ConfigError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
+    priced = parse_price(price) is not None or bool(check_price_per_hour(price_per_hour))
+    if not max_cost or priced:  # None: no budget; 0: nothing is sent, price or not
+        return
+    from ragzoo.engines import is_dry_run_spec
+    from ragzoo.usage import _price_lookup
+
+    for lm in grid.lms:
+        if not is_dry_run_spec(lm.spec.strip()) and _price_lookup(lm.spec) is None:
+            raise ConfigError(f"--max-cost cannot bind: model {lm.spec!r} has no known price; give one with --price "
+                              f"IN,OUT (USD per million prompt, completion tokens) or --price-per-hour USD (a server "
+                              f"rented by the hour)")
+
+
+def _lines_of(path: Path, seen: dict) -> int:
+    """Lines of a growing file, reading only what was appended since the last call (`seen` keeps the place)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(seen.get("offset", 0))
+            chunk = handle.read()
+    except OSError:
+        return seen.get("lines", 0)
+    seen["offset"] = seen.get("offset", 0) + len(chunk)
+    seen["lines"] = seen.get("lines", 0) + chunk.count(b"\n")
+    return seen["lines"]
+
+
 def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: float | None = None,
-          storage: str | None = None, progress=None, quiet_cells: bool = True) -> SweepResult:
+          storage: str | None = None, progress=None, quiet_cells: bool = True, max_calls: int | None = None,
+          price: str | None = None, price_per_hour: float | None = None, say=None,
+          tick: float = 0.5) -> SweepResult:
+    """Run the grid's cells (see the module docstring). `progress(snapshot)` is called at the start, every
+    `tick` seconds while cells run (the running cells' questions done / total, calls, spend; the grid's ETA) and
+    after each cell; `say(line)` gets one-line notices (where a resume starts). Ctrl-C (SIGINT, when run from the
+    main thread) stops the grid: no new cell or question starts, the questions in flight are dropped (their
+    calls stay in DSPy's cache where it is on), and the result says `interrupted`."""
+    import signal
+
+    from ragzoo.usage import Budget, metering
+
     out = Path(out)
     if parallel < 1:
         raise ConfigError("--parallel must be at least 1")
-    if max_cost is not None and max_cost < 0:
-        raise ConfigError("--max-cost must be positive")
     if not grid.lms:
         raise ConfigError("the grid names no LM; pass --lm SPEC (or add lms = [...] under [grid])")
+    check_budget_options(grid, max_cost=max_cost, max_calls=max_calls, price=price, price_per_hour=price_per_hour)
     cells = grid.cells()
     write_grid_file(grid, out, cells)
     result = SweepResult()
@@ -453,21 +595,70 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         result.states[cell.key] = state
         if state["status"] != "done":
             todo.append(cell)
-    by_key = {cell.key: cell for cell in todo}
-    claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo]) if storage
+    by_key = {cell.key: cell for cell in cells}
+    counted = [cell for cell in cells if cell.key not in result.skipped]
+    resumed = sum(result.states[c.key]["done"] for c in counted)
+    if say is not None and resumed and todo:
+        asked = [result.states[c.key].get("total") for c in counted]
+        of = f"/{sum(asked)}" if None not in asked else ""
+        say(f"grid: resuming from {resumed}{of} questions ({len(counted) - len(todo)} of {len(counted)} cells "
+            f"done)")
+    # one budget for every cell of this process, what is left of the grid's after what its cells on disk used:
+    # each call reserves on it before it is sent, so cells running at once never pass it together
+    used_cost = sum(result.states[c.key]["cost"] for c in counted)
+    used_calls = sum(result.states[c.key]["lm_calls"] for c in counted)
+    budget = Budget(None if max_calls is None else max(0, max_calls - used_calls),
+                    None if max_cost is None else max(0.0, max_cost - used_cost), price_per_hour=price_per_hour)
+    claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
+                           choices=[c.key for c in cells]) if storage
               else LocalClaims([c.key for c in todo]))
     lock = threading.Lock()
-    running: set[str] = set()
+    running: dict[str, dict] = {}  # key -> the cell's meter, what it had on disk, its predictions' line count
     stop = threading.Event()
+    interrupted = threading.Event()
+    started_at = time.monotonic()
 
-    def spent() -> float:
-        return sum(cell_state(out, cell)["cost"] for cell in cells if cell.key not in result.skipped)
+    def budget_left() -> str | None:
+        if max_calls is not None and budget.max_calls - budget.started <= 0:
+            return f"grid budget --max-calls {max_calls} reached"
+        if max_cost is not None and budget.max_cost - budget.spent - budget.server_cost() <= 0:
+            return f"grid budget --max-cost {max_cost!r} reached"
+        return budget.exceeded
 
-    def report():
+    def snapshot(event: str) -> dict:
+        with lock:
+            live = dict(running)
+            states = dict(result.states)
+        rows, done_q, calls, spent, totals = [], 0, 0, 0.0, []
+        for cell in counted:
+            state = states.get(cell.key, {})
+            entry = live.get(cell.key)
+            if entry is not None:
+                usage = entry["meter"].usage
+                done = _lines_of(cell_dir(out, cell) / "run" / "predictions.jsonl", entry["seen"])
+                row = {"label": f"{cell.method.label} {cell.dataset.label}", "done": done,
+                       "total": entry["prior"].get("total"), "calls": entry["prior"]["lm_calls"] + usage.lm_calls,
+                       "cost": entry["prior"]["cost"] + usage.total_cost}
+                rows.append(row)
+                done_q, calls, spent = done_q + done, calls + row["calls"], spent + row["cost"]
+            else:
+                done_q += state.get("done", 0)
+                calls += state.get("lm_calls", 0)
+                spent += state.get("cost", 0.0)
+            totals.append(state.get("total"))
+        total_q = sum(totals) if None not in totals else None
+        elapsed = time.monotonic() - started_at
+        eta = None
+        if total_q is not None and done_q > resumed and elapsed > 0:
+            eta = (total_q - done_q) * elapsed / (done_q - resumed)
+        cells_done = sum(1 for c in counted if states.get(c.key, {}).get("status") == "done")
+        return {"event": event, "cells": len(counted), "cells_done": cells_done, "running": rows,
+                "left": len(counted) - cells_done - len(rows), "questions": done_q, "questions_total": total_q,
+                "calls": calls, "spent": spent, "eta": eta, "elapsed": elapsed}
+
+    def report(event: str = "cell"):
         if progress is not None:
-            with lock:
-                states = {key: result.states.get(key, {}) for key in result.states}
-                progress(states, set(running), len(cells) - len(result.skipped), spent())
+            progress(snapshot(event))
 
     def worker(routers):
         while not stop.is_set():
@@ -475,17 +666,16 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             if key is None:
                 return
             cell = by_key[key]
-            budget = None
-            if max_cost is not None:
-                left = max_cost - spent()
-                if left <= 0:
-                    result.stopped = f"grid budget --max-cost {max_cost} reached"
-                    claims.done(token, False)
-                    stop.set()
-                    return
-                budget = left / max(1, parallel)
-            with lock:
-                running.add(key)
+            reason = budget_left() if (max_cost is not None or max_calls is not None) else None
+            if reason or stop.is_set():
+                with lock:
+                    result.stopped = result.stopped or (None if interrupted.is_set() else reason)
+                claims.done(token, False)
+                stop.set()
+                return
+            cell_budget = {"max_calls": None if max_calls is None else budget.max_calls - budget.started,
+                           "max_cost": None if max_cost is None
+                           else budget.max_cost - budget.spent - budget.server_cost()}
             beat = threading.Event()
 
             def heartbeat():
@@ -495,36 +685,79 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             beater = threading.Thread(target=heartbeat, daemon=True)
             beater.start()
             try:
-                with _cell_log(routers, cell_dir(out, cell) / "log.txt"):
+                with _cell_log(routers, cell_dir(out, cell) / "log.txt"), metering(budget=budget) as meter:
+                    with lock:
+                        running[key] = {"meter": meter, "prior": cell_state(out, cell), "seen": {}}
                     claims.heartbeat(token)
-                    state = run_cell(cell, out, max_cost=budget)
+                    state = run_cell(cell, out, price=price, price_per_hour=price_per_hour, meter=meter,
+                                     **cell_budget)
+            except KeyboardInterrupt:
+                state = {**cell_state(out, cell), "exit": 130, "stage": "interrupted"}
             except Exception as error:  # noqa: BLE001 - one cell's failure must not end the grid
                 state = {**cell_state(out, cell), "exit": 1, "error": f"{type(error).__name__}: {error}"}
             finally:
                 beat.set()
             ok = state.get("status") == "done"
             with lock:
-                running.discard(key)
+                running.pop(key, None)
                 result.states[key] = state
                 if not state.get("skipped"):
                     result.ran.append(key)
-                if not ok:
+                if not ok and not interrupted.is_set():
                     if state.get("exit") == 3:
-                        result.stopped = result.stopped or "budget reached inside a cell"
+                        result.stopped = result.stopped or budget_left() or "budget reached inside a cell"
                         stop.set()
                     result.failed[key] = state.get("error") or f"exit {state.get('exit')} in {state.get('stage')}"
             claims.done(token, ok)
             report()
 
-    report()
-    routers = None
-    with (_routed() if quiet_cells else contextlib.nullcontext()) as routers:
-        if parallel == 1:
-            worker(routers)
-        else:
-            with ThreadPoolExecutor(max_workers=parallel) as pool:
-                for future in [pool.submit(worker, routers) for _ in range(parallel)]:
-                    future.result()
+    def on_sigint(signum, frame):
+        if interrupted.is_set():  # a second Ctrl-C: leave now
+            raise KeyboardInterrupt
+        interrupted.set()
+        stop.set()
+        budget.stop("interrupted (Ctrl-C)")  # every cell's next LM call is refused: nothing new is paid for
+        raise KeyboardInterrupt  # the cell running in this thread stops as its command does on Ctrl-C
+
+    ticking = threading.Event()
+
+    def ticker():
+        while not ticking.wait(tick):
+            if running:
+                report("tick")
+
+    report("start")
+    previous_handler = None
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGINT, on_sigint)
+    beats = threading.Thread(target=ticker, daemon=True)
+    beats.start()
+    try:
+        with (_routed() if quiet_cells else contextlib.nullcontext()) as routers:
+            if parallel == 1:
+                try:
+                    worker(routers)
+                except KeyboardInterrupt:  # between two cells
+                    if not interrupted.is_set():
+                        raise
+            else:
+                pool = ThreadPoolExecutor(max_workers=parallel)
+                futures = [pool.submit(worker, routers) for _ in range(parallel)]
+                try:
+                    for future in futures:
+                        future.result()
+                except KeyboardInterrupt:
+                    if not interrupted.is_set():
+                        raise
+                    while not all(future.done() for future in futures):  # the cells stop at their next LM call
+                        time.sleep(0.05)
+                finally:
+                    pool.shutdown(wait=not interrupted.is_set())
+    finally:
+        ticking.set()
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
+    result.interrupted = interrupted.is_set()
     for cell in cells:  # cells done by other workers (shared storage) count too
         if cell.key not in result.skipped:
             result.states[cell.key] = cell_state(out, cell)

@@ -11,9 +11,10 @@ unfinished build and is never used.
 
 Writing goes through `ragzoo.files`, the one atomic-write routine: a build fills a hidden staging folder
 beside its target and `publish` swaps it in (`files.replace_dir`: the old index is renamed to a backup and
-dropped only once the new one is in place). A build replaces only what ragzoo wrote (`check_replaceable`: a
-missing path, an empty folder, or a folder whose `meta.json` says format "ragzoo-index"); anything else is
-refused before any work. Staging folders (and swap backups) of builds whose process is gone are removed by
+dropped only once the new one is in place). A build replaces only what ragzoo wrote (`check_replaceable`, the
+rule of `ragzoo.ownership`: a missing path, an empty folder, or an index folder ragzoo marked, or an earlier
+version's whose `meta.json` says format "ragzoo-index"); anything else is refused before any work, and files a
+user added inside an index folder are carried over into the rebuilt one. Staging folders (and swap backups) of builds whose process is gone are removed by
 the next build of the same target (`clean_stale_builds`).
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 from ragzoo import files
 from ragzoo.errors import ConfigError, DataError, RetrieverError
 from ragzoo.files import STAGING_MARK, discard_dir
+from ragzoo import ownership
 from ragzoo.paths import cache_root, data_root
 
 META_FILE = "meta.json"
@@ -140,26 +142,8 @@ def owned_by_ragzoo(folder: Path) -> bool:
 
 def check_replaceable(folder: Path, flag: str = "--out") -> None:
     """Refuse (ConfigError, one line) to build over anything but a path that does not exist yet, an empty
-    folder, or an index ragzoo wrote (see `owned_by_ragzoo`). Nothing else is ever deleted or replaced."""
-    folder = Path(folder)
-    if folder.is_symlink() and not owned_by_ragzoo(folder):
-        raise ConfigError(f"{flag} {folder} is a symbolic link, not a ragzoo index; refusing to replace it: "
-                          f"choose a new or empty folder for the index")
-    if not folder.exists():
-        return
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {folder} is a file, not a ragzoo index; refusing to replace it: "
-                          f"choose a new or empty folder for the index")
-    if owned_by_ragzoo(folder):
-        return
-    try:
-        empty = not any(folder.iterdir())
-    except OSError as error:
-        raise ConfigError(f"{flag} {folder} cannot be read ({error.strerror}); choose a new or empty folder "
-                          f"for the index") from None
-    if not empty:
-        raise ConfigError(f"{flag} {folder} already holds files that are not a ragzoo index (no ragzoo "
-                          f"{META_FILE}); refusing to replace them: choose a new or empty folder for the index")
+    folder, or an index ragzoo wrote (`ragzoo.ownership.claim`). Nothing else is ever deleted or replaced."""
+    ownership.claim(folder, "index", flag=flag)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -203,6 +187,8 @@ def clean_stale_builds(final: Path) -> list[Path]:
     for path, pid, kind in _leftovers(final):
         if pid == os.getpid() or _pid_alive(pid) or not path.is_dir() or path.is_symlink():
             continue
+        if kind == "backup" and ownership.foreign_entries(path, "index"):
+            continue  # a swap cut before it carried the user's files over: never delete them
         if kind == "backup" and not final.exists() and not final.is_symlink():
             os.replace(path, final)  # the swap was cut between its two renames: the old index goes back
             continue
@@ -230,7 +216,7 @@ def publish(staging: Path, final: Path, meta: dict) -> None:
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **meta}
     try:
         files.atomic_write_json(Path(staging) / META_FILE, meta)
-        files.replace_dir(staging, final)
+        ownership.replace(staging, final, "index")  # marks it; files the user added to the old index are carried over
     except OSError as error:
         kept = "the previous index is kept" if is_index_dir(Path(final)) else "nothing was replaced"
         raise RetrieverError(f"could not put the new index in place at {final} ({error.strerror or error}); "

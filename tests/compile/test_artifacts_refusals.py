@@ -106,4 +106,4 @@ def test_save_refuses_existing_and_leaves_no_partial_dir(artifact, tiny_retrieve
     save(program, artifact, overwrite=True)
     assert load(artifact, retriever=tiny_retriever).answer.demos == []
     assert sorted(p.name for p in artifact.parent.iterdir()) == ["art"]
-    assert sorted(p.name for p in artifact.iterdir()) == ["manifest.json", "program.json"]
+    assert sorted(p.name for p in artifact.iterdir()) == [".ragzoo-folder.json", "manifest.json", "program.json"]

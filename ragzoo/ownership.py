@@ -1,0 +1,225 @@
+"""Which folders ragzoo may write into: the one ownership rule of every writing command.
+
+Every folder ragzoo creates (a run, a compiled-program artifact, a grid, an index) carries a marker file,
+`.ragzoo-folder.json`: {"kind", "ragzoo_version", "files": [the names ragzoo wrote there]}. A command writes
+into an existing folder only when its marker names the command's kind (`claim`); `--force` and `--resume` are
+weighed by the caller only after that, so they never apply to a folder without the marker. Anything ragzoo did
+not write inside its own folder (a user's NOTES.md, a data/ subfolder) is left alone: in-place writers touch only
+their own names, and a replace (`replace`: artifact save, index build) carries such entries over into the new
+folder and names them.
+
+Never a target, whatever the folder holds: `/`, the home folder, the current folder, and any folder holding
+`.git`. A symbolic link is judged by the folder it points to. Folders of earlier ragzoo versions (no marker)
+are recognised by their full set of files (`legacy_kind`: a run or an artifact with exactly ragzoo's files, an
+index whose meta.json says "ragzoo-index", a grid whose grid.json names its grid and cells) and are marked
+when next written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ragzoo.errors import ConfigError
+from ragzoo.files import atomic_write_json, replace_dir, sha256_file
+
+MARKER = ".ragzoo-folder.json"
+NOUNS = {"run": "ragzoo run directory", "artifact": "ragzoo compiled-program artifact",
+         "grid": "ragzoo grid directory", "index": "ragzoo index", "cache": "ragzoo cache folder"}
+
+# What earlier versions wrote, kind by kind: (files that must all be there, files that may be there). A legacy
+# folder holding anything else is not recognised (a look-alike config.json among a user's files is not a run).
+_RUN_LOCK = ".ragzoo-run.lock"
+_LEGACY_RUN = ({"config.json", "predictions.jsonl"}, {"summary.json", _RUN_LOCK})
+_LEGACY_ARTIFACT = ({"program.json", "manifest.json"}, {"knn_trainset.json"})
+_LEGACY_GRID_FILES = {"grid.json", "cells", "results.md", "results.csv", "results.json"}
+# an index of an earlier version says what it is in meta.json; these are the names its builds wrote
+_INDEX_FILES = {"meta.json", "passages.jsonl", "passage_offsets.npy", "data.csc.index.npy", "indices.csc.index.npy",
+                "indptr.csc.index.npy", "vocab.index.json", "params.index.json", "term_max.npy", "embeddings.f32",
+                "faiss.index", "collection.tsv", "pids.json", "plaid", "ragzoo"}
+
+
+@dataclass
+class Claim:
+    """A folder a command may write: `path` (a link already followed), `state` "new" (missing or empty),
+    "ours" (marked as this kind) or "legacy" (this kind, from a version before markers)."""
+
+    path: Path
+    kind: str
+    state: str
+
+    @property
+    def existing(self) -> bool:
+        return self.state != "new"
+
+
+def _version() -> str:
+    from ragzoo import __version__
+
+    return __version__
+
+
+def read_marker(folder: str | os.PathLike) -> dict | None:
+    """The marker of `folder` when it is one ragzoo wrote (a JSON object naming a known kind), else None."""
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(marker, dict) or marker.get("kind") not in NOUNS:
+        return None
+    files = marker.get("files")
+    marker["files"] = [name for name in files if isinstance(name, str)] if isinstance(files, list) else []
+    return marker
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def legacy_kind(folder: str | os.PathLike) -> str | None:
+    """The kind of an unmarked folder that an earlier ragzoo version wrote, recognised by its files; else None."""
+    folder = Path(folder)
+    try:
+        names = {entry.name for entry in folder.iterdir()}
+    except OSError:
+        return None
+    required, optional = _LEGACY_RUN
+    if required <= names <= required | optional and (folder / "predictions.jsonl").is_file():
+        config = _read_json(folder / "config.json")
+        if isinstance(config, dict) and isinstance(config.get("metrics"), list):
+            return "run"
+    required, optional = _LEGACY_ARTIFACT
+    if required <= names <= required | optional and (folder / "program.json").is_file():
+        manifest = _read_json(folder / "manifest.json")
+        if isinstance(manifest, dict) and isinstance(manifest.get("format_version"), int) \
+                and manifest.get("program_sha256") == sha256_file(folder / "program.json"):
+            return "artifact"
+    if "meta.json" in names:
+        meta = _read_json(folder / "meta.json")
+        if isinstance(meta, dict) and meta.get("format") == "ragzoo-index":
+            return "index"
+    if "grid.json" in names and names <= _LEGACY_GRID_FILES:
+        grid = _read_json(folder / "grid.json")
+        if isinstance(grid, dict) and isinstance(grid.get("name"), str) and isinstance(grid.get("cells"), list) \
+                and "lms" in grid:
+            return "grid"
+    return None
+
+
+def kind_of(folder: str | os.PathLike) -> str | None:
+    """What ragzoo folder `folder` is (its marker, else what an earlier version wrote), or None."""
+    marker = read_marker(folder)
+    return marker["kind"] if marker is not None else legacy_kind(folder)
+
+
+def never_a_target(path: str | os.PathLike) -> str | None:
+    """Why `path` may never be written by ragzoo (the root, the home or the current folder, a git working tree),
+    or None."""
+    resolved = Path(path).expanduser().resolve()
+    if resolved == Path(resolved.anchor):
+        return "the root folder"
+    try:
+        if resolved == Path.home().resolve():
+            return "your home folder"
+    except RuntimeError:  # no home to compare with
+        pass
+    if resolved == Path.cwd().resolve():
+        return "the current folder"
+    if (resolved / ".git").exists():
+        return "a git working tree (it holds .git)"
+    return None
+
+
+def claim(path: str | os.PathLike, kind: str, *, flag: str = "--out", error: type[Exception] = ConfigError) -> Claim:
+    """Decide whether a command writing a `kind` folder may write at `path`; raises `error` (one line saying what
+    to do) unless `path` is missing, an empty folder, or a folder ragzoo made for `kind`. Writes nothing."""
+    noun = NOUNS[kind]
+    given = Path(path).expanduser()
+    reason = never_a_target(given)
+    if reason:
+        raise error(f"{flag} {path} is {reason}, which ragzoo never writes into; choose a new folder for the "
+                    f"{noun.removeprefix('ragzoo ')}")
+    if given.is_symlink() and not given.exists():
+        raise error(f"{flag} {path} is a symbolic link to nothing; choose a new or empty folder")
+    if not given.exists():
+        return Claim(given, kind, "new")
+    target = given.resolve() if given.is_symlink() else given
+    if not target.is_dir():
+        raise error(f"{flag} {path} is a file, not a {noun}; choose another {flag}")
+    try:
+        names = {entry.name for entry in target.iterdir()}
+    except OSError as failure:
+        raise error(f"{flag} {path} cannot be read ({failure.strerror or failure}); choose another {flag}") from None
+    if not names or (kind == "run" and names == {_RUN_LOCK}):  # a run killed before its first file
+        return Claim(target, kind, "new")
+    marker = read_marker(target)
+    found = marker["kind"] if marker is not None else legacy_kind(target)
+    if found == kind:
+        return Claim(target, kind, "ours" if marker is not None else "legacy")
+    if found is not None:
+        raise error(f"{flag} {path} is a {NOUNS[found]}, not a {noun}; choose another {flag}")
+    link = " (through a symbolic link)" if target is not given else ""
+    raise error(f"{flag} {path}{link} is not a {noun}: it holds files ragzoo did not write and no {MARKER}; "
+                f"ragzoo never writes into it: choose a new or empty folder")
+
+
+def ragzoo_files(folder: str | os.PathLike, kind: str) -> set[str]:
+    """The names inside `folder` that ragzoo wrote (its marker's list, or what an earlier version wrote)."""
+    marker = read_marker(folder)
+    if marker is not None:
+        return {MARKER, *marker["files"]}
+    if kind == "run":
+        return _LEGACY_RUN[0] | _LEGACY_RUN[1]
+    if kind == "artifact":
+        return _LEGACY_ARTIFACT[0] | _LEGACY_ARTIFACT[1]
+    if kind == "index":
+        return set(_INDEX_FILES)
+    if kind == "grid":
+        return set(_LEGACY_GRID_FILES)
+    return set()
+
+
+def mark(folder: str | os.PathLike, kind: str, files: Iterable[str] = ()) -> None:
+    """Write (or extend) the marker of `folder`: it is a `kind` folder and ragzoo wrote `files` in it."""
+    folder = Path(folder)
+    previous = read_marker(folder)
+    names = set(files)
+    if previous is not None and previous["kind"] == kind:
+        names |= set(previous["files"])
+    names.discard(MARKER)
+    marker = {"kind": kind, "ragzoo_version": _version(), "files": sorted(names)}
+    if previous is not None and {k: previous.get(k) for k in marker} == marker:
+        return  # nothing new: no write, so a read-only rerun stays read-only
+    atomic_write_json(folder / MARKER, marker)
+
+
+def foreign_entries(folder: str | os.PathLike, kind: str) -> list[str]:
+    """Entries of `folder` ragzoo did not write (kept by any replace of it)."""
+    folder = Path(folder)
+    try:
+        names = {entry.name for entry in folder.iterdir()}
+    except OSError:
+        return []
+    return sorted(names - ragzoo_files(folder, kind))
+
+
+def replace(staging: str | os.PathLike, final: str | os.PathLike, kind: str) -> list[str]:
+    """Mark the finished folder `staging` (ragzoo wrote every file in it) and swap it in for `final`, carrying
+    over what ragzoo did not write in the old `final`. Says on stderr, in one line, which entries were kept;
+    returns their names in the new folder."""
+    staging, final = Path(staging), Path(final)
+    mark(staging, kind, (entry.name for entry in staging.iterdir()))
+    keep = foreign_entries(final, kind) if final.is_dir() and not final.is_symlink() else []
+    carried = replace_dir(staging, final, keep=keep)
+    if carried:
+        shown = ", ".join(new if new == old else f"{old} (as {new})" for old, new in carried)
+        print(f"ragzoo: kept {len(carried)} entr{'y' if len(carried) == 1 else 'ies'} of {final} that ragzoo did "
+              f"not write: {shown}", file=sys.stderr)
+    return [new for _, new in carried]

@@ -1,0 +1,218 @@
+"""The one ownership rule (`ragzoo.ownership`): which folders a command may write, the marker, the legacy folders
+of earlier versions, a replace that keeps what ragzoo did not write, and one writer per run whatever happens to
+the lock file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ragzoo import ownership
+from ragzoo.errors import ConfigError, RunError
+from ragzoo.files import replace_dir, staging_dir
+from ragzoo.ownership import MARKER, claim, kind_of, legacy_kind, mark
+
+
+def _tree(folder):
+    """Every entry under `folder` with the bytes of each file (what a user would lose)."""
+    found = {}
+    for root, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = os.path.join(root, name)
+            key = os.path.relpath(path, folder)
+            found[key] = open(path, "rb").read() if os.path.isfile(path) else None
+    return found
+
+
+@pytest.fixture
+def user_folder(tmp_path):
+    folder = tmp_path / "mine"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "thesis.txt").write_text("four years of work")
+    (folder / "sub" / "data.bin").write_bytes(bytes(range(256)))
+    return folder
+
+
+def test_new_and_empty_folders_may_be_claimed(tmp_path):
+    assert claim(tmp_path / "new", "run").state == "new"
+    (tmp_path / "empty").mkdir()
+    assert claim(tmp_path / "empty", "artifact").state == "new"
+
+
+@pytest.mark.parametrize("kind", list(ownership.NOUNS))
+def test_a_folder_ragzoo_did_not_write_is_never_claimed(user_folder, kind):
+    before = _tree(user_folder)
+    with pytest.raises(ConfigError, match="ragzoo never writes into it"):
+        claim(user_folder, kind)
+    assert _tree(user_folder) == before
+
+
+@pytest.mark.parametrize("lookalike", [{"config.json": "{}"}, {"config.json": '{"metrics": ["em"]}'},
+                                      {"manifest.json": '{"format_version": 1}'}, {"grid.json": '{"cells": []}'},
+                                      {"meta.json": '{"format": "someone-else"}'}])
+def test_a_lookalike_file_does_not_make_a_folder_ragzoo_s(user_folder, lookalike):
+    for name, text in lookalike.items():
+        (user_folder / name).write_text(text)
+    assert kind_of(user_folder) is None
+    for kind in ("run", "artifact", "grid", "index"):
+        with pytest.raises(ConfigError):
+            claim(user_folder, kind)
+
+
+def test_the_root_home_current_folder_and_git_trees_are_never_targets(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    for path, reason in [("/", "root"), (str(home), "home"), (".", "current folder"), (str(work), "current"),
+                         (str(repo), "git")]:
+        with pytest.raises(ConfigError, match=reason):
+            claim(path, "run")
+    link = tmp_path / "to-home"
+    link.symlink_to(home)
+    with pytest.raises(ConfigError, match="home"):
+        claim(link, "run")  # a link is judged by where it points
+
+
+def test_a_link_to_a_user_folder_is_refused_and_a_link_to_ours_is_followed(tmp_path, user_folder):
+    link = tmp_path / "link"
+    link.symlink_to(user_folder)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        claim(link, "run")
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    mark(ours, "run", ["config.json"])
+    (ours / "config.json").write_text("{}")
+    link2 = tmp_path / "link2"
+    link2.symlink_to(ours)
+    assert claim(link2, "run").path == ours.resolve()
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="link to nothing"):
+        claim(dangling, "run")
+
+
+def test_a_folder_of_another_kind_is_refused_by_name(tmp_path):
+    folder = tmp_path / "art"
+    folder.mkdir()
+    (folder / "program.json").write_text("{}")
+    mark(folder, "artifact", ["program.json"])
+    assert claim(folder, "artifact").state == "ours"
+    with pytest.raises(RunError, match="is a ragzoo compiled-program artifact, not a ragzoo run directory"):
+        claim(folder, "run", error=RunError)
+
+
+def test_the_marker_says_kind_version_and_files(tmp_path):
+    from ragzoo import __version__
+
+    mark(tmp_path, "index", ["meta.json", "passages.jsonl"])
+    mark(tmp_path, "index", ["term_max.npy"])
+    marker = json.loads((tmp_path / MARKER).read_text())
+    assert marker == {"kind": "index", "ragzoo_version": __version__,
+                      "files": ["meta.json", "passages.jsonl", "term_max.npy"]}
+
+
+def _legacy_run(folder):
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"method": "direct", "metrics": ["em"], "n": 2}))
+    (folder / "predictions.jsonl").write_text("")
+    (folder / ".ragzoo-run.lock").write_text("123")
+
+
+def _legacy_artifact(folder):
+    folder.mkdir()
+    program = b'{"answer": {}}\n'
+    (folder / "program.json").write_bytes(program)
+    (folder / "manifest.json").write_text(json.dumps({"format_version": 1, "method": "direct",
+                                                      "program_sha256": hashlib.sha256(program).hexdigest()}))
+
+
+def test_folders_of_earlier_versions_are_recognised_by_their_full_set_of_files(tmp_path):
+    _legacy_run(tmp_path / "run")
+    _legacy_artifact(tmp_path / "art")
+    assert legacy_kind(tmp_path / "run") == "run" and claim(tmp_path / "run", "run").state == "legacy"
+    assert legacy_kind(tmp_path / "art") == "artifact" and claim(tmp_path / "art", "artifact").state == "legacy"
+    # one file more than ragzoo wrote, or a program that is not the manifest's: not recognised
+    (tmp_path / "run" / "notes.md").write_text("mine")
+    (tmp_path / "art" / "program.json").write_text("{}")
+    assert legacy_kind(tmp_path / "run") is None and legacy_kind(tmp_path / "art") is None
+
+
+def test_replace_keeps_and_names_what_ragzoo_did_not_write(tmp_path, capsys):
+    final = tmp_path / "art"
+    final.mkdir()
+    (final / "program.json").write_text("old")
+    mark(final, "artifact", ["program.json"])
+    (final / "NOTES.md").write_text("my notes")
+    (final / "data").mkdir()
+    (final / "data" / "x.bin").write_bytes(b"\x00\x01")
+    staging = staging_dir(final)
+    (staging / "program.json").write_text("new")
+    (staging / "NOTES.md").write_text("a file the new build also writes")
+    kept = ownership.replace(staging, final, "artifact")
+    assert (final / "program.json").read_text() == "new"
+    assert (final / "NOTES.md.kept").read_text() == "my notes" and (final / "data" / "x.bin").read_bytes() == b"\x00\x01"
+    assert sorted(kept) == ["NOTES.md.kept", "data"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NOTES.md (as NOTES.md.kept)" in err and "data" in err
+    assert sorted(json.loads((final / MARKER).read_text())["files"]) == ["NOTES.md", "program.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]  # no staging folder, no backup left
+
+
+def test_replace_dir_without_keep_still_drops_the_old_folder(tmp_path):
+    final = tmp_path / "f"
+    final.mkdir()
+    (final / "a").write_text("1")
+    staging = staging_dir(final)
+    (staging / "b").write_text("2")
+    assert replace_dir(staging, final) == []
+    assert sorted(p.name for p in final.iterdir()) == ["b"] and sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+# -- one writer per run, whatever happens to the lock file ---------------------------------------------------
+
+HOLDER = textwrap.dedent("""
+    import sys
+    from ragzoo.runs import open_run_dir
+    with open_run_dir(sys.argv[1], {"metrics": ["em"]}):
+        print("held", flush=True)
+        sys.stdin.readline()
+""")
+
+
+@pytest.mark.parametrize("tamper", ["removed", "renamed", "replaced"])
+def test_a_second_writer_is_refused_whatever_happens_to_the_lock_file(tmp_path, tamper):
+    from ragzoo.runs import LOCK_FILE, open_run_dir
+
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lock = out / LOCK_FILE
+        if tamper == "removed":
+            lock.unlink()
+        elif tamper == "renamed":
+            lock.rename(out / "moved.lock")
+        else:
+            lock.unlink()
+            lock.write_text("999999")
+        with pytest.raises(RunError, match="being written by another ragzoo process"):
+            with open_run_dir(out, {"metrics": ["em"]}, resume=True):
+                pass
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    with open_run_dir(out, {"metrics": ["em"]}, resume=True):  # the holder is gone: the kernel released its lock
+        pass
