@@ -29,23 +29,107 @@ The LM endpoint's concurrency limit (`ragzoo.endpoints`, 8 unless set) also boun
 
 
 import asyncio
+import collections
+import contextvars
 import hmac
 import json
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 MAX_QUESTION_CHARS = 8_000
 MAX_BODY_BYTES = 1 << 20  # a chat history can be long; only the last user message is read
+MAX_MESSAGES = 1_000
 DEFAULT_CONCURRENCY = 32
 DEFAULT_QUEUE = 64
+DEFAULT_DEADLINE = 120.0
 API_KEY_ENV = "RAGZOO_SERVE_API_KEY"
 
 
 class Overloaded(Exception):
     pass
+
+
+class QuestionTimeout(Exception):
+    """A question's deadline passed before its answer came (HTTP 504)."""
+
+
+class ClientGone(Exception):
+    """The client disconnected while its question waited or ran; nobody is left to answer."""
+
+
+class QuestionCancelled(Exception):
+    """Raised in an abandoned question's worker thread at its next LM call or attempt: nothing more is sent."""
+
+
+class _Ticket:
+    """One question's cancellation flag, read by its worker thread (see `_cancellable`)."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self):
+        self.cancelled = False
+
+
+_QUESTION: contextvars.ContextVar = contextvars.ContextVar("ragzoo_served_question", default=None)
+
+
+def _check_cancelled() -> None:
+    ticket = _QUESTION.get()
+    if ticket is not None and ticket.cancelled:
+        raise QuestionCancelled("the question was abandoned (deadline passed or client left)")
+
+
+class _CancellableCalls:
+    """Mixin for the served LM: an abandoned question sends no further LM request. Checked when an LM call
+    starts, and at each of DSPy's attempts: DSPy reads `lm.model` as it opens an attempt (its error boundary),
+    which is the one per-attempt hook the LM object offers, so a hung request that timed out is not retried for a
+    question nobody waits for (a retry would hold an endpoint slot a live question needs)."""
+
+    def __call__(self, *args, **kwargs):
+        _check_cancelled()
+        return super().__call__(*args, **kwargs)
+
+    @property
+    def model(self):
+        _check_cancelled()
+        return self.__dict__["model"]
+
+    @model.setter
+    def model(self, value):
+        self.__dict__["model"] = value
+
+
+_CANCELLABLE_CLASSES: dict[type, type] = {}
+
+
+def _cancellable(lm):
+    """A shallow copy of `lm` (same engine, clients, usage callback and totals) whose calls stop for an abandoned
+    question; an LM without a `model` in its instance dict is served as it is."""
+    import copy
+
+    if lm is None or "model" not in getattr(lm, "__dict__", {}):
+        return lm
+    base = type(lm)
+    cls = _CANCELLABLE_CLASSES.get(base)
+    if cls is None:
+        cls = _CANCELLABLE_CLASSES[base] = type(f"Cancellable{base.__name__}", (_CancellableCalls, base),
+                                                {"__module__": base.__module__})
+    served = copy.copy(lm)
+    served.__class__ = cls
+    return served
+
+
+def _bad_text(value: str) -> str | None:
+    """Why `value` cannot be sent on (a lone surrogate from a JSON \\uD800 escape: not encodable as UTF-8), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"it holds a lone surrogate (\\u{ord(value[exc.start]):04x}), which is not a character"
+    return None
 
 
 def _passage_dict(passage: Any) -> dict:
@@ -57,13 +141,33 @@ def _passage_dict(passage: Any) -> dict:
 
 
 def _redact(text: str) -> str:
-    """An error text without any secret value the environment holds (keys echoed back by an upstream)."""
-    from ragzoo.secrets import is_secret_name
+    """An error text without any known secret (keys echoed back by an upstream)."""
+    from ragzoo.secrets import redact
 
-    for name, value in os.environ.items():
-        if value and len(value) >= 8 and is_secret_name(name) and value in text:
-            text = text.replace(value, "***")
-    return text
+    return redact(text)
+
+
+def _redacted(result: Any) -> Any:
+    """`result` (an answer: dict/list/str) with every known secret masked in every string. An upstream may echo
+    the key it was sent into an answer, a passage or a query the program retrieves with. Checked on the whole
+    JSON text first (one pass); strings are masked one by one only when something is there, so that masking a
+    key shape never cuts a JSON string apart."""
+    from ragzoo.secrets import redact
+
+    text = json.dumps(result, ensure_ascii=False)
+    if redact(text) == text:
+        return result
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return redact(value)
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(item) for item in value]
+        return value
+
+    return walk(result)
 
 
 class ProgramService:
@@ -79,10 +183,17 @@ class ProgramService:
 
     def __init__(self, program, lm, *, name: str = "ragzoo", method: str = "", max_concurrency: int = DEFAULT_CONCURRENCY,
                  max_queue: int = DEFAULT_QUEUE, max_calls: int | None = None, max_cost: float | None = None,
-                 lm_max_concurrency: int | None = None, memoize_prices: bool = True):
+                 lm_max_concurrency: int | None = None, memoize_prices: bool = True,
+                 deadline: float | None = DEFAULT_DEADLINE, max_abandoned: int | None = None):
         if max_concurrency < 1 or max_queue < 0:
             raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
-        self.program, self.lm, self.name, self.method = program, lm, name, method
+        if deadline is not None and not (isinstance(deadline, (int, float)) and 0 < deadline < float("inf")):
+            raise ValueError(f"deadline must be a finite positive number of seconds, got {deadline!r}")
+        self.program, self.lm, self.name, self.method = program, _cancellable(lm), name, method
+        self.deadline = None if deadline is None else float(deadline)
+        # worker threads abandoned past their deadline that may still be running (waiting on a hung LM until
+        # its per-request timeout); a few times the live workers, so a storm's leftovers never block new questions
+        self.max_abandoned = 4 * max_concurrency if max_abandoned is None else max_abandoned
         self.max_concurrency, self.max_queue = max_concurrency, max_queue
         self.max_calls, self.max_cost = max_calls, max_cost
         if lm_max_concurrency is not None:
@@ -94,10 +205,17 @@ class ProgramService:
 
             memoize_price_metadata()
         self._meter = self._needs_meter()
-        self.pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="ragzoo-ask")
-        self.admitted = 0  # answering + waiting (event-loop thread only)
+        self.workers = max_concurrency + self.max_abandoned
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="ragzoo-ask")
+        # event-loop thread only:
+        self.admitted = 0  # answering + waiting (`in_flight` of /health)
+        self.running = 0  # questions on a worker thread
+        self.abandoned = 0  # worker threads still busy with a question nobody waits for any more
+        self._waiting: collections.deque = collections.deque()  # futures of queued questions, in arrival order
         self.served = 0
         self.rejected = 0
+        self.timed_out = 0
+        self.cancelled = 0
 
     def _needs_meter(self) -> bool:
         """A meter is needed for a budget, or to see calls of an LM without ragzoo's usage callback. Without
@@ -142,39 +260,139 @@ class ProgramService:
                 "passages": [_passage_dict(p) for p in passages],
                 "trace": {"lm_calls": calls, "retrievals": retrievals}, "usage": usage}
 
-    async def submit(self, question: str) -> dict:
+    def _answer_for(self, question: str, ticket: _Ticket) -> dict:
+        """`answer` on a worker thread, for a question that may have been abandoned meanwhile."""
+        if ticket.cancelled:  # its client left or its deadline passed while it waited for this thread
+            raise QuestionCancelled("the question was abandoned before it started")
+        _QUESTION.set(ticket)  # in a context of this question's own (see `_run`)
+        if self.deadline is not None:
+            from ragzoo import endpoints
+
+            start = getattr(endpoints, "start_question_deadline", None)
+            if start is not None:  # 429s are not retried past the question's deadline
+                start(self.deadline)
+        return self.answer(question)
+
+    def _has_room(self) -> bool:
+        return self.running < self.max_concurrency and self.running + self.abandoned < self.workers
+
+    def _wake(self) -> None:
+        while self._waiting and self._has_room():
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                self.running += 1
+                waiter.set_result(None)
+
+    def _leave(self) -> None:
+        self.running -= 1
+        self._wake()
+
+    @staticmethod
+    def _call_soon(loop, callback) -> None:
+        try:
+            loop.call_soon_threadsafe(callback)
+        except RuntimeError:  # the loop is closed: the server stopped
+            pass
+
+    def _abandoned_done(self, _future=None) -> None:
+        self.abandoned -= 1
+        self._wake()
+
+    async def _run(self, question: str, ticket: _Ticket) -> dict:
+        """Wait for a worker (in arrival order), then answer on it. Cancelling this coroutine (deadline, client
+        gone) gives the worker slot back at once: a question still waiting is never started, and a running one's
+        thread is abandoned (it stops at its next LM call or attempt) rather than waited for."""
+        loop = asyncio.get_running_loop()
+        if self._waiting or not self._has_room():
+            waiter = loop.create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._leave()  # woken and cancelled at once: hand the slot on
+                else:
+                    try:
+                        self._waiting.remove(waiter)
+                    except ValueError:
+                        pass
+                raise
+        else:
+            self.running += 1
+        work = self.pool.submit(contextvars.copy_context().run, self._answer_for, question, ticket)
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            ticket.cancelled = True
+            if not work.cancel():  # already running on its thread: abandon it, count it until it ends
+                self.abandoned += 1
+                work.add_done_callback(lambda _: self._call_soon(loop, self._abandoned_done))
+            raise
+        finally:
+            self._leave()
+
+    async def submit(self, question: str, disconnected: Callable[[], Awaitable[Any]] | None = None) -> dict:
+        """Answer `question`, within the deadline. `disconnected`: an awaitable that completes when the client
+        goes away (the question is then cancelled: never started if it still waits, abandoned if it runs).
+        Raises Overloaded (queue full), QuestionTimeout, ClientGone, or the program's error."""
         if self.admitted >= self.max_concurrency + self.max_queue:
             self.rejected += 1
             raise Overloaded()
         self.admitted += 1
+        ticket = _Ticket()
+        work = asyncio.ensure_future(self._run(question, ticket))
+        watcher = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         try:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self.pool, self.answer, question)
-            self.served += 1
-            return result
+            done, _ = await asyncio.wait([work] if watcher is None else [work, watcher], timeout=self.deadline,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                result = work.result()
+                self.served += 1
+                return result
+            ticket.cancelled = True
+            work.cancel()
+            if watcher is not None and watcher in done:
+                self.cancelled += 1
+                raise ClientGone()
+            self.timed_out += 1
+            raise QuestionTimeout(f"the question did not finish within its {self.deadline:g} s deadline "
+                                  f"(ragzoo serve --deadline)")
+        except asyncio.CancelledError:  # the request's own task was cancelled (server shutting down)
+            ticket.cancelled = True
+            work.cancel()
+            raise
         finally:
+            if watcher is not None:
+                watcher.cancel()
             self.admitted -= 1
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _chat_question(body: Any) -> str | None:
-    """The text of the last user message of an OpenAI chat request, or None."""
+def _chat_question(body: Any) -> tuple[str | None, str | None]:
+    """(the text of the last user message of an OpenAI chat request, None) or (None, why it cannot be read)."""
     messages = body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(messages, list) or len(messages) > 1000:
-        return None
-    for message in reversed(messages):
+    if not isinstance(messages, list):
+        return None, "'messages' must be a list of chat messages"
+    if len(messages) > MAX_MESSAGES:
+        return None, (f"'messages' holds {len(messages):,} messages; this server's limit is {MAX_MESSAGES:,} "
+                      f"(only the last user message is read: send fewer)")
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
-            if isinstance(content, str):
-                return content
             if isinstance(content, list):
                 texts = [part.get("text") for part in content
                          if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)]
-                return "\n".join(texts) if texts else None
-            return None
-    return None
+                content = "\n".join(texts) if texts else None
+            if not isinstance(content, str):
+                break
+            problem = _bad_text(content)
+            if problem:
+                return None, f"'messages[{position}].content' is not valid text: {problem}"
+            return content, None
+    return None, "no user message with text content in 'messages'"
 
 
 def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTION_CHARS,
@@ -243,17 +461,29 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         given = request.headers.get("authorization", "")
         return hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode())
 
+    async def disconnected(request: Request) -> None:
+        """Completes when the client goes away (the body is read by then: the next message is the disconnect)."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
     async def run_question(request: Request, question: Any) -> tuple[dict | None, JSONResponse | None]:
         if not isinstance(question, str) or not question.strip():
             return None, error_for(request, 400, "the question is missing or empty")
         if len(question) > max_question_chars:
             return None, error_for(request, 413, f"the question is {len(question):,} characters long; this "
                                                  f"server's limit is {max_question_chars:,}")
+        problem = _bad_text(question)
+        if problem:
+            return None, error_for(request, 400, f"the 'question' field is not valid text: {problem}")
         try:
-            return await service.submit(question.strip()), None
+            return _redacted(await service.submit(question.strip(), lambda: disconnected(request))), None
         except Overloaded:
             return None, error_for(request, 503, "the server is at capacity; retry later", "server_busy",
                                    headers={"Retry-After": str(retry_after)})
+        except QuestionTimeout as exc:
+            return None, error_for(request, 504, str(exc), "timeout")
+        except ClientGone:  # nobody reads this; the connection is gone
+            return None, error_for(request, 400, "the client disconnected before the answer")
         except Exception as exc:  # the upstream LM or the retriever failed: say so, without secrets
             from ragzoo.errors import BudgetExceeded
 
@@ -289,9 +519,9 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         n = body.get("n", 1)
         if n not in (None, 1):
             return openai_error(400, "only n=1 is supported")
-        question = _chat_question(body)
+        question, problem_text = _chat_question(body)
         if question is None:
-            return openai_error(400, "no user message with text content in 'messages'")
+            return openai_error(400, problem_text)
         result, problem = await run_question(request, question)
         if problem:
             return problem
@@ -320,6 +550,6 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
     async def health():
         return {"status": "ok", "method": service.method, "model": service.name,
                 "max_concurrency": service.max_concurrency, "max_queue": service.max_queue,
-                "in_flight": service.admitted}
+                "in_flight": service.admitted, "abandoned": service.abandoned, "deadline": service.deadline}
 
     return app

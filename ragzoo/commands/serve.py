@@ -49,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     program.add_argument("--trust-retriever", action="store_true",
                          help="follow the artifact's own retriever even when it reads outside RAGZOO_DATA or "
                               "contacts a host (see ragzoo ask --help)")
+    program.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                         help="seconds a question may take, waiting included; past it the answer is 504 and its "
+                              "worker is freed at once, even if the LM hangs (default 120)")
+    program.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                         help="seconds per LM request, never more than --deadline (default: the deadline)")
     program.add_argument("--max-calls", type=int, default=None, help="LM calls allowed per question")
     program.add_argument("--max-cost", type=float, default=None, help="USD allowed per question")
 
@@ -93,7 +98,7 @@ def _serve_program(args: argparse.Namespace) -> int:
     from ragzoo.config import refuse_secrets
     from ragzoo.errors import ConfigError
     from ragzoo.retrieval.server import run_app
-    from ragzoo.serving import ProgramService, create_app
+    from ragzoo.serving import DEFAULT_DEADLINE, ProgramService, create_app
 
     lm_concurrency = args.max_concurrency if args.lm_max_concurrency is None else args.lm_max_concurrency
     if args.max_concurrency < 1 or lm_concurrency < 1 or args.max_queue < 0:
@@ -101,18 +106,21 @@ def _serve_program(args: argparse.Namespace) -> int:
     for flag, value in (("--max-calls", args.max_calls), ("--max-cost", args.max_cost)):
         if value is not None and not value > 0:
             raise ConfigError(f"{flag} must be a positive number, got {value}")
+    deadline = DEFAULT_DEADLINE if args.deadline is None else args.deadline
+    # an LM request that outlives its question is wasted, and holds an endpoint slot a live question needs
+    timeout = deadline if args.timeout is None else min(args.timeout, deadline)
     config = {"program": args.program, "lm": args.lm, "api_base": args.api_base, "retriever": args.retriever,
               "knob": [], "no_cache": args.no_cache, "max_concurrency": lm_concurrency,
-              "trust_retriever": args.trust_retriever}
+              "trust_retriever": args.trust_retriever, "timeout": timeout}
     refuse_secrets({"api_base": args.api_base or ""})
     lm = build_lm(config)
     program, description = program_from_config(config)
     name = args.name or f"ragzoo-{description['method']}"
     service = ProgramService(program, lm, name=name, method=description["method"],
                              max_concurrency=args.max_concurrency, max_queue=args.max_queue,
-                             max_calls=args.max_calls, max_cost=args.max_cost)
+                             max_calls=args.max_calls, max_cost=args.max_cost, deadline=deadline)
     print(f"serving program {description['method']} as {name!r} on http://{args.host}:{args.port} "
           f"(POST /ask, POST /v1/chat/completions, GET /v1/models, /health; {args.max_concurrency} at once, "
-          f"{args.max_queue} waiting)", file=sys.stderr)
+          f"{args.max_queue} waiting, {deadline:g} s per question, {timeout:g} s per LM request)", file=sys.stderr)
     run_app(create_app(service), host=args.host, port=args.port)
     return 0

@@ -278,6 +278,11 @@ class RetrievalApp:
         """(None, query to search, k) or (status, message, extra) for a refused request."""
         if not isinstance(query, str) or not query.strip():
             return 400, "the 'query' parameter is required and must be non-empty", {}
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:  # a JSON \ud800 escape, or query-string bytes that are not UTF-8
+            return 400, ("the 'query' parameter is not valid text: it holds a lone surrogate or bytes that are "
+                         "not UTF-8"), {}
         searched = self.fit_query(query)
         if searched is None:
             return 413, (f"the query is {len(query):,} characters long; this server's limit is "
@@ -383,9 +388,9 @@ class RetrievalApp:
             await self._error(send, 404, f"no such route; search with GET/POST {min(self.routes)}")
             return
         if method == "GET":
-            try:
+            try:  # bytes that are not UTF-8 stay as surrogates (not U+FFFD), so `check` refuses them by name
                 params = dict(parse_qsl(scope.get("query_string", b"").decode("utf-8"), keep_blank_values=True,
-                                        strict_parsing=False, max_num_fields=64))
+                                        strict_parsing=False, max_num_fields=64, errors="surrogateescape"))
             except (UnicodeDecodeError, ValueError):
                 await self._error(send, 400, "the query string must be UTF-8 with at most 64 parameters")
                 return
@@ -428,11 +433,52 @@ def _bounded_protocol(header_timeout: float, body_timeout: float):
     """uvicorn's h11 protocol with a deadline for each request's head and body (uvicorn has only the idle
     keep-alive timeout): a client that opens a socket and sends nothing, or trickles a header or a body, is
     disconnected when its deadline passes."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class BoundedH11Protocol(H11Protocol):
         _deadline = None
         _phase = None
+        _framing_error = ""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            read = self.conn.next_event
+
+            def next_event():
+                """h11's next event, refusing a request whose body length is ambiguous: h11 lets
+                Transfer-Encoding win over Content-Length, a front proxy may not, and the bytes one reads as a
+                body the other reads as a request smuggled behind it (RFC 9112 6.1, 6.3)."""
+                try:
+                    event = read()
+                except h11.RemoteProtocolError as exc:
+                    self._framing_error = str(exc)
+                    raise
+                if isinstance(event, h11.Request):
+                    names = [name.lower() for name, _ in event.headers]
+                    if b"transfer-encoding" in names and b"content-length" in names:
+                        self._framing_error = "both Content-Length and Transfer-Encoding"
+                        raise h11.RemoteProtocolError(self._framing_error)
+                return event
+
+            self.conn.next_event = next_event
+
+        def send_400_response(self, msg: str) -> None:
+            """A framing error: one JSON error, then the connection is closed, so nothing read after the bad
+            frame (a smuggled request) is ever answered (RFC 9112 6.3)."""
+            reason = self._framing_error or msg  # uvicorn has logged its one line already
+            body = _dumps({"error": True, "message": f"malformed HTTP request ({reason}); the connection is "
+                                                     f"closed"})
+            try:
+                for event in (h11.Response(status_code=400, reason=b"Bad Request",
+                                           headers=[(b"content-type", b"application/json"),
+                                                    (b"content-length", str(len(body)).encode()),
+                                                    (b"connection", b"close")]),
+                              h11.Data(data=body), h11.EndOfMessage()):
+                    self.transport.write(self.conn.send(event))
+            except h11.LocalProtocolError:  # an answer was already under way: just close
+                pass
+            self.transport.close()
 
         def _arm(self, phase: str, seconds: float) -> None:
             self._disarm()
