@@ -4,6 +4,12 @@ Keys come from the environment only. This module is the one place that says what
 an option name (`api_key`, `token`, `password`, ...) or a value shaped like a provider key (sk-..., hf_...,
 Bearer ...). `strict` adds any unbroken run of 40+ key characters, which is right for LM specs, LM options
 and URLs, but too eager for file paths and questions.
+
+And the one rule for what leaves the process: `redact(text)` / `scrub(record)` hide every known secret value
+(the environment's `*_API_KEY`/`*_TOKEN`/... values, the credentials of an endpoint given on the command line)
+and anything shaped like a provider key. Every writer of run records, grids, Optuna storage, cell logs and
+the command's output goes through them; `storable` adds, for configurations, URLs without credentials and
+secret-named entries masked.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ SECRET_NAME = re.compile(r"(api[_-]?key|(^|[_-])key|secret|password|passwd|crede
 _KEY_SHAPES = (r"sk-[A-Za-z0-9_\-]{12,}|sk-ant-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{12,}|hf_[A-Za-z0-9]{12,}|"
                r"xai-[A-Za-z0-9]{12,}|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+")
 _SECRET_VALUE = re.compile(f"({_KEY_SHAPES})")
+# what redaction hides by shape: the key shapes, but a Bearer token only with a digit in it (prose such as
+# "the Torch Bearer in Young Chef Olympiad" or "Water Bearer Films" is a model's answer, not a credential)
+_REDACTED_SHAPES = _KEY_SHAPES.replace(r"Bearer\s+\S+", r"Bearer\s+(?=[^\s]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*")
 _SECRET_VALUE_STRICT = re.compile(f"({_KEY_SHAPES}|[A-Za-z0-9_\\-]{{40,}})")
 SECRET_HINT = "keys are read from the environment only (e.g. export OPENAI_API_KEY=...)"
 MASK = "***"
@@ -75,24 +84,68 @@ def known_secrets() -> list[str]:
     and every credential registered from an endpoint; longest first (a key containing another is hidden whole)."""
     import os
 
-    values = {value for name, value in os.environ.items() if SECRET_ENV.search(name) and _usable_secret(value)}
-    values |= _registered
+    environ = os.environ  # names first: decoding every value costs more than the whole rest (run per record)
+    values = {environ.get(name) for name in list(environ) if SECRET_ENV.search(name)}
+    values = {value for value in values if _usable_secret(value)} | _registered
     return sorted(values, key=len, reverse=True)
+
+
+_redaction: tuple[tuple[str, ...], re.Pattern] = ((), re.compile(_REDACTED_SHAPES))
+
+
+def _redaction_pattern() -> re.Pattern:
+    """One regex for every known secret value (longest first) and the key shapes, compiled once per set of
+    values: a record's strings are each scanned once, whatever the number of keys."""
+    global _redaction
+    values = tuple(known_secrets())
+    cached = _redaction  # one read: another thread may swap it in meanwhile, with the same content
+    if cached[0] != values:
+        cached = (values, re.compile("|".join([*map(re.escape, values), _REDACTED_SHAPES])))
+        _redaction = cached
+    return cached[1]
 
 
 def redact(text: Any) -> Any:
     """`text` with every known secret value (environment keys, endpoint credentials) and anything shaped like a
-    provider key (sk-..., hf_..., Bearer ...) replaced by `***`. Non-strings are returned unchanged."""
+    provider key (sk-..., hf_..., Bearer <token>) replaced by `***`. Non-strings are returned unchanged."""
     if not isinstance(text, str) or not text:
         return text
-    for value in known_secrets():
-        if value in text:
-            text = text.replace(value, MASK)
-    return _SECRET_VALUE.sub(MASK, text)
+    return _redaction_pattern().sub(MASK, text)
 
 
-def url_credentials(url: str) -> list[str]:
-    """The credential parts of a URL: userinfo, query values, token-like path segments."""
+def scrub(value: Any) -> Any:
+    """A JSON-ready record (dicts, lists, strings, numbers; keys and values, recursively) as it may be written:
+    every string `redact`ed; a value JSON cannot hold is written as its redacted `str` (what `json.dumps(...,
+    default=str)` would write). The one pass applied by every record writer (run predictions, summary and
+    config, grid.json, Optuna attributes)."""
+    return _scrub(value, _redaction_pattern())
+
+
+def _scrub(value: Any, pattern: re.Pattern) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(MASK, value) if value else value
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {_scrub(key, pattern) if isinstance(key, str) else key: _scrub(item, pattern)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub(item, pattern) for item in value]
+    return pattern.sub(MASK, str(value))
+
+
+def register_url(url: Any, *, paths: bool = True) -> None:
+    """Register the credentials of an endpoint given on the command line (see `url_credentials`), so that
+    `redact` hides them wherever they are echoed. `paths=False` for a URL whose path names a file
+    (sqlite:///runs/grid.db: a folder name is not a credential)."""
+    if not isinstance(url, str) or "://" not in url:
+        return
+    for value in url_credentials(url, paths=paths):
+        register_secret(value)
+
+
+def url_credentials(url: str, *, paths: bool = True) -> list[str]:
+    """The credential parts of a URL: userinfo, query values, token-like path segments (unless not `paths`)."""
     from urllib.parse import parse_qsl, unquote, urlsplit
 
     try:
@@ -100,7 +153,8 @@ def url_credentials(url: str) -> list[str]:
         found = [parts.username, parts.password]
         found += [value for _name, value in parse_qsl(parts.query, keep_blank_values=True)
                   if not _VERSION_VALUE.match(value)]  # every query value but a version or date (api-version=...)
-        found += [unquote(segment) for segment in parts.path.split("/") if _is_token_segment(unquote(segment))]
+        if paths:
+            found += [unquote(segment) for segment in parts.path.split("/") if _is_token_segment(unquote(segment))]
         if parts.fragment:
             found.append(parts.fragment)
     except ValueError:

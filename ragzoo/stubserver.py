@@ -24,6 +24,8 @@ requests past the end are answered normally), a dict {index: fault}, or a functi
     "garbage"        HTTP 200 with a completion that does not parse for the signature
     "empty"          HTTP 200 with an empty completion
     "hang"           the reply never comes (until the server stops): a straggler
+    "echo"           HTTP 200 whose text fields repeat the key the request was sent with (its Authorization
+                     header), as an upstream that echoes what it is sent: the test of what ragzoo keeps
 `latency` (seconds) delays every chat reply. Counters: `requests` (chat requests), `faults_served`,
 `log` (one `(index, fault kind or "ok")` per chat request), `models_requests`.
 
@@ -72,7 +74,7 @@ from ragzoo.engines import _encoding, approx_tokens
 # Faults
 # ---------------------------------------------------------------------------------------------------------
 
-FAULT_KINDS = ("http", "reset", "timeout", "hang", "truncated", "garbage", "empty")
+FAULT_KINDS = ("http", "reset", "timeout", "hang", "truncated", "garbage", "empty", "echo")
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,10 @@ class Fault:
             return cls("http", status=int(head), retry_after=float(arg) if arg else None)
         if head == "timeout":
             return cls("timeout", seconds=float(arg) if arg else 5.0)
-        if head in ("reset", "hang", "truncated", "garbage", "empty"):
+        if head in ("reset", "hang", "truncated", "garbage", "empty", "echo"):
             return cls(head)
         raise ValueError(f"unknown stub fault {spec!r}; use e.g. '429', '429:0', '503', 'reset', 'timeout:2', "
-                         "'hang', 'truncated', 'garbage', 'empty'")
+                         "'hang', 'truncated', 'garbage', 'empty', 'echo'")
 
     @property
     def label(self) -> str:
@@ -217,6 +219,15 @@ def _xml_field(name: str, value: Any) -> str:
 def adapter_responder(messages: list[dict], body: dict | None = None) -> str:
     """Answer a DSPy-formatted chat request with type-valid placeholders (Chat, JSON or XML adapter)."""
     return _answer_for_system(_system_of(messages))
+
+
+def echo_answer(system: str, key: str) -> str:
+    """A well-formed reply whose every free-text field carries `key` (what an echoing upstream answers)."""
+    values = adapter_answer(system)
+    for name, value in values.items():
+        if isinstance(value, str) and value.lower() not in ("true", "false", "yes", "no", "unknown"):
+            values[name] = f"{value} (you sent me {key})"
+    return render_answer(values, prompt_style(system)) if values else f"you sent me {key}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -566,7 +577,7 @@ class StubLMServer:
                 except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
                     return
                 try:
-                    method, path, keep_alive, length = self._parse_head(head)
+                    method, path, keep_alive, length, authorization = self._parse_head(head)
                     raw = await reader.readexactly(length) if length else b""
                 except _BadRequest:
                     self._write(writer, 400, {"error": {"message": "bad request", "type": "invalid_request_error"}},
@@ -577,7 +588,7 @@ class StubLMServer:
                 if method == "GET":
                     keep = self._get(writer, path, keep_alive)
                 elif method == "POST":
-                    keep = await self._post(writer, path, raw, keep_alive)
+                    keep = await self._post(writer, path, raw, keep_alive, authorization)
                 else:
                     keep = self._write(writer, 501, {"error": {"message": f"method {method} not supported",
                                                                "type": "not_found"}}, keep_alive=keep_alive)
@@ -594,14 +605,14 @@ class StubLMServer:
             writer.close()
 
     @staticmethod
-    def _parse_head(head: bytes) -> tuple[str, str, bool, int]:
+    def _parse_head(head: bytes) -> tuple[str, str, bool, int, str]:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
             raise _BadRequest()
         method, path, version = parts
         keep_alive = version != "HTTP/1.0"
-        length = 0
+        length, authorization = 0, ""
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
@@ -617,7 +628,9 @@ class StubLMServer:
                 keep_alive = token == "keep-alive" if version == "HTTP/1.0" else token != "close"
             elif name == "transfer-encoding" and value.strip().lower() != "identity":
                 raise _BadRequest()  # the stub reads Content-Length bodies only, like http.server did
-        return method, path, keep_alive, length
+            elif name == "authorization":
+                authorization = value.strip()
+        return method, path, keep_alive, length, authorization
 
     def _write(self, writer: asyncio.StreamWriter, status: int, payload: dict | bytes, headers: dict | None = None,
                *, keep_alive: bool = True) -> bool:
@@ -642,7 +655,8 @@ class StubLMServer:
         return self._write(writer, 404, {"error": {"message": f"no route {path}", "type": "not_found"}},
                            keep_alive=keep_alive)
 
-    async def _post(self, writer: asyncio.StreamWriter, path: str, raw: bytes, keep_alive: bool) -> bool:
+    async def _post(self, writer: asyncio.StreamWriter, path: str, raw: bytes, keep_alive: bool,
+                    authorization: str = "") -> bool:
         if path.split("?")[0].rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             return self._write(writer, 404, {"error": {"message": f"no route {path}", "type": "not_found"}},
                                keep_alive=keep_alive)
@@ -661,11 +675,12 @@ class StubLMServer:
                                                                   "time", "type": "rate_limit_error"}}, retry,
                                keep_alive=keep_alive)
         try:
-            return await self._complete(writer, body, messages, keep_alive)
+            return await self._complete(writer, body, messages, keep_alive, authorization)
         finally:
             self._leave()
 
-    async def _complete(self, writer: asyncio.StreamWriter, body: dict, messages: list, keep_alive: bool) -> bool:
+    async def _complete(self, writer: asyncio.StreamWriter, body: dict, messages: list, keep_alive: bool,
+                        authorization: str = "") -> bool:
         index, fault = self._next(body)
         if self.latency:
             await self._wait(self.latency)
@@ -688,6 +703,8 @@ class StubLMServer:
             text = GARBAGE
         elif fault is not None and fault.kind == "empty":
             text = ""
+        elif fault is not None and fault.kind == "echo":
+            text = echo_answer(_system_of(messages), authorization.removeprefix("Bearer ").strip())
         elif shape is not None:
             text, finish_reason = slip_answer(_system_of(messages), shape)
         else:
@@ -749,7 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fault-every", type=int, default=0, metavar="N",
                         help="every N-th request gets --fault (default never)")
     parser.add_argument("--fault", default="503", help="the fault of --fault-every: 429, 503, reset, hang, "
-                                                        "timeout:S, truncated, garbage, empty (default 503)")
+                                                        "timeout:S, truncated, garbage, empty, echo (default 503)")
     args = parser.parse_args(argv)
     shapes = [shape.strip() for shape in args.slip_shapes.split(",") if shape.strip()]
     try:

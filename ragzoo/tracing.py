@@ -15,6 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+# texts are cut to a length: a key is hidden before the cut, as a cut key is no longer its known value
+from ragzoo.secrets import redact
+
 
 @dataclass
 class LMCallRecord:
@@ -106,7 +109,7 @@ def record_lm_call(record: LMCallRecord) -> None:
 def record_reask(predictor: str, reason: str) -> None:
     trace = _current.get()
     if trace is not None:
-        trace.reasks.append({"predictor": predictor, "reason": reason[:200]})
+        trace.reasks.append({"predictor": predictor, "reason": redact(reason)[:200]})
 
 
 def record_lenient(predictor: str, how: str) -> None:
@@ -121,4 +124,4 @@ def record_degradation(where: str, what: str) -> None:
     `ragzoo.adapters.UnreadableOutput`; the run record counts and lists it per example."""
     trace = _current.get()
     if trace is not None:
-        trace.degradations.append({"where": where, "what": what[:300]})
+        trace.degradations.append({"where": where, "what": redact(what)[:300]})
