@@ -265,6 +265,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
     from ragzoo import stats
 
     from ragzoo.errors import ConfigError
+    from ragzoo.metrics.rates import is_unknown
 
     runs = [_load(run_dir) for run_dir in run_dirs]
     names, left_out = _metric_names(runs, metric)
@@ -280,6 +281,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
         records = [r for key, r in sorted(_keyed(run).items()) if common is None or key in common]
         n = len(records)
         failures = sum(1 for r in records if r.get("error"))
+        abstained = sum(1 for r in records if not r.get("error") and is_unknown(r.get("prediction")))
         dry_run = _recorded_dry_run(config.get("lm"))
         metrics, intervals = {}, {}
         for name in names:
@@ -316,7 +318,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             "cost": sum(float(r.get("cost") or 0) for r in records),
             "cost_uncached": sum(float(r.get("cost") or 0) + float(r.get("cached_cost") or 0) for r in records),
             "latency_mean": sum(float(r.get("latency") or 0) for r in records) / n if n else 0.0,
-            "failures": failures, "complete": not partial,
+            "failures": failures, "abstained": abstained, "complete": not partial,
             "mostly_failed": bool(n and failures / n > MOSTLY_FAILED),
             "status": "; ".join(status) or "complete", "left_out_metrics": left_out,
         })
@@ -358,11 +360,15 @@ def format_table(table: list[dict], *, common: int | None = None, shared: bool =
     out.append("")
     details = [[str(row["method"]), f"{row['dataset']}{'/' + row['split'] if row.get('split') else ''}", row["lm"],
                 row.get("endpoint", "?"), row.get("adapter", "?"), row["optimizer"], f"{row['n_done']}/{row['n_asked']}",
-                str(row["failures"]), f"{row['latency_mean']:.2f}", row["status"]] for row in table]
+                str(row["failures"]), str(row.get("abstained", 0)), f"{row['latency_mean']:.2f}", row["status"]]
+               for row in table]
     out += _aligned(["run", "dataset/split", "LM", "endpoint", "adapter", "optimizer", "done/asked", "failures",
-                     "latency s", "status"], details)
+                     "abstained", "latency s", "status"], details)
     notes = ["spent: tokens and $ paid (calls served from the LM cache cost nothing); uncached: the same calls as "
              "if none had been served from the cache"]
+    if any(row.get("abstained") for row in table):
+        notes.append("abstained: answered \"unknown\" (scored 0, counted in %Unk: --metric unknown); failures "
+                     "are examples that raised (scored 0 too)")
     if any(row.get("dry_run") for row in table):
         notes.append("* dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
     if show_ci and any(row.get("ci") for row in table):

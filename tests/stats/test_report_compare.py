@@ -228,6 +228,9 @@ def test_strategyqa_paper_preset_reads_unknown_as_an_abstention(tmp_path, capsys
     assert main(["report", str(out), other, "--compare", "--metric", "acc"]) == 0
     text = capsys.readouterr().out
     assert "failed (scored 0): A 0, B 0" in text and "A 2, B 2" in text  # B replays A's predictions
+    assert main(["report", str(out), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["failures"] == 0 and row["abstained"] == 2 and row["metrics"]["unknown"] == pytest.approx(0.5)
 
 
 # --- a grid folder ----------------------------------------------------------------------------------------------
@@ -308,3 +311,22 @@ def test_a_knob_search_whose_trials_tie_says_so_with_each_trials_ci(tmp_path, ca
     trials = [line for line in out.splitlines() if line.startswith("trial ")]
     assert len(trials) == 2 and all("=0.000 [95% CI 0.000, 0.000]" in line for line in trials), trials
     assert "no best, 2 trials tie at dev em=0.000 (k=" in out and "best k=" not in out
+
+
+def test_a_rerun_served_from_the_cache_reports_spend_zero_and_the_same_uncached_tokens(tmp_path, capsys, monkeypatch):
+    from ragzoo.stubserver import StubLMServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    runs = [tmp_path / "first", tmp_path / "again"]
+    with StubLMServer() as server:
+        for out in runs:  # the same requests twice: the second run is answered by DSPy's cache
+            assert main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "3", "--lm", "openai/stub",
+                         "--api-base", f"{server.base_url}/v1", "--out", str(out), "--seed", "7"]) == 0
+        assert server.requests == 3
+    capsys.readouterr()
+    assert main(["report", *map(str, runs), "--json"]) == 0
+    first, again = json.loads(capsys.readouterr().out)
+    assert first["tokens_per_question"] > 0 and first["cached_calls"] == 0
+    assert again["tokens_per_question"] == 0 and again["cost"] == 0 and again["cached_calls"] == 3
+    assert again["uncached_tokens_per_question"] > 0
+    assert again["uncached_tokens_per_question"] == pytest.approx(first["uncached_tokens_per_question"], rel=0.3)
