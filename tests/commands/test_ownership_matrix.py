@@ -146,7 +146,42 @@ def test_a_command_writes_only_into_its_own_kind_of_folder(command, case, tmp_pa
                                                      if not name.startswith(tuple(marker["files"]) + (MARKER,))}
         if case == "same-kind":
             assert after["NOTES.md"] == b"my notes on this folder\n" and after["data/x.bin"] == bytes(range(256))
+            if command in ("compile", "index"):  # a replace names what it carried over
+                assert "kept 2 entries" in err and "NOTES.md" in err and "data" in err
     else:
         assert code == 2, err
         assert after == before  # not one byte written, renamed or removed
         assert err.strip(), "a refusal says why"
+
+
+def test_folders_of_earlier_versions_keep_working_and_are_marked(tmp_path, inputs, capsys):
+    run, art = tmp_path / "run", tmp_path / "art"
+    assert _run(_argv("evaluate", str(run), inputs)[:-1], capsys)[0] == 0
+    assert _run(_argv("compile", str(art), inputs), capsys)[0] == 0
+    for folder in (run, art):  # what a version before the marker left
+        (folder / MARKER).unlink()
+    code, err = _run(_argv("evaluate-resume", str(run), inputs), capsys)
+    assert code == 0, err
+    assert json.loads((run / MARKER).read_text())["kind"] == "run"
+    code, err = _run(_argv("compile", str(art), inputs), capsys)
+    assert code == 0, err
+    assert json.loads((art / MARKER).read_text())["kind"] == "artifact"
+    # an unmarked folder with one file more than ragzoo writes is not recognised: refused, untouched
+    (art / MARKER).unlink()
+    (art / "NOTES.md").write_text("mine")
+    before = _tree(art)
+    assert _run(_argv("compile", str(art), inputs), capsys)[0] == 2
+    assert _tree(art) == before
+
+
+def test_a_resume_is_refused_while_the_run_is_held_even_with_the_lock_file_gone(tmp_path, inputs, capsys):
+    from ragzoo.runs import LOCK_FILE, open_run_dir
+
+    out = tmp_path / "run"
+    assert _run(_argv("evaluate", str(out), inputs)[:-1] + ["-n", "1"], capsys)[0] == 0
+    config = json.loads((out / "config.json").read_text())
+    with open_run_dir(out, config, resume=True):  # what a running evaluate holds (the kernel's lock)
+        (out / LOCK_FILE).unlink()
+        code, err = _run(_argv("evaluate-resume", str(out), inputs), capsys)
+        assert code == 2 and "being written by another ragzoo process" in err
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 1
