@@ -81,6 +81,9 @@ def open_storage(url: str | None):
     if "://" not in url:
         raise ConfigError(f"--storage {url!r}: give an Optuna storage URL, e.g. sqlite:///search.db or "
                           f"journal:search.log")
+    from ragzoo.secrets import register_url
+
+    register_url(url, paths=False)  # a database password is hidden from every output and record
     for attempt in range(5):  # workers started together race to create the schema: the losers retry
         try:
             return optuna.storages.RDBStorage(url)
@@ -89,6 +92,14 @@ def open_storage(url: str | None):
                 raise
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _storable(record: dict) -> dict:
+    """A trial's record as the storage keeps it: its texts (an error, a stop reason) `scrub`bed of secrets, its
+    knobs as they are (they are the point: the best one is compiled again from them)."""
+    from ragzoo.secrets import scrub
+
+    return {**scrub(record), "knobs": record["knobs"]}
 
 
 def _dev_ci(scores: list[float]) -> list[float] | None:
@@ -283,12 +294,12 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
                 stopped_here.append(record)
                 study.add_trial(optuna.trial.create_trial(
                     params=_params(knobs, optimizer), distributions=distributions,
-                    state=optuna.trial.TrialState.FAIL, user_attrs={"point": key, "record": record}))
+                    state=optuna.trial.TrialState.FAIL, user_attrs={"point": key, "record": _storable(record)}))
                 _release(marker)
                 break
             study.add_trial(optuna.trial.create_trial(
                 params=_params(knobs, optimizer), distributions=distributions, value=record["score"],
-                user_attrs={"point": key, "record": record}))
+                user_attrs={"point": key, "record": _storable(record)}))
             _ACTIVE_CLAIMS.discard(marker.study_name)
             if result is not None and "error" not in record:
                 programs_here[key] = result.program

@@ -583,6 +583,10 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         raise ConfigError("the grid names no LM; pass --lm SPEC (or add lms = [...] under [grid])")
     check_budget_options(grid, max_cost=max_cost, max_calls=max_calls, price=price, price_per_hour=price_per_hour)
     cells = grid.cells()
+    if storage:
+        from ragzoo.secrets import register_url
+
+        register_url(storage, paths=False)  # a database password is hidden from every output and record too
     write_grid_file(grid, out, cells)
     result = SweepResult()
     todo = []
