@@ -193,11 +193,14 @@ def _program_json(program) -> bytes:
     state = program.dump_state()
     state["metadata"] = {"dependency_versions": get_dependency_versions()}
     try:
-        data = json.dumps(state, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+        json.dumps(state)
     except (TypeError, ValueError) as error:
         raise ArtifactError(f"the compiled program holds a value that is not JSON ({error}); ragzoo saves "
                             f"programs as JSON only: keep only JSON values (text, numbers, lists) in its state") \
             from None
+    from ragzoo.secrets import scrub  # demos are LM outputs: an upstream that echoed the key must not get it kept
+
+    data = json.dumps(scrub(state), indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
     json.loads(data)  # never publish a program.json that does not parse
     return data
 

@@ -117,3 +117,21 @@ def test_a_reask_reason_cut_short_keeps_no_prefix_of_the_key(monkeypatch):
         record_degradation("filter", "y" * 290 + f" reply {key}")
     kept = json.dumps([trace.reasks, trace.degradations])
     assert key[:6] not in kept and "***" in kept
+
+
+def test_a_compiled_program_keeps_no_key_echoed_into_its_demos(tmp_path, monkeypatch):
+    """Bootstrapped demos are LM outputs: an artifact's program.json keeps the demo, with the key as ***."""
+    import dspy
+
+    from ragzoo import programs
+    from ragzoo.artifacts import load, save
+
+    key = "demosecretvalue0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    program = programs.get("direct")
+    (_name, predictor), = program.named_predictors()
+    predictor.demos = [dspy.Example(question="who?", answer=f"placeholder (you sent me {key})").with_inputs("question")]
+    out = save(program, tmp_path / "artifact", method="direct")
+    assert _files_holding(out, key) == []
+    (_name, loaded), = load(out).named_predictors()
+    assert [demo["answer"] for demo in loaded.demos] == ["placeholder (you sent me ***)"]
