@@ -258,26 +258,31 @@ def _run_lock(out: Path) -> Iterator[None]:
     """Hold `out` for this process, for as long as the block runs. The lock is the kernel's (flock), so a crash
     or kill releases it, and it is taken on the run folder itself: deleting, renaming or replacing the lock
     file cannot let a second writer in. The lock file is still held too, for its pid (named in the refusal) and
-    for ragzoo versions that lock only the file."""
+    for ragzoo versions that lock only the file. Where a folder cannot be locked (flock emulated over NFS wants
+    a file open for writing), the lock file alone guards the run, as before."""
+    import errno
     import fcntl
 
     def refuse(handle) -> RunError:
-        owner = "?"
-        if handle is not None:
-            handle.seek(0)
-            owner = handle.read().strip() or "?"
+        handle.seek(0)
+        owner = handle.read().strip() or "?"
         return RunError(f"{out} is being written by another ragzoo process (pid {owner}); wait for it to finish "
                         f"or choose another --out")
+
+    def held_elsewhere(fd: int) -> bool | None:
+        """False once locked here, True if another process holds it, None if this filesystem cannot lock it."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            return True if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
+        return False
 
     folder = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     handle = None
     try:
         handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
-        for fd in (folder, handle.fileno()):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                raise refuse(handle) from None
+        if held_elsewhere(folder) or held_elsewhere(handle.fileno()):
+            raise refuse(handle)
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))

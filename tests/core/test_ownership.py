@@ -216,3 +216,27 @@ def test_a_second_writer_is_refused_whatever_happens_to_the_lock_file(tmp_path, 
         holder.wait(timeout=30)
     with open_run_dir(out, {"metrics": ["em"]}, resume=True):  # the holder is gone: the kernel released its lock
         pass
+
+
+def test_where_a_folder_cannot_be_locked_the_lock_file_still_guards_the_run(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+    import stat as stat_module
+
+    from ragzoo.runs import open_run_dir
+
+    real = fcntl.flock
+
+    def flock(fd, operation):  # flock emulated over NFS: a folder (read-only descriptor) cannot be locked
+        if stat_module.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        return real(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    out = tmp_path / "run"
+    with open_run_dir(out, {"metrics": ["em"]}):
+        with pytest.raises(RunError, match=f"another ragzoo process \\(pid {os.getpid()}\\)"):
+            with open_run_dir(out, {"metrics": ["em"]}, resume=True):
+                pass
+    with open_run_dir(out, {"metrics": ["em"]}, resume=True):
+        pass
