@@ -5,9 +5,17 @@ response-cache key, and pre-flight checks before anything is spent.
   provider prefix of the model string (`openai`, `anthropic`, ...). Two LMs, threads or runs that talk to
   the same endpoint share one limiter.
 - **Concurrency** (`set_max_concurrency(endpoint, n)`, `--max-concurrency`): at most n requests in flight
-  per endpoint, across every thread and every run of the process; more wait for a slot (in arrival
-  order). Calls that hit a 429 still back off as DSPy does (exponential, or the server's Retry-After);
-  with the limit at the server's capacity no 429 is provoked at all.
+  per endpoint, across every thread and every run of the process; more wait for a slot. The slot is held
+  for one request, not for DSPy's retries of it (`endpoint_calls`, installed around DSPy's single attempt).
+- **429s**: a rate-limited request gives its slot back, waits as the server's `Retry-After` says
+  (exponentially without one: DSPy's own back-off rule, 1 s, 2 s, 4 s, ... 60 s) and is sent again until
+  the question's deadline (`start_question_deadline`, set by `ragzoo.runs` for each example; 600 s from the first
+  429 outside a run), however many retries DSPy would allow: DSPy's `num_retries` are spent within seconds,
+  a busy server stays busy for longer. The endpoint's limit adapts (AIMD): a 429 lowers it to 3/4 of the
+  requests then in flight (once per round: 429s of requests sent before the last decrease do not count
+  again), each answered request raises it by 1/limit, back up to `--max-concurrency`. So a limit above the
+  server's capacity costs a few 429s, not questions: 16 threads against a capacity of 4 finish in about
+  1.1x the capacity-bound time (`python -m benchmarks.rate_limits`).
 - **Cache key**: DSPy's response cache leaves `api_base` out of its key, so the same model name on two
   servers would share answers. An LM with a `cache_namespace` (set by `ragzoo.lm.make_lm` to the endpoint
   unless `cache_namespace=False`) gets it added to every cache key (`install_cache_namespace`, a small
@@ -19,10 +27,13 @@ response-cache key, and pre-flight checks before anything is spent.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import os
 import threading
-from contextlib import contextmanager
-from typing import Iterator
+import time
+from contextlib import asynccontextmanager, contextmanager
+from typing import AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 from ragzoo.errors import ConfigError, LMError
@@ -55,35 +66,96 @@ def endpoint_of(lm) -> str:
 
 
 class EndpointLimiter:
-    """At most `limit` holders at once (None = no limit); the limit may change while held."""
+    """At most `limit` holders at once (None = no limit), fewer while the server answers 429 (`window`, the
+    adaptive limit: None until the first 429); the limit may change while held."""
+
+    DECREASE = 0.75  # a 429 keeps 3/4 of the requests in flight: gentler than halving, which idles a hard cap
 
     def __init__(self, limit: int | None):
         self.limit = limit
+        self.window: float | None = None
+        self.epoch = 0  # bumped by each decrease; a 429 of a request sent before it does not decrease again
         self.in_flight = 0
         self.max_in_flight = 0
         self.waited = 0
+        self.rate_limited = 0
         self._condition = threading.Condition()
+
+    def allowed(self) -> int | None:
+        """Requests that may be in flight now (None = no limit)."""
+        caps = [cap for cap in (self.limit, None if self.window is None else int(self.window)) if cap is not None]
+        return max(1, min(caps)) if caps else None
 
     def set_limit(self, limit: int | None) -> None:
         with self._condition:
+            self.window = None  # a new LM or ceiling from the user: learn the server's capacity again
             self.limit = limit
             self._condition.notify_all()
 
-    @contextmanager
-    def slot(self) -> Iterator[None]:
+    def _full(self) -> bool:
+        allowed = self.allowed()
+        return allowed is not None and self.in_flight >= allowed
+
+    def _enter(self) -> int:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        return self.epoch
+
+    def _leave(self) -> None:
         with self._condition:
-            if self.limit is not None and self.in_flight >= self.limit:
+            self.in_flight -= 1
+            self._condition.notify()
+
+    @contextmanager
+    def slot(self) -> Iterator[int]:
+        """Hold one slot; yields the ticket to hand to `rate_limited`."""
+        with self._condition:
+            if self._full():
                 self.waited += 1
-            while self.limit is not None and self.in_flight >= self.limit:
+            while self._full():
                 self._condition.wait()
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            ticket = self._enter()
         try:
-            yield
+            yield ticket
         finally:
+            self._leave()
+
+    @asynccontextmanager
+    async def aslot(self) -> AsyncIterator[int]:
+        """`slot` for a coroutine: polls, so the event loop is never blocked."""
+        while True:
             with self._condition:
-                self.in_flight -= 1
-                self._condition.notify()
+                if not self._full():
+                    ticket = self._enter()
+                    break
+            await asyncio.sleep(0.01)
+        try:
+            yield ticket
+        finally:
+            self._leave()
+
+    def rate_limited_once(self, ticket: int) -> None:
+        """The server answered 429 to a request sent with `ticket` (its slot still held)."""
+        with self._condition:
+            self.rate_limited += 1
+            if ticket != self.epoch:
+                return  # sent under a larger limit that an earlier 429 already lowered
+            self.window = max(1.0, self.in_flight * self.DECREASE)
+            self.epoch += 1
+
+    def answered(self) -> None:
+        """A request was answered: additive increase of the adaptive limit, back up to the ceiling."""
+        if self.window is None:
+            return
+        with self._condition:
+            if self.window is None:
+                return
+            before = self.allowed()
+            self.window += 1.0 / self.window
+            if self.limit is not None and self.window >= self.limit:
+                self.window = None
+            if self.allowed() != before:
+                self._condition.notify_all()
 
 
 _LIMITERS: dict[str, EndpointLimiter] = {}
@@ -118,6 +190,136 @@ def endpoint_slot(lm) -> Iterator[None]:
     """Hold one request slot of `lm`'s endpoint (no wait when the endpoint has no limit)."""
     with limiter(endpoint_of(lm)).slot():
         yield
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 429s: back off outside the slot, retry until the question's deadline
+
+RATE_LIMIT_PATIENCE = 600.0  # seconds of 429s a call outside a run (no question deadline) waits through
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("ragzoo_question_deadline", default=None)
+_CALLING: contextvars.ContextVar = contextvars.ContextVar("ragzoo_endpoint_lm", default=None)
+
+
+def start_question_deadline(seconds: float | None) -> None:
+    """From now, this context's LM calls stop retrying 429s `seconds` from now (None: no deadline).
+    Set it in a context of its own (`contextvars.copy_context().run`): it is not reset."""
+    _DEADLINE.set(time.monotonic() + seconds if seconds else None)
+
+
+@contextmanager
+def endpoint_calls(lm) -> Iterator[None]:
+    """The requests of DSPy calls made in this block by `lm` hold its endpoint's slots and ride out 429s."""
+    install_rate_limit_backoff()
+    token = _CALLING.set(lm)
+    try:
+        yield
+    finally:
+        _CALLING.reset(token)
+
+
+@asynccontextmanager
+async def aendpoint_calls(lm) -> AsyncIterator[None]:
+    install_rate_limit_backoff()
+    token = _CALLING.set(lm)
+    try:
+        yield
+    finally:
+        _CALLING.reset(token)
+
+
+def _wait_before_retry(error, attempt: int, first_429: float) -> float | None:
+    """Seconds to wait before sending again, or None if that would pass the deadline."""
+    from dspy.clients import execution
+
+    delay = execution._delay(error, attempt)  # Retry-After, else 2**attempt s capped at 60: DSPy's rule
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        deadline = first_429 + RATE_LIMIT_PATIENCE
+    return None if time.monotonic() + delay >= deadline else delay
+
+
+def _give_up(error) -> None:
+    error.ragzoo_rate_limit_final = True  # DSPy's own retry loop must not start over
+    raise error
+
+
+_backoff_installed = False
+_backoff_lock = threading.Lock()
+
+
+def install_rate_limit_backoff() -> None:
+    """Wrap DSPy's single attempt (`execution._attempt` / `_aattempt`) for LMs inside `endpoint_calls`: hold
+    the endpoint's slot for the request only, and on a 429 give it back, wait, and send again (idempotent).
+    DSPy 3.4's retry loop around the attempt then only sees 429s past the deadline, and does not retry them."""
+    global _backoff_installed
+    with _backoff_lock:
+        if _backoff_installed:
+            return
+        from dspy.clients import execution
+        from dspy.clients.errors import error_boundary
+        from dspy.utils.exceptions import LMRateLimitError
+
+        attempt_once, aattempt_once, retryable = execution._attempt, execution._aattempt, execution._retryable
+
+        def ours(lm, call) -> bool:
+            return _CALLING.get() is lm and call.managed
+
+        def _attempt(lm, call, backend, request, provider, state, results):
+            if not ours(lm, call):
+                return attempt_once(lm, call, backend, request, provider, state, results)
+            gate, tries, first_429 = limiter(endpoint_of(lm)), 0, None
+            while True:
+                with gate.slot() as ticket:
+                    try:
+                        with error_boundary(lm.model, provider=provider, unexpected=True):
+                            result = attempt_once(lm, call, backend, request, provider, state, results)
+                    except LMRateLimitError as error:
+                        if state.emitted or state.completed:
+                            raise
+                        gate.rate_limited_once(ticket)
+                        failed = error
+                    else:
+                        gate.answered()
+                        return result
+                first_429 = first_429 or time.monotonic()
+                delay = _wait_before_retry(failed, tries, first_429)
+                if delay is None:
+                    _give_up(failed)
+                time.sleep(delay)
+                tries += 1
+
+        async def _aattempt(lm, call, backend, request, provider, state, results):
+            if not ours(lm, call):
+                return await aattempt_once(lm, call, backend, request, provider, state, results)
+            gate, tries, first_429 = limiter(endpoint_of(lm)), 0, None
+            while True:
+                async with gate.aslot() as ticket:
+                    try:
+                        with error_boundary(lm.model, provider=provider, unexpected=True):
+                            result = await aattempt_once(lm, call, backend, request, provider, state, results)
+                    except LMRateLimitError as error:
+                        if state.emitted or state.completed:
+                            raise
+                        gate.rate_limited_once(ticket)
+                        failed = error
+                    else:
+                        gate.answered()
+                        return result
+                first_429 = first_429 or time.monotonic()
+                delay = _wait_before_retry(failed, tries, first_429)
+                if delay is None:
+                    _give_up(failed)
+                await asyncio.sleep(delay)
+                tries += 1
+
+        def _retryable(state, exc, attempt, retries):
+            return not getattr(exc, "ragzoo_rate_limit_final", False) and retryable(state, exc, attempt, retries)
+
+        for name, wrapper, original in (("_attempt", _attempt, attempt_once), ("_aattempt", _aattempt, aattempt_once),
+                                        ("_retryable", _retryable, retryable)):
+            wrapper.__wrapped__ = original
+            setattr(execution, name, wrapper)
+        _backoff_installed = True
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ Choices:
   to LiteLLM by `auto` anyway).
 - Defaults: temperature 0 (None for OpenAI reasoning models, which refuse other values), DSPy's response
   cache on (`cache=False` turns it off), `num_retries=3` (at most 10), `timeout=120` s per request.
-  DSPy owns retries and backs off exponentially (1 s, 2 s, 4 s, ... capped at 60 s) unless the server
-  sends `Retry-After`, which it honours.
+  DSPy retries server errors and backs off exponentially (1 s, 2 s, 4 s, ... capped at 60 s) unless the
+  server sends `Retry-After`, which it honours. A 429 is not one of DSPy's `num_retries`: `ragzoo.endpoints`
+  retries it, with the same back-off, until the question's deadline and lowers the endpoint's limit.
 - Endpoints (`ragzoo.endpoints`): `max_concurrency` (default 8) requests in flight per endpoint, shared by
   every LM, thread and run of the process; the endpoint is part of the response-cache key unless
   `cache_namespace=False`; `price="IN,OUT"` (USD per million tokens) prices a model LiteLLM does not know,

@@ -578,30 +578,16 @@ class TrackedLM(BudgetedCalls, dspy.LM):
         attach(self)
 
     def __call__(self, *args, **kwargs):
-        from ragzoo.endpoints import endpoint_slot
+        from ragzoo.endpoints import endpoint_calls
 
-        with endpoint_slot(self):  # one request slot of the endpoint, shared by every thread and run
+        with endpoint_calls(self):  # each request holds a slot of the endpoint, shared by every thread and run
             return super().__call__(*args, **kwargs)
 
     async def acall(self, *args, **kwargs):
-        import asyncio
+        from ragzoo.endpoints import aendpoint_calls
 
-        from ragzoo.endpoints import limiter, endpoint_of
-
-        gate = limiter(endpoint_of(self))
-        while True:  # an async caller must not block its loop: poll for a slot
-            with gate._condition:
-                if gate.limit is None or gate.in_flight < gate.limit:
-                    gate.in_flight += 1
-                    gate.max_in_flight = max(gate.max_in_flight, gate.in_flight)
-                    break
-            await asyncio.sleep(0.01)
-        try:
+        async with aendpoint_calls(self):
             return await super().acall(*args, **kwargs)
-        finally:
-            with gate._condition:
-                gate.in_flight -= 1
-                gate._condition.notify()
 
     def dump_state(self) -> dict[str, Any]:
         from dspy.clients.base_lm import _BUILTIN_LM_CLASS_PATH, LM_CLASS_STATE_KEY
