@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 
 MOSTLY_FAILED = 0.5
+NO_RETRIEVER = "none"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +85,7 @@ def _setup(config: dict) -> dict[str, str]:
     preset = config.get("preset") or (config.get("defaults_used") or {}).get("preset")
     return {"LM": _lm_name(lm), "endpoint": _endpoint(config),
             "adapter": str(config.get("adapter") or "?") + (" (lenient)" if config.get("lenient") else ""),
-            "retriever": str(config.get("retriever") or "method default"),
+            "retriever": str(config.get("retriever") or NO_RETRIEVER),
             "metric definition": f"preset {preset or 'none'}",
             "data": f"{config.get('dataset') or '?'}/{config.get('split') or '-'}"
                     + (f" file {config['data']}" if config.get("data") else "")
@@ -92,10 +93,13 @@ def _setup(config: dict) -> dict[str, str]:
 
 
 def setup_differences(setups: list[dict]) -> list[str]:
-    """One text per aspect in which the runs' setups (`_setup`) differ, naming each run's value."""
+    """One text per aspect in which the runs' setups (`_setup`) differ, naming each run's value. A method
+    without retrieval beside one with it differs by method, not by retriever: only retrievers are compared."""
     found = []
     for aspect in setups[0] if setups else {}:
         values = [setup[aspect] for setup in setups]
+        if aspect == "retriever":
+            values = [value for value in values if value != NO_RETRIEVER]
         if len(set(values)) > 1:
             found.append(f"{aspect} ({' vs '.join(values)})")
     return found

@@ -20,7 +20,7 @@ def write_run(path: Path, *, ids=range(10), em=None, question="q{}", method="rag
     path.mkdir(parents=True)
     ids = [str(i) for i in ids]
     config = {"method": method, "knobs": knobs or {"k": 5}, "metrics": ["em"], "n": len(ids), "dataset": dataset,
-              "split": split, "adapter": "chat", "retriever": None, "api_base": None,
+              "split": split, "adapter": "chat", "retriever": "bm25:corpus.jsonl", "api_base": None,
               "lm": {"model": "openai/stub", "dry_run": False, "api_base": None}, **config_extra}
     (path / "config.json").write_text(json.dumps(config))
     records = []
@@ -112,6 +112,13 @@ def test_a_comparison_whose_setups_differ_says_in_what(tmp_path, capsys, aspect,
     assert f"warning: the runs differ in {aspect} (" in out
     same = write_run(tmp_path / "same", ids=range(6), em=[0] * 6, knobs={"k": 3})
     assert main(["report", a, same, "--compare"]) == 0
+    assert "differ in" not in capsys.readouterr().out
+
+
+def test_a_method_without_retrieval_is_not_flagged_for_its_retriever(tmp_path, capsys):
+    rag = write_run(tmp_path / "rag", ids=range(6), em=[1, 1, 1, 0, 0, 0], retriever="bm25:corpus.jsonl")
+    direct = write_run(tmp_path / "direct", ids=range(6), em=[0] * 6, method="direct", knobs={}, retriever=None)
+    assert main(["report", rag, direct, "--compare"]) == 0
     assert "differ in" not in capsys.readouterr().out
 
 
