@@ -294,6 +294,14 @@ def test_report_of_a_grid_folder_prints_its_table_with_holm_adjusted_p(tmp_path,
     assert "| 0.0020 | 0.0020 |" in cot
     for cell in grid.cells():
         assert str(cell_dir(out, cell) / "run") in text  # its cells, by run directory
+    # beside other runs, a grid folder stands for its cells' runs
+    other = write_run(tmp_path / "other", ids=range(20), em=[1] * 20, method="rag", knobs={"k": 9})
+    assert main(["report", str(out), other, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 4
+    spec.unlink()  # the grid file is gone: said in one line, pointing at the saved table
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "cmp.toml it was swept from is gone" in err and "results.md" in err and err.count("\n") == 1
     # not a grid folder and not a run: the one-line refusal
     assert main(["report", str(tmp_path)]) != 0
     assert "not a ragzoo run directory" in capsys.readouterr().err
