@@ -94,11 +94,6 @@ def _normal(value):
     return json.loads(json.dumps(jsonable(value), sort_keys=True))
 
 
-def _short(value) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 class CompileCheckpoint:
     """A compile's checkpoint folder (owned by ragzoo): `checkpoint.json` (what it is a checkpoint of) and what
     the optimizer kept so far (`bootstrap.json`, `gepa/`). Written atomically (`ragzoo.files`)."""
@@ -128,9 +123,9 @@ class CompileCheckpoint:
             except (OSError, ValueError, KeyError, TypeError) as error:
                 raise ConfigError(f"--resume: the checkpoint at {checkpoint.path} cannot be read ({error}); "
                                   f"run without --resume and with --force to start over") from None
-            differs = [f"{key} was {_short(saved.get(key))}, now {_short(checkpoint.fingerprint.get(key))}"
-                       for key in sorted(set(saved) | set(checkpoint.fingerprint))
-                       if saved.get(key) != checkpoint.fingerprint.get(key)]
+            from ragzoo.config import answer_differences  # options named as flags, as evaluate's resume does
+
+            differs = answer_differences(saved, checkpoint.fingerprint)
             if differs:
                 raise ConfigError(f"--resume: the checkpoint at {checkpoint.path} is of another compile: "
                                   f"{'; '.join(differs)}. Rerun with the same options, or without --resume and "

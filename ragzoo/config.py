@@ -288,3 +288,56 @@ def _read_only_mount(folder: Path) -> bool:
         return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):
         return False
+
+
+# What changes answers, by resolved option name: a resume must match every one of these that the interrupted
+# work recorded, or it would file one setup's answers under another's label. One list for evaluate's runs
+# (`ragzoo.runs`), compile's checkpoints (`ragzoo.commands.compile`) and so grids, whose cells are those two.
+# Options that only pace, meter or bound the work (threads, timeouts, deadlines, budgets, prices, the cache,
+# concurrency, -n, which may grow) may change between the two.
+ANSWER_OPTIONS = ("method", "program", "knobs", "retriever", "adapter", "max_reasks", "seed", "dataset", "split",
+                  "data", "field_map", "metrics", "optimizer", "optimizer_settings", "api_base")
+# ... and of the LM, as `ragzoo.lm.describe_lm` records it: the endpoint as its host (never a credential),
+# sampling options from its kwargs
+ANSWER_LM_KEYS = ("model", "api_base", "priced_model", "dry_run", "temperature", "max_tokens")
+_ANSWER_FLAGS = {"knobs": "--knob", "metrics": "--metric", "optimizer_settings": "--optimizer-setting",
+                 "lm.model": "--lm", "lm.priced_model": "--lm", "lm.dry_run": "--lm", "lm.api_base": "--api-base",
+                 "lm.temperature": "the LM's temperature", "lm.max_tokens": "the LM's max_tokens",
+                 "train_questions": "the training questions", "dev_questions": "the validation questions"}
+
+
+def answer_view(config: dict[str, Any], lm: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The options of `config` that change answers (`ANSWER_OPTIONS`, then `lm.KEY` of the LM description,
+    `lm` or `config["lm"]`), JSON-normalised and without credentials, for comparing a resume with the work it
+    continues."""
+    from ragzoo.files import jsonable
+    from ragzoo.secrets import storable
+
+    view = {key: jsonable(config[key]) for key in ANSWER_OPTIONS if key in config}
+    lm = config.get("lm") if lm is None else lm
+    if isinstance(lm, dict):
+        sampling = lm.get("kwargs") if isinstance(lm.get("kwargs"), dict) else {}
+        for key in ANSWER_LM_KEYS:
+            if key in lm or key in sampling:
+                view[f"lm.{key}"] = jsonable(lm[key] if key in lm else sampling[key])
+    return json.loads(json.dumps(storable(view), sort_keys=True, default=str))
+
+
+def answer_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """"--adapter was 'chat', now 'json'" for each answer-changing option that differs (options named as flags).
+    A key the earlier work did not record matches only an unset value."""
+    differing = []
+    for key in sorted(set(before) | set(now)):
+        old, new = before.get(key), now.get(key)
+        if old == new or (key not in before and new in (None, "", [], {})):
+            continue
+        flag = _ANSWER_FLAGS.get(key) or flag_name(key)
+        if differing and differing[-1].startswith(flag + " "):
+            continue  # --lm once, though model and priced_model both differ
+        differing.append(f"{flag} was {_short(old)}, now {_short(new)}")
+    return differing
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."

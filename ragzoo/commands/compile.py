@@ -87,21 +87,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_lm_args(parser)
 
 
-def _fingerprint(config: dict, knobs: dict, train: list, dev: list) -> dict:
-    """What a compile checkpoint is a checkpoint of: a resumed compile must match it key by key."""
+def _fingerprint(config: dict, knobs: dict, train: list, dev: list, lm: dict | None = None) -> dict:
+    """What a compile checkpoint is a checkpoint of: a resumed compile must match it key by key. The options that
+    change answers come from the list evaluate's resume checks too (`ragzoo.config.answer_view`; `lm` is the LM's
+    description), then what only a compile has: its question samples."""
     import hashlib
     import json
+
+    from ragzoo.config import answer_view
 
     def digest(examples: list) -> str:
         text = json.dumps([dict(example.toDict()) for example in examples], sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
-    return {"method": config["method"], "knobs": knobs, "optimizer": config["optimizer"],
-            "optimizer_settings": _settings(config.get("optimizer_setting")), "dataset": config.get("dataset"),
-            "split": config.get("split"), "data_file": config.get("data"), "dev_split": config.get("dev_split"),
-            "field_map": config.get("field_map"), "train_n": config.get("train_n"), "dev_n": config.get("dev_n"),
-            "train_questions": digest(train), "dev_questions": digest(dev), "seed": config.get("seed"),
-            "lm": config.get("lm"), "adapter": config.get("adapter") or "chat"}
+    answers = {**config, "knobs": knobs, "optimizer_settings": _settings(config.get("optimizer_setting")),
+               "metrics": [name.strip() for name in str(config.get("metric") or "").split(",") if name.strip()],
+               "adapter": config.get("adapter") or "chat"}
+    return {**answer_view(answers, lm if lm is not None else {"model": config.get("lm")}),
+            "dev_split": config.get("dev_split"), "train_n": config.get("train_n"), "dev_n": config.get("dev_n"),
+            "train_questions": digest(train), "dev_questions": digest(dev)}
 
 
 def _settings(pairs) -> dict:
@@ -329,7 +333,8 @@ def run(args: argparse.Namespace) -> int:
     if not dry_run:  # the optimizer's progress, kept beside --out until the artifact is saved
         from ragzoo.optimizers.compiler import CompileCheckpoint, checkpoint_path
 
-        checkpoint = CompileCheckpoint.open(checkpoint_path(config["out"]), _fingerprint(config, resolved, train, dev),
+        checkpoint = CompileCheckpoint.open(checkpoint_path(config["out"]),
+                                            _fingerprint(config, resolved, train, dev, lm_description(lm)),
                                             resume=bool(config.get("resume")), force=bool(config["force"]))
         if checkpoint.resumed:
             print(f"ragzoo compile: resuming from {checkpoint.kept()}", file=sys.stderr)

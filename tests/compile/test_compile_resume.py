@@ -90,7 +90,7 @@ def test_a_checkpoint_of_another_compile_is_refused_naming_what_differs(tmp_path
     checkpoint = CompileCheckpoint.open(where, FINGERPRINT)
     checkpoint.write("bootstrap.json", {"next_index": 1, "name2traces": {}})  # some progress to lose
     other = {**FINGERPRINT, "seed": 1, "knobs": {"k": 3}}
-    with pytest.raises(ConfigError, match=r"knobs was \{\"k\": 2\}, now \{\"k\": 3\}; seed was 0, now 1") as error:
+    with pytest.raises(ConfigError, match=r"--knob was \{\"k\": 2\}, now \{\"k\": 3\}; --seed was 0, now 1") as error:
         CompileCheckpoint.open(where, other, resume=True)
     assert "method" not in str(error.value) and "optimizer" not in str(error.value)
     with pytest.raises(ConfigError, match="--resume to continue it, or --force"):

@@ -68,7 +68,7 @@ def test_existing_dir_refused_unless_resume_or_force(tmp_path, tiny_retriever, m
         evaluate(program, make_examples(2), [EM], tmp_path / "run", progress=False, config={"dataset": "toy"})
         with pytest.raises(RunError, match="--resume"):
             evaluate(program, make_examples(2), [EM], tmp_path / "run", progress=False)
-        with pytest.raises(RunError, match="dataset differ"):
+        with pytest.raises(RunError, match="--dataset was"):
             evaluate(program, make_examples(2), [EM], tmp_path / "run", progress=False, resume=True,
                      config={"dataset": "other"})
         evaluate(program, make_examples(3), [EM], tmp_path / "run", progress=False, force=True)

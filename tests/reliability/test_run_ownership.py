@@ -33,8 +33,8 @@ def test_a_second_process_on_the_same_run_is_refused_in_one_line(tmp_path, capsy
     assert code == 0 and len((out / "predictions.jsonl").read_text().splitlines()) == 3
 
 
-@pytest.mark.parametrize("change, named", [(["--lm", "dry-run:openai/gpt-4o"], "lm.model"),
-                                           (["--metric", "f1"], "metrics"),
+@pytest.mark.parametrize("change, named", [(["--lm", "dry-run:openai/gpt-4o"], "--lm was"),
+                                           (["--metric", "f1"], "--metric was"),
                                            (["--retriever", "bm25:hotpotqa/corpus_wiki17_abstracts.jsonl?k1=1.2"],
                                             "retriever")])
 def test_resume_refuses_a_change_that_alters_results_and_keeps_the_config(tmp_path, capsys, change, named):

@@ -1,0 +1,87 @@
+"""A resume refuses every option that changes answers, from one list (`ragzoo.config.ANSWER_OPTIONS`) shared by
+evaluate's runs and compile's checkpoints (and so by grids, whose cells are those): otherwise the answers of
+two setups end up under one label (issue 20 §6: `evaluate --resume --adapter json` relabelled all 70 answers)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragzoo.cli import main
+
+DRY = ["--lm", "dry-run"]
+
+
+@pytest.fixture
+def questions(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps({"id": str(i), "question": f"who {i}?", "answers": ["x"]}) + "\n"
+                            for i in range(4)))
+    return str(path)
+
+
+@pytest.fixture
+def interrupted_run(tmp_path, questions, capsys):
+    """A run of 2 of the 4 questions (as if interrupted), to be resumed with -n 4."""
+    out = tmp_path / "run"
+    assert main(["evaluate", "--method", "direct", "--data", questions, "-n", "2", *DRY, "--out", str(out)]) == 0
+    capsys.readouterr()
+    return out
+
+
+def _evaluate(questions, out, *flags):
+    return main(["evaluate", "--method", "direct", "--data", questions, "-n", "4", *DRY, "--out", str(out),
+                 "--resume", *flags])
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--adapter", "json"], "--adapter"),
+    (["--max-reasks", "0"], "--max-reasks"),
+    (["--seed", "3"], "--seed"),
+    (["--metric", "f1"], "--metric"),
+    (["--knob", "answer_mode=yes_no"], "--knob"),
+    (["--lm", "dry-run:openai/gpt-4o"], "--lm"),
+])
+def test_evaluate_resume_refuses_an_option_that_changes_answers(interrupted_run, questions, capsys, flags, named):
+    before = (interrupted_run / "predictions.jsonl").read_bytes(), (interrupted_run / "config.json").read_bytes()
+    code = _evaluate(questions, interrupted_run, *flags)  # a later --lm wins over the first
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code != 0
+    assert len(err) == 1 and named in err[0] and "resume" in err[0], err
+    after = (interrupted_run / "predictions.jsonl").read_bytes(), (interrupted_run / "config.json").read_bytes()
+    assert after == before  # nothing relabelled, nothing added
+
+
+def test_evaluate_resume_accepts_options_that_only_pace_or_bound_the_work(interrupted_run, questions, capsys):
+    code = _evaluate(questions, interrupted_run, "--threads", "2", "--timeout", "30", "--deadline", "60",
+                     "--max-cost", "5", "--max-concurrency", "3")
+    assert code == 0, capsys.readouterr().err
+    assert len((interrupted_run / "predictions.jsonl").read_text().splitlines()) == 4
+
+
+def test_compile_resume_refuses_an_option_evaluate_refuses(tmp_path, capsys):
+    out = tmp_path / "art"
+    argv = ["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "4", "--dev-n", "0", *DRY,
+            "--out", str(out)]
+    assert main([*argv, "--max-calls", "2"]) == 3  # a budget stop keeps bootstrap's progress
+    assert (tmp_path / "art.checkpoint" / "checkpoint.json").is_file()
+    capsys.readouterr()
+    for flags, named in ((["--max-reasks", "0"], "--max-reasks"), (["--metric", "f1"], "--metric"),
+                         (["--lm", "dry-run:openai/gpt-4o"], "--lm")):
+        assert main([*argv, "--resume", "--force", *flags]) == 2
+        err = capsys.readouterr().err
+        assert named in err and "checkpoint" in err, err
+    assert main([*argv, "--resume", "--force"]) == 0  # the same options still resume
+
+
+def test_one_list_for_evaluate_and_compile():
+    """Both resumes are checked against the one list (the refusals above come from it)."""
+    from ragzoo import runs
+    from ragzoo.config import ANSWER_OPTIONS, answer_view
+
+    config = {name: f"value of {name}" for name in ANSWER_OPTIONS}
+    assert set(runs._resume_view(config)) == set(ANSWER_OPTIONS)
+    assert set(answer_view(config)) == set(ANSWER_OPTIONS)
+    for name in ("adapter", "max_reasks", "retriever", "metrics", "seed", "knobs", "method", "api_base"):
+        assert name in ANSWER_OPTIONS
