@@ -81,9 +81,9 @@ def test_shared_with_no_shared_question_is_refused(tmp_path, capsys):
 
 def test_two_endpoints_of_one_model_are_shown_and_flagged(tmp_path, capsys):
     secret_url = "http://user:s3cr3t-pass@10.0.0.1:8000/v1?api_key=sk-abcdefghijklmnop"
-    a = write_run(tmp_path / "a", ids=range(20), em=[1] * 20, api_base=secret_url,
+    a = write_run(tmp_path / "a", ids=range(8), em=[1] * 8, api_base=secret_url,
                   lm={"model": "openai/llama", "dry_run": False, "api_base": "10.0.0.1:8000"})
-    b = write_run(tmp_path / "b", ids=range(20), em=[0] * 20, knobs={"k": 3}, api_base="http://10.0.0.2:8000/v1",
+    b = write_run(tmp_path / "b", ids=range(8), em=[0] * 8, knobs={"k": 3}, api_base="http://10.0.0.2:8000/v1",
                   lm={"model": "openai/llama", "dry_run": False, "api_base": "10.0.0.2:8000"})
     assert main(["report", a, b, "--compare"]) == 0
     out = capsys.readouterr().out
