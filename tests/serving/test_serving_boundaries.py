@@ -66,6 +66,11 @@ def test_a_question_past_its_deadline_is_a_504_with_a_json_body_on_both_routes(p
             chat = httpx.post(server.url + "/v1/chat/completions", timeout=10,
                               json={"model": "ragzoo-rag", "messages": [{"role": "user", "content": QUESTION}]})
             assert _wait_for(lambda: httpx.get(server.url + "/health").json()["in_flight"] == 0, 2)
+            # the abandoned workers end once their hung request times out (0.5 s) and DSPy's first back-off
+            # (1 s) is over, without the retry DSPy would send (num_retries=3) for a question nobody waits for
+            assert _wait_for(lambda: service.abandoned == 0, 5)
+            requests = lm_server.requests
+    assert requests == 2
     assert asked.status_code == 504 and asked.json()["error"] is True and "deadline" in asked.json()["message"]
     assert 0.4 < took < 3
     assert chat.status_code == 504 and chat.json()["error"]["type"] == "timeout" and "deadline" in chat.text
