@@ -32,31 +32,32 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "ragzoo" / "demo_data"
 
-# file -> number of leading lines kept (question files)
+# file -> number of leading lines kept (question files). A dataset's compile split keeps at least 110 questions
+# beyond its evaluation split, so a default compile (50 training + 50 validation questions) runs on the slice.
 HEAD = {
     "hotpotqa/dev.jsonl": 100,
     "hotpotqa/train.jsonl": 10,
     "hotpotqa/dev_ircot500.jsonl": 10,
     "2wikimultihopqa/dev.jsonl": 40,
-    "strategyqa/train.jsonl": 60,
+    "strategyqa/train.jsonl": 140,
     "strategyqa/train_first500.jsonl": 30,
     "nq_open/dev.jsonl": 60,
-    "nq_open/efficientqa_dev.jsonl": 40,
+    "nq_open/efficientqa_dev.jsonl": 110,
     "nq_open/efficientqa_test.jsonl": 20,
     "nq_open/dev_activerag500.jsonl": 20,
     "triviaqa/dev.jsonl": 60,
-    "triviaqa/dpr_dev_from_train.jsonl": 40,
+    "triviaqa/dpr_dev_from_train.jsonl": 110,
     "triviaqa/dev_activerag500.jsonl": 20,
-    "squad_open/dev.jsonl": 60,
-    "webquestions/train.jsonl": 40,
+    "squad_open/dev.jsonl": 110,
+    "webquestions/train.jsonl": 110,
     "webquestions/dev.jsonl": 20,
     "webquestions/test.jsonl": 40,
     "popqa/test.jsonl": 40,
     "popqa/test_activerag500.jsonl": 20,
 }
 ACTIVERAG_2WIKI = 20        # ActiveRAG rows of 2wikimultihopqa/dev.jsonl kept after its first rows
-PLAIN_TRAIN = 40            # HotPotQA train rows without paragraphs kept after its first rows (which have them)
-DISTRACTOR_QUESTIONS = 50   # HotPotQA dev questions whose dev_distractor rows are kept
+PLAIN_TRAIN = 110           # HotPotQA train rows without paragraphs kept after its first rows (which have them)
+DISTRACTOR_QUESTIONS = 40   # HotPotQA dev questions whose dev_distractor rows are kept
 DISTRACTOR_PARAGRAPHS = 20  # ... of which the first this many bring their distractor paragraphs into the corpus
 WIKI18_CAP = 200
 WIKI2_CAP = 150

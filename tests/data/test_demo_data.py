@@ -69,13 +69,23 @@ def test_slice_gold_passages_are_in_its_corpus_and_it_stays_small():
     assert 200 <= len(titles) <= 1000  # a few hundred abstracts
     dev_ids = [json.loads(line)["id"] for line in open(demo / "hotpotqa" / "dev.jsonl")]
     distractor = [json.loads(line) for line in open(demo / "hotpotqa" / "dev_distractor.jsonl")]
-    assert len(distractor) == 50 and {row["id"] for row in distractor} <= set(dev_ids)
+    assert len(distractor) == 40 and {row["id"] for row in distractor} <= set(dev_ids)
     for row in distractor:
         assert set(row["supporting_titles"]) <= titles, row["id"]
     total = sum(path.stat().st_size for path in demo.rglob("*") if path.is_file())
     assert total < 2_000_000
     sources = (demo / "SOURCES.md").read_text()
     assert "CC BY-SA 4.0" in sources and "tools/build_demo_data.py" in sources
+
+
+def test_a_default_compile_has_its_questions_on_the_slice(no_data_folder):
+    from ragzoo import data
+
+    for name in ("hotpotqa", "strategyqa", "nq_open", "triviaqa", "squad_open", "webquestions"):
+        defaults = data.dataset_defaults(name)
+        exclude = defaults.eval_split if defaults.exclude_eval else None
+        pool = data.load_records(name, defaults.train_split, exclude_split=exclude)
+        assert len(pool) >= 100, name  # compile's default: 50 training + 50 validation questions
 
 
 @pytest.mark.needs_full_data
