@@ -14,8 +14,9 @@ beside its target and `publish` swaps it in (`files.replace_dir`: the old index 
 dropped only once the new one is in place). A build replaces only what ragzoo wrote (`check_replaceable`, the
 rule of `ragzoo.ownership`: a missing path, an empty folder, or an index folder ragzoo marked, or an earlier
 version's whose `meta.json` says format "ragzoo-index"); anything else is refused before any work, and files a
-user added inside an index folder are carried over into the rebuilt one. Staging folders (and swap backups) of builds whose process is gone are removed by
-the next build of the same target (`clean_stale_builds`).
+user added inside an index folder are carried over into the rebuilt one. Staging folders (and swap backups) of
+builds whose process is gone are removed by the next build of the same target (`clean_stale_builds`), except a
+backup still holding a user's files.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ LOOKALIKES = {"run": {"config.json": '{"lr": 0.1}\n', "predictions.jsonl": "my o
               "artifact": {"manifest.json": '{"format_version": 1, "note": "mine"}\n'},
               "grid": {"grid.json": '{"cells": ["my", "cells"]}\n', "results.md": "my results\n"},
               "index": {"meta.json": '{"format": "mine"}\n'}}
-CASES = ["empty", "user", "lookalike", "symlink", "dot", "dot-empty", "home", "readonly", "readonly-empty", "other-kind",
-         "same-kind"]
+CASES = ["empty", "user", "lookalike", "symlink", "dot", "dot-empty", "home", "readonly", "readonly-empty",
+         "other-kind", "same-kind"]
 
 
 @pytest.fixture

@@ -161,7 +161,8 @@ def test_replace_keeps_and_names_what_ragzoo_did_not_write(tmp_path, capsys):
     (staging / "NOTES.md").write_text("a file the new build also writes")
     kept = ownership.replace(staging, final, "artifact")
     assert (final / "program.json").read_text() == "new"
-    assert (final / "NOTES.md.kept").read_text() == "my notes" and (final / "data" / "x.bin").read_bytes() == b"\x00\x01"
+    assert (final / "NOTES.md.kept").read_text() == "my notes"
+    assert (final / "data" / "x.bin").read_bytes() == b"\x00\x01"
     assert sorted(kept) == ["NOTES.md.kept", "data"]
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "NOTES.md (as NOTES.md.kept)" in err and "data" in err
@@ -240,3 +241,21 @@ def test_where_a_folder_cannot_be_locked_the_lock_file_still_guards_the_run(tmp_
                 pass
     with open_run_dir(out, {"metrics": ["em"]}, resume=True):
         pass
+
+
+def test_a_stale_swap_backup_holding_a_user_s_files_is_never_deleted(tmp_path):
+    from ragzoo.retrieval.index_cache import clean_stale_builds
+
+    holder = subprocess.Popen([sys.executable, "-c", "pass"])
+    holder.wait()  # a pid that is gone: the build that left these was killed
+    final = tmp_path / "idx"
+    final.mkdir()
+    mark(final, "index", ["meta.json"])
+    ours, theirs = (tmp_path / f".idx.old-{holder.pid}-1", tmp_path / f".idx.old-{holder.pid}-2")
+    for backup in (ours, theirs):
+        backup.mkdir()
+        (backup / "meta.json").write_text("{}")
+        mark(backup, "index", ["meta.json"])
+    (theirs / "NOTES.md").write_text("cut between the swap and the carry-over")
+    assert clean_stale_builds(final) == [ours]
+    assert (theirs / "NOTES.md").read_text() == "cut between the swap and the carry-over"
