@@ -155,9 +155,10 @@ class CompileCheckpoint:
 
     def write(self, name: str, value: Any) -> None:
         from ragzoo.files import atomic_write_json
+        from ragzoo.secrets import scrub  # bootstrapped traces are LM outputs: an echoed key is kept as ***
 
         self._materialise()
-        atomic_write_json(self.path / name, value)
+        atomic_write_json(self.path / name, scrub(value))
 
     def folder(self, name: str) -> Path:
         self._materialise()

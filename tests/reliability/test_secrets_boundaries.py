@@ -135,3 +135,16 @@ def test_a_compiled_program_keeps_no_key_echoed_into_its_demos(tmp_path, monkeyp
     assert _files_holding(out, key) == []
     (_name, loaded), = load(out).named_predictors()
     assert [demo["answer"] for demo in loaded.demos] == ["placeholder (you sent me ***)"]
+
+
+def test_a_compile_checkpoint_keeps_no_key_echoed_into_its_traces(tmp_path, monkeypatch):
+    """An interrupted compile keeps its bootstrapped traces (LM outputs) beside --out until it resumes."""
+    from ragzoo.optimizers.compiler import CompileCheckpoint
+
+    key = "checkpointsecretvalue0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    checkpoint = CompileCheckpoint(tmp_path / "checkpoint", {"method": "direct"})
+    checkpoint.write("bootstrap.json", {"next_index": 1, "name2traces": {"answer": [
+        {"question": "who?", "answer": f"placeholder (you sent me {key})"}]}})
+    assert _files_holding(tmp_path, key) == []
+    assert checkpoint.read("bootstrap.json")["name2traces"]["answer"][0]["answer"] == "placeholder (you sent me ***)"
