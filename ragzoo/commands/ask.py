@@ -1,7 +1,9 @@
 """`ragzoo ask`: answer one question with a method or a compiled program; print the answer, the passages
 used and a trace of every LM call (predictor, tokens) and retrieval. `--max-calls`/`--max-cost` hold: the
 call past the budget is never sent (one line on stderr, exit 3). `--retriever fixed` replays the passages
-recorded with this question in `--dataset/--split` (or `--data`)."""
+recorded with this question in `--dataset/--split` (or `--data`). With `--program` and no `--lm`, the LM the
+artifact was compiled with answers (its api base and price too; keys from the environment), under its adapter
+unless `--adapter` is given; one line on stderr says which."""
 
 from __future__ import annotations
 
@@ -48,6 +50,44 @@ def _recorded_questions(config: dict, question: str) -> list:
     return examples
 
 
+def _use_recorded_lm(config: dict, *, adapter_given: bool) -> None:
+    """No --lm with --program: the LM the artifact was compiled with (model, api base, price; the key from the
+    environment), and its adapter unless --adapter is given. Says which in one line on stderr."""
+    import sys
+
+    from ragzoo.artifacts import read_manifest
+    from ragzoo.errors import ConfigError
+
+    manifest = read_manifest(config["program"])
+    recorded, compiled = manifest.get("lm"), manifest.get("config")
+    recorded = recorded if isinstance(recorded, dict) else {}  # a hand-edited manifest is read, never trusted
+    compiled = compiled if isinstance(compiled, dict) else {}
+    spec = compiled.get("lm") if isinstance(compiled.get("lm"), str) else None
+    if not spec and recorded.get("model"):  # saved from Python: the manifest's LM description only
+        model = str(recorded["model"])
+        spec = ("dry-run:" + (recorded.get("priced_model") or "")).rstrip(":") if recorded.get("dry_run") else model
+    if not spec:
+        raise ConfigError(f"{config['program']} records no LM; pass --lm openai/gpt-4o-mini (key in the "
+                          f"environment) or --lm dry-run")
+    api_base = compiled.get("api_base") if compiled.get("lm") else None
+    if recorded.get("api_base") and not api_base:
+        raise ConfigError(f"{config['program']} was compiled with {spec} at {recorded['api_base']} but does not "
+                          f"record the server's URL; pass --lm {spec} --api-base http://{recorded['api_base']}/v1")
+    config["lm"] = spec
+    if config.get("api_base") is None:
+        config["api_base"] = api_base
+    for key in ("price", "price_per_hour"):
+        if config.get(key) is None and compiled.get(key) is not None:
+            config[key] = compiled[key]
+    if not adapter_given and isinstance(manifest.get("adapter"), str):
+        config["adapter"] = manifest["adapter"]
+        if isinstance(manifest.get("max_reasks"), int):
+            config["max_reasks"] = manifest["max_reasks"]
+    where = f" at {config['api_base']}" if config.get("api_base") else ""
+    print(f"ragzoo ask: using the LM recorded in {config['program']}: {spec}{where} (adapter {config['adapter']}; "
+          f"keys from the environment; --lm overrides)", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -68,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("the question is empty")
     refuse_secrets({"question": question})
     check_question_source(config, required=False)
+    if config.get("program") and not config.get("lm"):
+        _use_recorded_lm(config, adapter_given=getattr(args, "adapter", None) is not None)
     lm = build_lm(config)
     examples = None
     spec = config.get("retriever")
