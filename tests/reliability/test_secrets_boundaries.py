@@ -1,6 +1,7 @@
 """One secrets rule at every boundary that writes: a grid's grid.json, cell logs and runs, a run's predictions,
-summary and config, and an Optuna storage keep no credential given in `--api-base` (user:password, a query
-value, a key as a path segment) and no key an upstream echoes back in its answers (the environment's key)."""
+summary and config, an Optuna storage, an artifact's program.json and a compile checkpoint keep no credential
+given in `--api-base` (user:password, a query value, a key as a path segment) and no key an upstream echoes
+back in its answers (the environment's key, caught by its value: it is not shaped like a provider key)."""
 
 from __future__ import annotations
 
