@@ -66,12 +66,13 @@ class QuestionCancelled(Exception):
 
 
 class _Ticket:
-    """One question's cancellation flag, read by its worker thread (see `_cancellable`)."""
+    """One question's cancellation flag, read by its worker thread (see `_cancellable`), and its deadline."""
 
-    __slots__ = ("cancelled",)
+    __slots__ = ("cancelled", "ends")
 
-    def __init__(self):
+    def __init__(self, deadline: float | None):
         self.cancelled = False
+        self.ends = None if deadline is None else time.monotonic() + deadline
 
 
 _QUESTION: contextvars.ContextVar = contextvars.ContextVar("ragzoo_served_question", default=None)
@@ -265,12 +266,11 @@ class ProgramService:
         if ticket.cancelled:  # its client left or its deadline passed while it waited for this thread
             raise QuestionCancelled("the question was abandoned before it started")
         _QUESTION.set(ticket)  # in a context of this question's own (see `_run`)
-        if self.deadline is not None:
-            from ragzoo import endpoints
+        if ticket.ends is not None:
+            from ragzoo.endpoints import start_question_deadline
 
-            start = getattr(endpoints, "start_question_deadline", None)
-            if start is not None:  # 429s are not retried past the question's deadline
-                start(self.deadline)
+            # 429s are retried until the question's deadline, not past it (what is left of it: it waited)
+            start_question_deadline(max(0.001, ticket.ends - time.monotonic()))
         return self.answer(question)
 
     def _has_room(self) -> bool:
@@ -339,7 +339,7 @@ class ProgramService:
             self.rejected += 1
             raise Overloaded()
         self.admitted += 1
-        ticket = _Ticket()
+        ticket = _Ticket(self.deadline)
         work = asyncio.ensure_future(self._run(question, ticket))
         watcher = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         try:
