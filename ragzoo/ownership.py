@@ -158,16 +158,23 @@ def claim(path: str | os.PathLike, kind: str, *, flag: str = "--out", error: typ
     except OSError as failure:
         raise error(f"{flag} {path} cannot be read ({failure.strerror or failure}); choose another {flag}") from None
     if not names or (kind == "run" and names == {_RUN_LOCK}):  # a run killed before its first file
-        return Claim(target, kind, "new")
+        return _writable(Claim(target, kind, "new"), path, flag, error)
     marker = read_marker(target)
     found = marker["kind"] if marker is not None else legacy_kind(target)
     if found == kind:
-        return Claim(target, kind, "ours" if marker is not None else "legacy")
+        return _writable(Claim(target, kind, "ours" if marker is not None else "legacy"), path, flag, error)
     if found is not None:
         raise error(f"{flag} {path} is a {NOUNS[found]}, not a {noun}; choose another {flag}")
     link = " (through a symbolic link)" if target is not given else ""
     raise error(f"{flag} {path}{link} is not a {noun}: it holds files ragzoo did not write and no {MARKER}; "
                 f"ragzoo never writes into it: choose a new or empty folder")
+
+
+def _writable(found: Claim, path, flag: str, error: type[Exception]) -> Claim:
+    # said before any work: a replace would otherwise swap a read-only folder away, an in-place write fail midway
+    if not os.access(found.path, os.W_OK | os.X_OK):
+        raise error(f"{flag} {path} is read-only; make it writable or choose another {flag}")
+    return found
 
 
 def ragzoo_files(folder: str | os.PathLike, kind: str) -> set[str]:

@@ -259,3 +259,13 @@ def test_a_stale_swap_backup_holding_a_user_s_files_is_never_deleted(tmp_path):
     (theirs / "NOTES.md").write_text("cut between the swap and the carry-over")
     assert clean_stale_builds(final) == [ours]
     assert (theirs / "NOTES.md").read_text() == "cut between the swap and the carry-over"
+
+
+def test_a_read_only_folder_is_refused_before_any_work(tmp_path, monkeypatch):
+    # decided by os.access, which root always passes: simulate the answer a user without write access gets
+    (tmp_path / "empty").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if "empty" in str(path) else real(path, mode))
+    with pytest.raises(ConfigError, match="read-only"):
+        claim(tmp_path / "empty", "index")
+    assert claim(tmp_path / "new", "index").state == "new"
