@@ -269,3 +269,22 @@ def test_a_read_only_folder_is_refused_before_any_work(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="read-only"):
         claim(tmp_path / "empty", "index")
     assert claim(tmp_path / "new", "index").state == "new"
+
+
+def test_resume_needs_the_run_s_own_config_not_one_sharing_no_key(tmp_path):
+    from ragzoo.runs import open_run_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text("")
+    mark(out, "run", ["config.json", "predictions.jsonl"])
+    config = {"metrics": ["em"], "method": "rag", "dataset": "hotpotqa"}
+    (out / "config.json").write_text(json.dumps({"lr": 0.1}))
+    with pytest.raises(RunError, match="not a run configuration"):
+        with open_run_dir(out, config, resume=True):
+            pass
+    (out / "config.json").write_text(json.dumps({"metrics": ["em"], "lr": 0.1}))
+    with pytest.raises(RunError, match="--method was null"):
+        with open_run_dir(out, config, resume=True):
+            pass
+    assert json.loads((out / "config.json").read_text()) == {"metrics": ["em"], "lr": 0.1}
