@@ -108,6 +108,16 @@ def _fingerprint(config: dict, knobs: dict, train: list, dev: list, lm: dict | N
             "train_questions": digest(train), "dev_questions": digest(dev)}
 
 
+def _search_study_name(config: dict, space: dict, optimizers: list[str], train: list, dev: list, lm: dict) -> str:
+    """The Optuna study of a knob search: named by the search space and everything a checkpoint is of."""
+    import hashlib
+    import json
+
+    blob = json.dumps({"space": space, "optimizers": optimizers, **_fingerprint(config, {}, train, dev, lm)},
+                      sort_keys=True, default=str)
+    return f"ragzoo-search-{config['method']}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+
+
 def _settings(pairs) -> dict:
     import json
 
@@ -191,10 +201,13 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
                           "e.g. --search k=5")
     space = search_space(config["search"])
     storage = None if dry_run else config.get("storage")  # an estimate is not a search to share or resume
+    # rerunning the same command resumes its study in --storage; with other options that change answers (adapter,
+    # re-asks, LM, endpoint, ...: the list every resume checks) it is another study, never these trials
+    study = _search_study_name(config, space, optimizers, train, dev, lm_description(lm)) if storage else None
     with dspy.context(lm=lm, adapter=build_adapter(config)), contextlib.redirect_stdout(sys.stderr):
         found = search_knobs(config["method"], retriever, space, trainset=train, valset=dev, optimizers=optimizers,
                              metric=config["metric"], n_trials=int(config["trials"]), seed=int(config["seed"]),
-                             threads=int(config["threads"]), storage=storage,
+                             threads=int(config["threads"]), storage=storage, study_name=study,
                              # budgets are totals over all trials (search_knobs meters the whole search)
                              max_calls=config.get("max_calls"), max_cost=config.get("max_cost"))
     placeholder = is_dry_run(lm)

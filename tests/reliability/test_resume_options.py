@@ -85,3 +85,25 @@ def test_one_list_for_evaluate_and_compile():
     assert set(answer_view(config)) == set(ANSWER_OPTIONS)
     for name in ("adapter", "max_reasks", "retriever", "metrics", "seed", "knobs", "method", "api_base"):
         assert name in ANSWER_OPTIONS
+
+
+def test_a_knob_search_rerun_with_other_answer_options_does_not_reuse_the_trials(tmp_path, capsys):
+    """`compile --search --storage` resumes by rerunning the same command; the same command with another adapter
+    must not take the first one's trials (and their scores) as its own."""
+    import re
+
+    argv = ["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "2",
+            "--optimizer", "none", "--search", "answer_mode=short,yes_no", "--trials", "2", *DRY,
+            "--storage", f"sqlite:///{tmp_path / 'search.db'}"]
+
+    def run(out: str, *flags) -> tuple[int, str]:
+        assert main([*argv, "--out", str(tmp_path / out), *flags]) == 0
+        line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("knob search"))
+        ran, study = re.search(r"(\d+) run here; study (\S+)", line).groups()
+        return int(ran), study
+
+    first = run("a")
+    assert first[0] == 2
+    assert run("b") == (0, first[1])  # the same command: resumed, nothing run again
+    again = run("c", "--adapter", "json")
+    assert again[0] == 2 and again[1] != first[1]
