@@ -5,20 +5,32 @@ Routes (JSON in, JSON out):
   "trace": {"lm_calls": [{"predictor","model","prompt_tokens","completion_tokens","cost","latency","cached"}],
   "retrievals": [{"query","k","pids","latency"}]}, "usage": {"lm_calls","prompt_tokens","completion_tokens",
   "cost","latency"}}`. Errors: `{"error": true, "message": ...}` with a 4xx (bad request), 502 (the upstream LM
-  or retriever failed), 503 + Retry-After (over capacity).
+  or retriever failed), 503 + Retry-After (over capacity), 504 (the question's deadline passed).
 - `POST /v1/chat/completions` (and `/chat/completions`): OpenAI-compatible; the last user message is the
   question, the answer is the assistant message, `usage` sums the program's LM calls. Any OpenAI client, chat
   UI or `dspy.LM("openai/<name>", api_base=".../v1")` can use the compiled program as a model. Sampling
   options (temperature, max_tokens, ...) are accepted and ignored: the program's own LM settings apply;
   `stream: true` and `n > 1` are refused (400). Errors in OpenAI's shape `{"error": {"message", "type",
   "code"}}`. `GET /v1/models` lists the one model.
-- `GET /health`: `{"status": "ok", "method", "model"}` (no path, no upstream URL, no key).
+- `GET /health`: `{"status": "ok", "method", "model", "in_flight", "abandoned", ...}` (no path, no upstream URL,
+  no key).
 
 Bounds: a request body of at most `max_body_bytes` (413), a question of at most `max_question_chars` (413),
 at most `max_concurrency` questions answered at once (each on a worker thread) and `max_queue` more waiting;
 past that, 503 with Retry-After at once instead of an unbounded queue. Keys for the upstream LM come from the
 environment only (LiteLLM reads them); if `RAGZOO_SERVE_API_KEY` is set, every route but `/health` needs
-`Authorization: Bearer <that key>`. `ragzoo serve` binds 127.0.0.1 unless `--host` says otherwise.
+`Authorization: Bearer <that key>`. `ragzoo serve` binds 127.0.0.1 unless `--host` says otherwise. Text that is
+not valid Unicode (a lone surrogate from a `\\ud800` escape) is a 400 naming the field; more than `MAX_MESSAGES`
+chat messages is a 400 naming the limit.
+
+Nothing hangs (issue 20): a question has `deadline` seconds (`ragzoo serve --deadline`, default 120), time in the
+queue included; past it the answer is 504 and its worker slot is free at once, even while the LM hangs. The
+worker thread cannot be stopped mid-request, so it is abandoned: the served LM (`_cancellable`) refuses any
+further LM call or retry for it, its hung request ends with the per-request timeout (`--timeout`, at most the
+deadline), and until then it is counted in `abandoned` and holds one of `max_abandoned` spare threads (and its
+request's endpoint slot), not a question slot. A client that disconnects cancels its question the same way; a question still queued is never sent.
+Everything an answer carries (answer, passages, trace) is redacted (`ragzoo.secrets.redact`): an upstream that
+echoes the key it was sent cannot hand it to the client.
 
 CPU per question (issue 15; the answers are the same either way, see tests/serving/test_serving_fast_path.py):
 DSPy's model-metadata lookup is memoised for the process (`ragzoo.usage.memoize_price_metadata`), and a question without a
@@ -34,7 +46,6 @@ import contextvars
 import hmac
 import json
 import os
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor

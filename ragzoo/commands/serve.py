@@ -1,8 +1,9 @@
 """`ragzoo serve --retriever SPEC [--host 127.0.0.1] [--port 8893] [--max-query-chars N]`: the ColBERTv2
 REST API (see `ragzoo.retrieval.server` for the routes and bounds).
 
-`ragzoo serve --program DIR --lm SPEC [--api-base URL]`: a compiled program behind `POST /ask` and an
-OpenAI-compatible `/v1/chat/completions` (see `ragzoo.serving`). Keys come from the environment only."""
+`ragzoo serve --program DIR --lm SPEC [--api-base URL] [--deadline S] [--timeout S]`: a compiled program behind
+`POST /ask` and an OpenAI-compatible `/v1/chat/completions` (see `ragzoo.serving`). Keys come from the environment
+only."""
 
 from __future__ import annotations
 

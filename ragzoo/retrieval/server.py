@@ -24,6 +24,10 @@ Bounds, one rule for GET and POST:
   `KEEP_ALIVE_TIMEOUT`. A slow or stalled client is disconnected, it does not hold a socket forever.
 - load: at most `max_pending` searches answered or waiting at once (`ragzoo serve --max-pending`); one more
   is answered at once with 503 and `Retry-After`, so latency stays bounded under overload.
+- framing (this server's and `ragzoo.serving`'s, see `_bounded_protocol`): a request with both Content-Length and
+  Transfer-Encoding, or any other framing error, is a JSON 400 and the connection closes, so nothing sent behind
+  it (a smuggled request) is answered. A query that is not valid text (a lone surrogate, query-string bytes that
+  are not UTF-8) is a 400 naming 'query'.
 
 Errors are always `{"error": true, "message": ...}` JSON with a 4xx (5xx only for a failing backend, an
 unready server or overload), and at most one log line each, never a traceback. `/health` answers 503

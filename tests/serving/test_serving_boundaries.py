@@ -91,7 +91,8 @@ def test_after_a_storm_against_a_hanging_lm_the_server_answers_again_within_dead
 
             def client():
                 try:
-                    statuses.append(httpx.post(server.url + "/ask", json={"question": QUESTION}, timeout=20).status_code)
+                    reply = httpx.post(server.url + "/ask", json={"question": QUESTION}, timeout=20)
+                    statuses.append(reply.status_code)
                 except httpx.TransportError:
                     statuses.append(0)
 
