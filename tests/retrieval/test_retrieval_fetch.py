@@ -469,3 +469,24 @@ def test_an_unverifiable_download_is_refused_unless_allowed(online, monkeypatch,
     assert "unverified" in out.lower()  # said where it is seen, not only in the hidden marker
     path = fetch.corpus_path("tiny")
     assert json.loads(path.with_name(path.name + ".ragzoo.json").read_text())["verified"] is False
+
+
+def test_offline_an_unverifiable_cached_archive_needs_the_flag_too(online, monkeypatch, capsys):
+    import huggingface_hub.constants as constants
+
+    from ragzoo.retrieval import fetch
+
+    content = _tar_gz([("tiny.jsonl", ROW)])
+    _register(monkeypatch, "tiny")  # no pin
+    with FakeHub(content, repo="tests/tiny", filename="tiny.tar.gz") as hub:
+        hub.etag = "5d41402abc4b2a76b9719d911017c592"  # the hub cache names the blob after it: no sha256 either
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        assert _fetch_cli(["tiny", "--allow-unverified"], capsys)[0] == 0
+    fetch.corpus_path("tiny").unlink()  # the archive stays in the hub cache
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = _fetch_cli(["tiny"], capsys)
+    assert code != 0 and "--allow-unverified" in _one_line(err)
+    code, out, err = _fetch_cli(["tiny", "--allow-unverified"], capsys)
+    assert code == 0 and "unverified" in out.lower()
+    assert fetch.corpus_path("tiny").read_bytes() == ROW
