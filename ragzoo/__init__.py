@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load", "save"]
+__all__ = ["__version__", "configure", "load", "make_lm", "save"]
 
 
 def __getattr__(name: str):
@@ -16,4 +16,8 @@ def __getattr__(name: str):
         from ragzoo import artifacts
 
         return getattr(artifacts, name)
+    if name in ("configure", "make_lm"):
+        from ragzoo import lm
+
+        return getattr(lm, name)
     raise AttributeError(f"module 'ragzoo' has no attribute {name!r}")

@@ -562,8 +562,60 @@ def active_adapter():
     return dspy.settings.adapter
 
 
+def default_adapter(name: str | None = None, *, max_reasks: int = DEFAULT_MAX_REASKS):
+    """`make_adapter`, marked as a default rather than a choice (what `ragzoo.configure` sets when no adapter is
+    named): a program loaded from an artifact runs under the adapter it was compiled with instead."""
+    adapter = make_adapter(name, max_reasks=max_reasks)
+    adapter.ragzoo_default = True
+    return adapter
+
+
+class _RecordedAdapter:
+    """Mixin of a loaded program's class: each call runs under `ragzoo_adapter` (the adapter it was compiled
+    with) unless the caller chose one (`dspy.context(adapter=...)`, `dspy.configure`), which wins with a
+    warning if it differs. `ragzoo.configure`'s default adapter is no choice."""
+
+    ragzoo_adapter = None
+
+    def _adapter_context(self):
+        recorded = self.ragzoo_adapter
+        active = dspy.settings.adapter
+        if recorded is None:
+            return contextlib.nullcontext()
+        if active is None or getattr(active, "ragzoo_default", False):
+            return dspy.context(adapter=recorded)
+        warn_adapter_mismatch(adapter_name(recorded), adapter_name(active), where=type(self).__name__)
+        return contextlib.nullcontext()
+
+    def __call__(self, *args, **kwargs):
+        with self._adapter_context():
+            return super().__call__(*args, **kwargs)
+
+    async def acall(self, *args, **kwargs):
+        with self._adapter_context():
+            return await super().acall(*args, **kwargs)
+
+
+_RECORDED_CLASSES: dict[type, type] = {}
+
+
+def run_under(program, name: str | None, *, max_reasks: int = DEFAULT_MAX_REASKS):
+    """Make `program` (in place; returned) run under the lenient adapter `name` unless its caller chose one.
+    Its class gains the `_RecordedAdapter` mixin (one subclass per class, named as the class, so `isinstance`,
+    saving and copies behave as before); copies made later (optimizers) keep it."""
+    base = type(program)
+    if not isinstance(program, _RecordedAdapter):
+        cls = _RECORDED_CLASSES.get(base)
+        if cls is None:
+            cls = _RECORDED_CLASSES[base] = type(base.__name__, (_RecordedAdapter, base),
+                                                 {"__module__": base.__module__, "__qualname__": base.__qualname__})
+        program.__class__ = cls
+    program.ragzoo_adapter = make_adapter(name, max_reasks=max_reasks)
+    return program
+
+
 __all__ = ["ADAPTERS", "DEFAULT_ADAPTER", "EXTRA_ADAPTERS", "TwoStepLenientAdapter", "LenientChatAdapter", "LenientJSONAdapter", "LenientXMLAdapter",
-           "UnreadableOutput", "adapter_name", "lenient_parse", "lenient_value", "make_adapter",
-           "warn_adapter_mismatch"]
+           "UnreadableOutput", "adapter_name", "default_adapter", "lenient_parse", "lenient_value", "make_adapter",
+           "run_under", "warn_adapter_mismatch"]
 
 _ = typing  # typing is imported for readers of lenient_value's annotations

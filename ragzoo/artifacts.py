@@ -425,10 +425,20 @@ def load(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None 
     questions to their server. `method`, if given, is the method the caller expects: another method's artifact
     is refused. `knobs`, if given, must match the manifest's. Raises `ArtifactError` on any mismatch or damage;
     never returns a half-loaded program. The manifest is attached to the program as `program.ragzoo_manifest`.
+    The program runs under the lenient adapter it was compiled with (the manifest's `adapter`, `max_reasks`;
+    chat for an artifact that records none) unless its caller chooses one (see `ragzoo.adapters.run_under`).
     """
-    program, _manifest = load_artifact(path, retriever=retriever, retriever_spec=retriever_spec,
-                                       method=method, knobs=knobs, trust_retriever=trust_retriever)
-    return program
+    from ragzoo.adapters import DEFAULT_MAX_REASKS, run_under
+
+    program, manifest = load_artifact(path, retriever=retriever, retriever_spec=retriever_spec,
+                                      method=method, knobs=knobs, trust_retriever=trust_retriever)
+    reasks = manifest.get("max_reasks")
+    try:
+        return run_under(program, manifest.get("adapter") if isinstance(manifest.get("adapter"), str) else None,
+                         max_reasks=reasks if isinstance(reasks, int) else DEFAULT_MAX_REASKS)
+    except ConfigError as error:
+        raise ArtifactError(f"{path} records an adapter this ragzoo cannot build ({error}); recompile the "
+                            f"program") from None
 
 
 def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None = None,

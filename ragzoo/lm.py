@@ -50,7 +50,8 @@ from ragzoo.errors import ConfigError, LMError
 from ragzoo.secrets import is_secret_name, looks_like_secret, masked
 from ragzoo.usage import TrackedLM, check_price_per_hour, price_per_token, use_local_price_map
 
-__all__ = ["DEFAULT_PRICED_MODEL", "DRY_RUN", "describe_lm", "is_dry_run", "make_dry_run_lm", "make_lm"]
+__all__ = ["DEFAULT_PRICED_MODEL", "DRY_RUN", "configure", "describe_lm", "is_dry_run", "make_dry_run_lm",
+           "make_lm"]
 
 MAX_RETRIES = 10
 PLACEHOLDER_KEY = "ragzoo-no-key"
@@ -207,6 +208,22 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
 
     memoize_price_metadata()  # DSPy prices each call from its model table: a full scan for unknown models
     return lm
+
+
+def configure(lm=None, *, adapter: str | None = None, max_reasks: int | None = None, **settings: Any) -> None:
+    """`dspy.configure` as the CLI runs programs: `lm` (a `dspy.LM`, or a spec for `make_lm`) under ragzoo's
+    lenient adapter (`adapter`: "chat" default, "json", "xml", "two-step"; `max_reasks` default 2), so a reply
+    that slips its format is read or re-asked instead of failing the question. Without `adapter`, a program
+    from `ragzoo.load` runs under the adapter it was compiled with. Other `settings` go to `dspy.configure`."""
+    from ragzoo.adapters import DEFAULT_MAX_REASKS, default_adapter, make_adapter
+
+    if isinstance(lm, str):
+        lm = make_lm(lm)
+    reasks = DEFAULT_MAX_REASKS if max_reasks is None else max_reasks
+    chosen = default_adapter(max_reasks=reasks) if adapter is None else make_adapter(adapter, max_reasks=reasks)
+    if lm is not None:
+        settings["lm"] = lm
+    dspy.configure(adapter=chosen, **settings)
 
 
 def _host_only(url: str | None) -> str | None:

@@ -28,3 +28,10 @@ def test_explore_notebook_executes_and_shows_each_step(tmp_path):
     assert "| BlendFilter | n/a (dry-run) |" in table and "13.00" in table
     assert "total" in text and "150" in text  # the grid's dry-run price: 3 methods x 10 questions, 150 calls
     assert not any(cell.cell_type == "code" and "assert " in cell.source for cell in notebook.cells)
+    # issue 21: evaluated on questions the compile never saw; no stray statement or value in the output
+    assert text.count("seen while compiling=0") == 2 and "seen while compiling=" in text
+    results = [out for out in outputs if out.get("output_type") == "execute_result"]
+    assert all("text/plain" not in out.get("data", {}) or out["data"].get("image/png") or out["data"].get(
+        "text/markdown") for out in results), results  # no bare `0` (a command's exit code) shown
+    assert not any(line.strip().startswith("demos = result") for cell in notebook.cells
+                   for line in cell.source.splitlines())

@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dspy
-import pytest
 
 from ragzoo import programs
 from ragzoo.endpoints import endpoint_of, limiter
