@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     command = _chosen_command(argv)
     parser, _ = build_parser(command)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as given: a stopped command names the one that resumes it
     if args.command is None:
         parser.print_help()
         return 0

@@ -21,8 +21,9 @@ How it works:
 - Concurrency: a `TrackedLM` call holds one request slot of its endpoint (`ragzoo.endpoints`), a limit
   shared by every thread and run of the process.
 - One budget (`Budget`): DSPy swallows exceptions raised in callbacks, so a budget is enforced by the LM
-  itself: `BudgetedCalls.__call__` reserves a call on every open meter's budget before anything is sent
-  and raises `ragzoo.errors.BudgetExceeded` once a budget is reached. `TrackedLM` (what `make_lm` builds)
+  itself: `BudgetedCalls.__call__` reserves a call, and what it could cost (`estimate_call_cost`), on every
+  open meter's budget before anything is sent and raises `ragzoo.errors.BudgetExceeded` once a budget cannot
+  take it, so `--max-cost` is never passed; a call answered from the cache is given back. `TrackedLM` (what `make_lm` builds)
   has it; `metering()` swaps any other active LM for a budgeted copy of it. Calls are reserved under a
   lock, so `max_calls=N` allows exactly N calls across threads. Optimizers and evaluators may catch the
   error per example: look at `meter.budget.exceeded` after they return.
@@ -304,10 +305,15 @@ def check_price_per_hour(value) -> float | None:
 
 
 class Budget:
-    """At most `max_calls` LM calls started and `max_cost` USD spent; `reserve()` before each call.
+    """At most `max_calls` LM calls sent and `max_cost` USD spent; `reserve()` before each call.
 
-    With `price_per_hour` (a server rented by the hour), the spend checked before each call is the tokens'
-    cost plus the wall time since the budget opened x the rate (`clock`: seconds, default `monotonic`)."""
+    A call reserves what it could cost (`estimate`: its prompt plus its longest possible reply, see
+    `estimate_call_cost`) until its real cost is known (`settle()`), so calls in flight together never pass the
+    cap; one that could pass it waits for those in flight to settle, and is refused if it still could. A call
+    answered from DSPy's cache costs nothing and is given back (`release()`): a question cut short by a budget
+    replays its paid calls from the cache on resume without spending the budget again. With `price_per_hour`
+    (a server rented by the hour), the spend checked before each call is the tokens' cost plus the wall time
+    since the budget opened x the rate (`clock`: seconds, default `monotonic`)."""
 
     def __init__(self, max_calls: int | None = None, max_cost: float | None = None, *,
                  price_per_hour: float | None = None, clock=None):
@@ -323,26 +329,52 @@ class Budget:
         self.opened_at = self._clock()
         self.started = 0
         self.spent = 0.0
+        self.held = 0.0  # USD reserved by the calls in flight
         self.exceeded: str | None = None
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
 
-    def reserve(self) -> None:
-        """Count one call about to be sent, or raise `BudgetExceeded` (and stay exceeded) if none is left."""
+    def reserve(self, estimate: float = 0.0) -> None:
+        """Count one call about to be sent that could cost up to `estimate` USD, or raise `BudgetExceeded` (and
+        stay exceeded) if the budget cannot take it."""
         with self._lock:
-            if self.exceeded is None:
+            while self.exceeded is None:
                 if self.max_calls is not None and self.started >= self.max_calls:
                     self.exceeded = (f"LM call budget reached ({self.started} of --max-calls {self.max_calls}); "
                                      "raise --max-calls to continue")
-                elif self.max_cost is not None and self.spent + self.server_cost() >= self.max_cost:
+                elif self.max_cost is not None:
                     server = self.server_cost()
                     what = (f"${self.spent + server:.4f}: tokens ${self.spent:.4f} + server ${server:.4f} "
                             f"for {self.elapsed():.0f} s at ${self.price_per_hour:g}/h" if self.price_per_hour
                             else f"${self.spent:.4f}")
-                    self.exceeded = (f"LM cost budget reached ({what} of --max-cost {self.max_cost:g}); "
-                                     "raise --max-cost to continue")
+                    if self.spent + server >= self.max_cost:
+                        self.exceeded = (f"LM cost budget reached ({what} of --max-cost {self.max_cost:g}); "
+                                         "raise --max-cost to continue")
+                    elif self.spent + server + self.held + estimate > self.max_cost:
+                        if self.held > 0:  # the calls in flight may cost less than they hold: wait for them
+                            self._settled.wait(1.0)
+                            continue
+                        self.exceeded = (f"LM cost budget reached ({what} spent; the next call could cost up to "
+                                         f"${estimate:.4f}, past --max-cost {self.max_cost:g}); raise --max-cost "
+                                         f"to continue")
+                break
             if self.exceeded is not None:
                 raise BudgetExceeded(self.exceeded)
             self.started += 1
+            self.held += estimate
+
+    def settle(self, estimate: float) -> None:
+        """A reserved call ended: its real cost was `spend()`-ed; give back what it held."""
+        with self._lock:
+            self.held = max(0.0, self.held - estimate)
+            self._settled.notify_all()
+
+    def stop(self, reason: str) -> None:
+        """Refuse every later call (a grid stopped by Ctrl-C): the calls in flight end, no new one is sent."""
+        with self._lock:
+            if self.exceeded is None:
+                self.exceeded = reason
+            self._settled.notify_all()
 
     def elapsed(self) -> float:
         """Seconds since the budget opened."""
@@ -400,6 +432,8 @@ class Meter:
         self.update_server_cost()
         if self.budget is not None:
             self.budget.spend(record.cost)
+            if record.cached:  # sent to no one, cost nothing: it counts for no budget
+                self.budget.release()
 
 
 def open_meters() -> list[Meter]:
@@ -511,6 +545,8 @@ class UsageCallback(BaseCallback):
                 sink.add_failure()
             return
         record = measure_call(lm, inputs, outputs, name, time.perf_counter() - started)
+        if record.completion_tokens > _LONGEST_REPLY.get(record.model, 0):  # the next calls' cost estimates
+            _LONGEST_REPLY[record.model] = record.completion_tokens
         record_lm_call(record)
         if totals is not None:
             totals.add(record)
@@ -538,29 +574,68 @@ def attach(lm) -> None:
         lm.usage = Usage()
 
 
-def _reserve_open_budgets() -> None:
-    reserved: list[Budget] = []
+DEFAULT_REPLY_TOKENS = 1024  # the longest reply assumed before a model without max_tokens has answered once
+_LONGEST_REPLY: dict[str, int] = {}
+
+
+def estimate_call_cost(lm, args: tuple = (), kwargs: dict | None = None) -> float:
+    """What a call of `lm` with these arguments (DSPy's `prompt`, `messages`) could cost: its prompt (counted
+    as the dry-run counts it, plus a few tokens a message) and its longest possible reply (`max_tokens`, else the
+    longest this model gave in this process, else `DEFAULT_REPLY_TOKENS`), priced by `call_cost`."""
+    from ragzoo.engines import approx_tokens
+
+    kwargs = kwargs or {}
+    prompt = kwargs.get("prompt", args[0] if args else None)
+    messages = kwargs.get("messages", args[1] if len(args) > 1 else None) or []
+    text = prompt if isinstance(prompt, str) else "\n\n".join(
+        _text_of(m.get("content") if isinstance(m, dict) else m) for m in messages)
+    prompt_tokens = (approx_tokens(text) if text else 0) + 8 * max(1, len(messages))
+    options = getattr(lm, "kwargs", None) or {}
+    reply = kwargs.get("max_tokens") or options.get("max_tokens") or options.get("max_completion_tokens") \
+        or _LONGEST_REPLY.get(str(getattr(lm, "model", "")), DEFAULT_REPLY_TOKENS)
+    return call_cost(lm, prompt_tokens, int(reply))
+
+
+def _reserve_open_budgets(lm=None, args: tuple = (), kwargs: dict | None = None) -> list[tuple[Budget, float]]:
+    budgets = [meter.budget for meter in open_meters() if meter.budget is not None]
+    estimate = 0.0
+    if lm is not None and any(budget.max_cost is not None for budget in budgets):
+        estimate = estimate_call_cost(lm, args, kwargs)
+    reserved: list[tuple[Budget, float]] = []
     try:
-        for meter in open_meters():
-            if meter.budget is not None:
-                meter.budget.reserve()
-                reserved.append(meter.budget)
+        for budget in budgets:
+            budget.reserve(estimate)
+            reserved.append((budget, estimate))
     except BudgetExceeded:
-        for budget in reserved:
+        for budget, held in reserved:
             budget.release()
+            budget.settle(held)
         raise
+    return reserved
+
+
+def _settle(reserved: list[tuple[Budget, float]]) -> None:
+    for budget, held in reserved:
+        budget.settle(held)
 
 
 class BudgetedCalls:
-    """Mixin for `dspy.LM` classes: every call reserves itself on the open budgets before it is sent."""
+    """Mixin for `dspy.LM` classes: every call reserves itself (and what it could cost) on the open budgets
+    before it is sent, and gives the reservation back once its real cost is counted."""
 
     def __call__(self, *args, **kwargs):
-        _reserve_open_budgets()
-        return super().__call__(*args, **kwargs)
+        reserved = _reserve_open_budgets(self, args, kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            _settle(reserved)
 
     async def acall(self, *args, **kwargs):
-        _reserve_open_budgets()
-        return await super().acall(*args, **kwargs)
+        reserved = _reserve_open_budgets(self, args, kwargs)
+        try:
+            return await super().acall(*args, **kwargs)
+        finally:
+            _settle(reserved)
 
 
 class TrackedLM(BudgetedCalls, dspy.LM):
@@ -618,20 +693,22 @@ def budgeted(lm):
 
 @contextlib.contextmanager
 def metering(max_calls: int | None = None, max_cost: float | None = None, *,
-             price_per_hour: float | None = None) -> Iterator[Meter]:
+             price_per_hour: float | None = None, budget: Budget | None = None) -> Iterator[Meter]:
     """Open a meter over every LM call made inside the block, in every thread DSPy starts for it.
 
     With `max_calls`/`max_cost`, a call past the budget raises `BudgetExceeded` before it is sent (the
     active LM is swapped for a budgeted copy if it is not a `TrackedLM`). Meters nest: each sees the calls
     made while it is open. A server rented by the hour (`price_per_hour`, default the active LM's
     `--price-per-hour`) costs the block's wall time x the rate: `meter.usage.server_cost`, apart from the
-    tokens' `cost`, and `max_cost` binds on the sum."""
+    tokens' `cost`, and `max_cost` binds on the sum. `budget`: a `Budget` shared by several meters (a grid's,
+    over every cell running at once) instead of `max_calls`/`max_cost`."""
     active = dspy.settings.lm
     if price_per_hour is None and active is not None:
         price_per_hour = getattr(active, "price_per_hour", None)
     price_per_hour = check_price_per_hour(price_per_hour)
-    budget = (None if max_calls is None and max_cost is None
-              else Budget(max_calls, max_cost, price_per_hour=price_per_hour))
+    if budget is None:
+        budget = (None if max_calls is None and max_cost is None
+                  else Budget(max_calls, max_cost, price_per_hour=price_per_hour))
     if max_cost is not None and active is not None and not price_per_hour and not is_priced(active):
         raise ConfigError(f"--max-cost cannot bind: model {getattr(active, 'model', active)!r} has no known price; "
                           f"give one with --price IN,OUT (USD per million prompt, completion tokens) or "

@@ -45,9 +45,7 @@ def add_lm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true", default=None,
                         help="bypass DSPy's LM cache (key: sha256 of the request: model, messages, sampling "
                              "options and the endpoint; never the key)")
-    parser.add_argument("--max-calls", type=int, help="stop before the LM call past this many (default: no limit)")
-    parser.add_argument("--max-cost", type=float, help="stop before the LM call past this many USD "
-                                                       "(default: no limit)")
+    add_budget_args(parser)
     parser.add_argument("--seed", type=int, help="sampling seed (default 0)")
     # real models (ragzoo.adapters, ragzoo.endpoints)
     parser.add_argument("--adapter", choices=("chat", "json", "xml", "two-step"),
@@ -59,14 +57,23 @@ def add_lm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-concurrency", type=int,
                         help="LM requests in flight per endpoint, shared by all threads (default 8)")
     parser.add_argument("--timeout", type=float, help="seconds per LM request (default 120)")
+    parser.add_argument("--config", help="TOML/YAML file of options; flags win")
+    add_secret_trap(parser)
+
+
+def add_budget_args(parser: argparse.ArgumentParser, *, scope: str = "") -> None:
+    """--max-calls, --max-cost, --price, --price-per-hour: one definition for every command that spends
+    (`evaluate`, `compile`, `ask`, and grids, where `scope` says the budget covers the whole grid)."""
+    parser.add_argument("--max-calls", type=int, help=f"stop before the LM call past this many{scope} "
+                                                      f"(default: no limit)")
+    parser.add_argument("--max-cost", type=float, help=f"stop before the LM call that could pass this many "
+                                                       f"USD{scope} (default: no limit)")
     parser.add_argument("--price", metavar="IN,OUT",
                         help="USD per million prompt,completion tokens for a model LiteLLM has no price for "
                              "(needed for --max-cost on a local model)")
     parser.add_argument("--price-per-hour", type=float, metavar="USD",
                         help="USD per hour of a server rented by the hour (e.g. a vLLM GPU box): the run's cost "
                              "adds wall time x rate, shown apart from token cost, and --max-cost binds on it")
-    parser.add_argument("--config", help="TOML/YAML file of options; flags win")
-    add_secret_trap(parser)
 
 
 def add_data_args(parser: argparse.ArgumentParser, *, split_help: str, n: bool = True) -> None:

@@ -9,10 +9,13 @@ touched, half-finished ones resume from their predictions); `--parallel N` runs 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 
 def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
+    from ragzoo.commands.common import add_budget_args
+
     parser.add_argument("--lm", action="append", metavar="SPEC",
                         help="LM spec, repeatable (replaces the grid's lms): openai/gpt-4o-mini, dry-run, ...")
     parser.add_argument("--api-base", help="URL of an OpenAI-compatible server for the --lm given")
@@ -25,7 +28,7 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="grid directory (default: runs/grids/<grid name>)")
     parser.add_argument("--parallel", type=int, default=1, help="cells run at a time")
     parser.add_argument("--threads", type=int, help="examples in parallel inside a cell (default: the grid's)")
-    parser.add_argument("--max-cost", type=float, help="USD budget for the whole grid (default: no limit)")
+    add_budget_args(parser, scope=" in the whole grid, counted from what its cells on disk used")
     parser.add_argument("--max-concurrency", type=int, help="LM requests in flight per endpoint, one limit shared "
                                                             "by all cells running at once (default: the grid's, "
                                                             "else evaluate's default)")
@@ -93,29 +96,60 @@ def apply_overrides(grid, args: argparse.Namespace):
 
 
 class ProgressView:
-    """One line for the whole grid: cells done / running / left, examples, spend."""
+    """The grid's progress: cells done / running / left, questions done / total, calls, spend and an ETA, and
+    each running cell's questions, calls and spend. On a terminal one line redrawn in place; elsewhere (a log)
+    a plain line when a cell ends and about every 10% of the questions, at most `every` seconds apart."""
 
-    def __init__(self, stream=None, enabled: bool = True):
+    def __init__(self, stream=None, enabled: bool = True, every: float = 30.0):
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = every
+        self._last = (None, 0.0)  # questions done, time at the last plain line
+        self._drawn = False
 
-    def __call__(self, states: dict, running: set, total: int, spent: float) -> None:
+    @staticmethod
+    def line(snap: dict) -> str:
+        total = snap["questions_total"]
+        questions = f"{snap['questions']}/{total}" if total is not None else f"{snap['questions']}"
+        eta = snap.get("eta")
+        when = f"ETA {int(eta) // 3600}:{int(eta) % 3600 // 60:02d}:{int(eta) % 60:02d}" if eta is not None \
+            else "ETA ?"
+        text = (f"grid: {snap['cells_done']}/{snap['cells']} cells done, {len(snap['running'])} running, "
+                f"{snap['left']} left; {questions} questions, {snap['calls']} calls, ${snap['spent']:.4f} spent, "
+                f"{when}")
+        for row in snap["running"]:
+            of = f"/{row['total']}" if row.get("total") is not None else ""
+            text += f" | {row['label']} {row['done']}{of} q, {row['calls']} calls, ${row['cost']:.4f}"
+        return text
+
+    def __call__(self, snap: dict) -> None:
         if not self.enabled:
             return
-        done = sum(1 for s in states.values() if s.get("status") == "done")
-        examples = sum(s.get("done", 0) for s in states.values())
-        line = (f"grid: {done}/{total} cells done, {len(running)} running, {total - done - len(running)} left; "
-                f"{examples} examples; ${spent:.4f} spent")
+        import time
+
+        line = self.line(snap)
         if self.tty:
-            self.stream.write("\r" + line.ljust(100))
+            self.stream.write("\r" + line[:max(40, shutil.get_terminal_size().columns - 1)].ljust(
+                min(100, shutil.get_terminal_size().columns - 1)))
+            self._drawn = True
         else:
+            now = time.monotonic()
+            done, when = self._last
+            step = max(1, (snap["questions_total"] or 0) // 10)
+            if snap["event"] == "tick" and done is not None and snap["questions"] - done < step \
+                    and now - when < self.every:
+                return
+            if snap["event"] == "tick" and snap["questions"] == done:
+                return
+            self._last = (snap["questions"], now)
             self.stream.write(line + "\n")
         self.stream.flush()
 
     def close(self):
-        if self.enabled and self.tty:
+        if self.enabled and self.tty and self._drawn:
             self.stream.write("\n")
+            self._drawn = False
 
 
 def run_grid(grid, args: argparse.Namespace) -> int:
@@ -139,11 +173,21 @@ def run_grid(grid, args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out or Path("runs") / "grids" / grid.name)
     view = ProgressView(enabled=not args.quiet)
+
+    def say(line: str) -> None:
+        view.close()
+        print(line, file=sys.stderr, flush=True)
+
     try:
         result = sweep(grid, out, parallel=args.parallel, max_cost=args.max_cost, storage=args.storage,
-                       progress=view)
+                       progress=view, max_calls=args.max_calls, price=args.price, price_per_hour=args.price_per_hour,
+                       say=say)
     finally:
         view.close()
+    if result.interrupted:
+        print(f"ragzoo {args.command}: interrupted; {kept_line(result)}; resume with: {resume_command(args)}",
+              file=sys.stderr)
+        return 130
     built = results.build(grid, out)
     paths = results.write(built, out)
     print(results.to_markdown(built))
@@ -160,6 +204,24 @@ def run_grid(grid, args: argparse.Namespace) -> int:
         print(f"stopped: {result.stopped}; rerun the same command to continue", file=sys.stderr)
         return 3
     return 1 if result.failed else 0
+
+
+def kept_line(result) -> str:
+    """What an interrupted grid kept, counted on disk."""
+    states = list(result.states.values())
+    done = sum(1 for state in states if state.get("status") == "done")
+    questions = sum(state.get("done", 0) for state in states)
+    totals = [state.get("total") for state in states]
+    of = f"/{sum(totals)}" if None not in totals else ""
+    return (f"kept {done}/{len(states)} cells done and {questions}{of} questions (the questions in flight were "
+            f"dropped; their calls replay from DSPy's cache where it is on)")
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    import shlex
+
+    argv = getattr(args, "argv", None)
+    return shlex.join(["ragzoo", *argv]) if argv else "the same command"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -152,11 +152,12 @@ class Cell:
 
     @property
     def key(self) -> str:
-        """Stable, readable, unique id of the cell: its directory name and its claim in a shared storage."""
+        """Stable, readable, unique id of the cell: its directory name and its claim in a shared storage. Not
+        `n`: a grid rerun with a larger -n extends each cell's run (evaluate --resume -n) and reuses its compile."""
         knobs = ",".join(f"{k}={self.knobs[k]}" for k in sorted(self.knobs))
         digest = hashlib.sha256(json.dumps([self.method.id, knobs, self.dataset.name, self.dataset.split,
                                             self.retriever, self.optimizer, self.lm.spec, self.lm.api_base,
-                                            self.n, self.grid.seed, self.grid.train_n, self.grid.dev_n],
+                                            self.grid.seed, self.grid.train_n, self.grid.dev_n],
                                            sort_keys=True).encode()).hexdigest()[:8]
         return "__".join([_slug(self.method.label), _slug(f"{self.dataset.label}-{self.dataset.split or 'default'}"),
                           _slug(self.optimizer), _slug(self.lm.name), digest])

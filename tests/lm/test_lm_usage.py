@@ -139,13 +139,23 @@ def test_budget_is_exact_across_threads_and_copies():
     assert sum(results) == 10 and meter.budget.started == 10 and meter.usage.lm_calls == 10
 
 
-def test_cost_budget():
+def test_cost_budget_refuses_the_call_that_could_pass_it():
     lm = make_lm("dry-run")
+    predict = dspy.Predict("question -> answer")
     with dspy.context(lm=lm), metering(max_cost=1e-9) as meter:
-        dspy.Predict("question -> answer")(question="q")  # the first call is allowed, then cost >= budget
         with pytest.raises(BudgetExceeded, match="max-cost"):
-            dspy.Predict("question -> answer")(question="q2")
-    assert meter.usage.lm_calls == 1 and meter.usage.cost > 0 and meter.budget.spent == pytest.approx(meter.usage.cost)
+            predict(question="q")  # one call costs more than the budget: refused before it is sent
+    assert meter.usage.lm_calls == 0
+    with dspy.context(lm=lm), metering() as probe:
+        predict(question="q1")
+    one_call = probe.usage.cost
+    # two and a half calls' worth: the cap is never passed (the third call used to go, to 3 calls' cost)
+    with dspy.context(lm=lm), metering(max_cost=2.5 * one_call) as meter:
+        with pytest.raises(BudgetExceeded, match="max-cost"):
+            for index in range(5):
+                predict(question=f"q{index + 2}")
+    assert 1 <= meter.usage.lm_calls <= 2 and 0 < meter.budget.spent <= 2.5 * one_call
+    assert meter.budget.spent == pytest.approx(meter.usage.cost) and meter.budget.held == 0
 
 
 def test_nested_meters_each_count_and_the_outer_budget_binds_the_inner_block():

@@ -1,0 +1,81 @@
+"""Grid budgets: `--price`, `--price-per-hour` and `--max-calls` as in `evaluate` (one argument definition),
+budgets handed to cells without rounding, an unpriced LM refused once (not once per cell), and a budget whose
+cap is never passed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ragzoo.cli import main
+from tests.grid.conftest import stub_lms, write_tiny
+
+
+def _run_configs(out: Path) -> list[dict]:
+    return [json.loads((cell / "run" / "config.json").read_text()) for cell in sorted((out / "cells").iterdir())
+            if (cell / "run" / "config.json").is_file()]
+
+
+def test_grid_takes_evaluates_price_flags_and_hands_a_tiny_budget_to_cells_unrounded(tmp_path, stub_server,
+                                                                                     grid_env, capsys):
+    grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    # 1e-7 USD used to reach each cell as --max-cost 0.000000 (refused there); the stub model has no price
+    code = main(["sweep", str(grid), "--out", str(out), "--quiet", "--methods", "direct", "--max-cost", "0.0000001",
+                 "--price", "0.15,0.60", "--price-per-hour", "0"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    (config,) = _run_configs(out)
+    assert config["max_cost"] == 1e-7 and config["price"] == "0.15,0.60" and config["price_per_hour"] == 0.0
+    # a first call costs more than 1e-7 USD: it is refused before it is sent, the cap is never passed
+    assert stub_server.requests == 0, err
+
+
+def test_grid_max_calls_is_a_total_over_the_grid_counted_from_disk(tmp_path, stub_server, grid_env, capsys):
+    grid = write_tiny(tmp_path / "tiny.toml", n=3, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid), "--out", str(out), "--quiet"]
+    assert main([*argv, "--max-calls", "4"]) == 3
+    assert stub_server.requests == 4  # direct and rag make one call per question: 3 + 1, then the grid stops
+    assert "--max-calls" in capsys.readouterr().err
+    assert main([*argv, "--max-calls", "5"]) == 3
+    assert stub_server.requests == 5  # counted from what the cells on disk used: one more
+    assert main(argv) == 0
+    assert stub_server.requests == 6
+
+
+def test_grid_max_cost_on_an_unpriced_lm_is_refused_once_naming_price(tmp_path, stub_server, grid_env, capsys):
+    grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    code = main(["sweep", str(grid), "--out", str(out), "--quiet", "--max-cost", "1"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if "--price" in line]
+    assert len(lines) == 1 and lines[0].startswith("ragzoo sweep: error:") and "--price-per-hour" in lines[0], err
+    assert stub_server.requests == 0 and not (out / "cells").exists()
+
+
+def test_grid_budget_flags_are_evaluates_own_definitions(capsys):
+    for command in (["sweep", "x.toml"], ["reproduce", "x"], ["evaluate"]):
+        try:
+            main([*command, "--help"])
+        except SystemExit:
+            pass
+    helps = capsys.readouterr().out
+    sweep_help, reproduce_help, evaluate_help = helps.split("usage: ragzoo")[1:]
+    for flag in ("--price IN,OUT", "--price-per-hour USD", "--max-calls MAX_CALLS", "--max-cost MAX_COST"):
+        assert flag in sweep_help and flag in reproduce_help and flag in evaluate_help, flag
+
+
+def test_a_question_cut_by_max_calls_replays_its_paid_calls_from_the_cache_for_free(tmp_path, stub_server, grid_env,
+                                                                                     capsys):
+    run = tmp_path / "run"
+    argv = ["evaluate", "--method", "self_refine", "--dataset", "hotpotqa", "--split", "dev_first500", "-n", "2",
+            "--lm", "openai/stub", "--api-base", f"{stub_server.base_url}/v1", "--out", str(run)]  # cache on
+    assert main([*argv, "--max-calls", "3"]) == 3  # two calls a question: the second is cut after its first call
+    assert stub_server.requests == 3
+    assert len((run / "predictions.jsonl").read_text().splitlines()) == 1
+    # its first call is in DSPy's cache: replayed, it spends none of the budget; one call finishes the question
+    assert main([*argv, "--resume", "--max-calls", "1"]) == 0, capsys.readouterr().err
+    assert stub_server.requests == 4
+    assert len((run / "predictions.jsonl").read_text().splitlines()) == 2

@@ -1,0 +1,129 @@
+"""Grids that stop when told and resume what they can: Ctrl-C stops the grid at once and says what was kept and
+the command that resumes; a shared Optuna storage survives a SIGKILLed worker; a larger -n extends each cell
+(only the new questions reach the LM, the compile is reused); resumes say "resuming from 18/30"; the running
+cells' progress shows while a cell runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ragzoo.cli import main
+from tests.grid.conftest import ragzoo_argv, stub_lms, write_tiny
+
+
+def _written(out: Path) -> int:
+    return sum(len((cell / "run" / "predictions.jsonl").read_text().splitlines())
+               for cell in (out / "cells").iterdir() if (cell / "run" / "predictions.jsonl").is_file())
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resumes(tmp_path, stub_server, grid_env):
+    n = 8
+    grid = write_tiny(tmp_path / "tiny.toml", n=n, lms=stub_lms(stub_server))
+    stub_server.latency = 0.3
+    out = tmp_path / "g"
+    args = ("sweep", str(grid), "--out", str(out), "--quiet", "--threads", "2")
+    # its own process group, as a terminal makes one for a command: Ctrl-C reaches the whole group
+    process = subprocess.Popen(ragzoo_argv(*args), env=grid_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while stub_server.requests < 3 and time.monotonic() < deadline:  # inside the first cell
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = process.communicate(timeout=30)
+    took = time.monotonic() - sent
+    after_exit = stub_server.requests
+    time.sleep(1.0)
+    assert stub_server.requests == after_exit  # nothing keeps asking the LM
+    assert took < 5, (took, err)
+    assert process.returncode == 130, err
+    assert after_exit <= 3 + 2 + 2, err  # the questions in flight (2 threads) at most, never a next cell
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1, err
+    written = _written(out)
+    assert f"{written}/{2 * n} questions" in lines[0] and "ragzoo sweep " in lines[0] and str(out) in lines[0], err
+    assert "resume" in lines[0]
+    # the command it names resumes: each question once, the grid completes
+    assert main(list(args)) == 0
+    assert _written(out) == 2 * n
+    assert stub_server.requests <= 2 * n + (after_exit - written)
+
+
+def test_a_larger_n_extends_each_cell_and_reuses_the_compile(tmp_path, stub_server, grid_env, capsys):
+    grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid), "--out", str(out), "--quiet", "--optimizer", "none,labeled"]
+    assert main(argv) == 0
+    first = stub_server.requests
+    assert first >= 2 * 2 * 2  # direct, rag x none, labeled x 2 questions, and the compiles' validation
+    cells = sorted(p.name for p in (out / "cells").iterdir())
+    manifests = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/artifact/manifest.json")}
+    assert len(manifests) == 2
+    capsys.readouterr()
+    assert main([*argv, "-n", "3"]) == 0
+    assert stub_server.requests - first == 4  # only the one new question of each of the 4 cells
+    assert sorted(p.name for p in (out / "cells").iterdir()) == cells  # the same cells, extended
+    assert manifests == {p: p.stat().st_mtime_ns for p in manifests}  # the compiles were reused
+    err = capsys.readouterr().err
+    assert "resuming from 8/12 questions" in err, err
+    for cell in (out / "cells").iterdir():
+        assert len((cell / "run" / "predictions.jsonl").read_text().splitlines()) == 3
+
+
+def test_evaluate_resume_says_where_it_resumes_from(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["evaluate", "--method", "direct", "--dataset", "hotpotqa", "--split", "dev_first500", "--lm", "dry-run",
+            "--out", str(run)]
+    assert main([*argv, "-n", "2"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "-n", "3", "--resume"]) == 0
+    assert "resuming from 2/3" in capsys.readouterr().err
+
+
+def test_progress_of_the_running_cell_is_shown_in_plain_lines_when_not_a_terminal(tmp_path, stub_server, grid_env,
+                                                                                  capsys):
+    grid = write_tiny(tmp_path / "tiny.toml", n=6, lms=stub_lms(stub_server))
+    stub_server.latency = 0.25
+    out = tmp_path / "g"
+    assert main(["sweep", str(grid), "--out", str(out), "--methods", "direct,rag"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err  # not a terminal: plain lines
+    during = [line for line in err.splitlines() if line.startswith("grid:") and "0/2 cells done" in line
+              and "1 running" in line]
+    # while the first cell runs: its questions done / total, calls, spend, and an ETA
+    assert any("Direct HotPotQA 3/6 q" in line or "Direct HotPotQA 4/6 q" in line for line in during), err
+    assert any("ETA" in line and "calls" in line and "$" in line for line in during), err
+    assert len(during) < 20, err  # periodic, not one per poll
+
+
+@pytest.mark.slow
+def test_shared_storage_survives_a_sigkilled_worker_and_reruns_do_not_hang(tmp_path, stub_server, grid_env):
+    n = 4
+    grid = write_tiny(tmp_path / "tiny.toml", n=n, lms=stub_lms(stub_server))
+    stub_server.latency = 0.1
+    out = tmp_path / "g"
+    storage = f"sqlite:///{tmp_path / 'grid.db'}"
+    argv = ragzoo_argv("sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet")
+    process = subprocess.Popen(argv, env=grid_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while stub_server.requests < n + 2 and time.monotonic() < deadline:  # the first cell done, inside the second
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    stub_server.latency = 0.0
+    for attempt in range(2):  # the rerun finishes the grid; a second rerun finds it done (used to hang)
+        started = time.monotonic()
+        rerun = subprocess.run(argv, env=grid_env, capture_output=True, text=True, timeout=60)
+        assert rerun.returncode == 0, (attempt, rerun.stderr[-3000:])
+        assert "internal error" not in rerun.stderr
+        assert time.monotonic() - started < 30, attempt  # the dead worker's claim is not waited out
+    assert _written(out) == 2 * n
+    assert stub_server.requests <= 2 * n + 1
