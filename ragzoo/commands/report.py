@@ -517,7 +517,6 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
             axes.errorbar(x, y, yerr=[[y - low], [high - y]], fmt="o", capsize=4, label=label)
         else:
             axes.scatter(x, y, label=label)
-        axes.annotate(row["method"], (x, y), textcoords="offset points", xytext=(5, 5), fontsize=9)
     axes.set_xlabel("LM calls per question", fontsize=11)
     axes.set_ylabel(f"{metric} (mean over questions" + (", 95% CI)" if any(r.get("ci") for r in table) else ")"),
                     fontsize=11)
@@ -526,6 +525,20 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="best")
     figure.tight_layout()
+    # Runs of one method often sit on (nearly) the same point: each label takes the first slot beside its
+    # point, alternating above and below, whose box overlaps no label placed before it (no extra dependency).
+    renderer = figure.canvas.get_renderer()
+    placed = []
+    for row in sorted(table, key=lambda r: (r["lm_calls_per_question"], r["metrics"][metric])):
+        point = (row["lm_calls_per_question"], row["metrics"][metric])
+        for step in range(2 * len(table) + 1):
+            offset = 5 + 13 * ((step + 1) // 2) * (1 if step % 2 else -1) if step else 5
+            text = axes.annotate(row["method"], point, textcoords="offset points", xytext=(5, offset), fontsize=9)
+            box = text.get_window_extent(renderer).expanded(1.05, 1.1)
+            if not any(box.overlaps(other) for other in placed) or step == 2 * len(table):
+                placed.append(box)
+                break
+            text.remove()
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return metric
