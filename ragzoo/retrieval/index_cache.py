@@ -53,8 +53,11 @@ def resolve_corpus(path: str | os.PathLike) -> Path:
         if in_data.exists():
             candidate = in_data
     if not candidate.exists():
-        raise DataError(f"corpus not found: {path} (looked here and under RAGZOO_DATA={data_root()}); "
-                        f"pass an existing JSONL file")
+        from ragzoo.paths import locate_data
+
+        root, why = locate_data()
+        raise DataError(f"corpus not found: {path} (looked here and in the data folder {root}: {why}); "
+                        f"pass an existing JSONL file or set RAGZOO_DATA")
     if candidate.is_file() and candidate.stat().st_size == 0:
         raise DataError(f"corpus is empty: {candidate}; it needs one JSON passage per line")
     return candidate.resolve()

@@ -78,6 +78,13 @@ def test_slice_gold_passages_are_in_its_corpus_and_it_stays_small():
     assert "CC BY-SA 4.0" in sources and "tools/build_demo_data.py" in sources
 
 
+def test_a_corpus_missing_from_the_slice_says_where_it_looked(no_data_folder, capsys):
+    assert main(["index", "build", "--corpus", "nq_open/wiki21.jsonl"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "corpus not found: nq_open/wiki21.jsonl" in err
+    assert str(paths.DEMO_DATA) in err and "demo slice" in err and "set RAGZOO_DATA" in err
+
+
 def test_a_default_compile_has_its_questions_on_the_slice(no_data_folder):
     from ragzoo import data
 
