@@ -109,15 +109,19 @@ class ProgressView:
         self._drawn = False
 
     @staticmethod
-    def line(snap: dict) -> str:
+    def line(snap: dict, compact: bool = False) -> str:
         total = snap["questions_total"]
         questions = f"{snap['questions']}/{total}" if total is not None else f"{snap['questions']}"
         eta = snap.get("eta")
         when = f"ETA {int(eta) // 3600}:{int(eta) % 3600 // 60:02d}:{int(eta) % 60:02d}" if eta is not None \
             else "ETA ?"
-        text = (f"grid: {snap['cells_done']}/{snap['cells']} cells done, {len(snap['running'])} running, "
-                f"{snap['left']} left; {questions} questions, {snap['calls']} calls, ${snap['spent']:.4f} spent, "
-                f"{when}")
+        if compact:  # a terminal line is cut at its width: what matters most first
+            text = (f"grid {snap['cells_done']}/{snap['cells']} cells ({len(snap['running'])} running) {questions} q "
+                    f"{snap['calls']} calls ${snap['spent']:.4f} {when}")
+        else:
+            text = (f"grid: {snap['cells_done']}/{snap['cells']} cells done, {len(snap['running'])} running, "
+                    f"{snap['left']} left; {questions} questions, {snap['calls']} calls, ${snap['spent']:.4f} spent, "
+                    f"{when}")
         for row in snap["running"]:
             of = f"/{row['total']}" if row.get("total") is not None else ""
             text += f" | {row['label']} {row['done']}{of} q, {row['calls']} calls, ${row['cost']:.4f}"
@@ -128,10 +132,9 @@ class ProgressView:
             return
         import time
 
-        line = self.line(snap)
         if self.tty:
-            self.stream.write("\r" + line[:max(40, shutil.get_terminal_size().columns - 1)].ljust(
-                min(100, shutil.get_terminal_size().columns - 1)))
+            width = max(40, shutil.get_terminal_size().columns - 1)
+            self.stream.write("\r" + self.line(snap, compact=True)[:width].ljust(width))
             self._drawn = True
         else:
             now = time.monotonic()
@@ -143,7 +146,7 @@ class ProgressView:
             if snap["event"] == "tick" and snap["questions"] == done:
                 return
             self._last = (snap["questions"], now)
-            self.stream.write(line + "\n")
+            self.stream.write(self.line(snap) + "\n")
         self.stream.flush()
 
     def close(self):

@@ -713,7 +713,8 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                         stop.set()
                     result.failed[key] = state.get("error") or f"exit {state.get('exit')} in {state.get('stage')}"
             claims.done(token, ok)
-            report()
+            if not interrupted.is_set():  # a stopped grid says one line, not a last progress view
+                report()
 
     def on_sigint(signum, frame):
         if interrupted.is_set():  # a second Ctrl-C: leave now
