@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import re
 import threading
@@ -219,14 +221,22 @@ class FunctionEngine:
         self._lock = threading.Lock()
 
     def complete(self, request):
-        from dspy.lm15 import Message, Response, TextPart, Usage
+        from dspy.lm15 import Usage
 
+        context, text = self._reply(request)
+        return self._response(text, Usage(input_tokens=approx_tokens(context.prompt_text),
+                                          output_tokens=approx_tokens(text)))
+
+    def _reply(self, request) -> tuple[CallContext, str]:
         context = call_context(request)
         with self._lock:
             self.calls.append(context)
         result = self.responder(context)
-        text = result if isinstance(result, str) else format_outputs(context.signature, result)
-        usage = Usage(input_tokens=approx_tokens(context.prompt_text), output_tokens=approx_tokens(text))
+        return context, result if isinstance(result, str) else format_outputs(context.signature, result)
+
+    def _response(self, text: str, usage):
+        from dspy.lm15 import Message, Response, TextPart
+
         return Response(id=None, model=self.model_name, message=Message.assistant((TextPart(text),)),
                         finish_reason="stop", usage=usage)
 
@@ -397,13 +407,52 @@ class DryRunEngine(FunctionEngine):
 
     Usage (prompt/completion tokens, counted with cl100k) is reported on each response like a real
     provider's; `ragzoo.usage` prices it from LiteLLM's price table for `priced_model`.
+
+    With `model_cache` (`start_estimate()`), the engine prices what a real run would send: DSPy's response
+    cache answers a request identical to one already sent (same messages and options, rollout id included)
+    without calling the server, so a repeat is answered with no usage reported, which `ragzoo.usage` records
+    as a cache hit (no tokens, no cost; the tokens it would have used kept as `cached_*`, the `--no-cache`
+    figure). The dry-run LM itself keeps DSPy's cache off, so every call still reaches the engine and is
+    counted. Limitation: placeholder answers are not a real model's, so a compile whose later requests depend
+    on earlier answers (instructions proposed from them, traces that fail the metric) may repeat more or less
+    than the estimate says.
     """
 
     model_name = "dry-run"
 
-    def __init__(self, priced_model: str = DEFAULT_PRICED_MODEL):
+    def __init__(self, priced_model: str = DEFAULT_PRICED_MODEL, *, model_cache: bool = False):
         self.priced_model = priced_model
+        self.model_cache = model_cache
+        self._seen: set[str] = set()
         super().__init__(self._respond)
+
+    def start_estimate(self, model_cache: bool = True) -> None:
+        """Begin a new estimate: forget the requests seen so far (an empty response cache) and model the cache
+        (`model_cache=False`: price every call, as a `--no-cache` run sends it)."""
+        with self._lock:
+            self._seen.clear()
+            self.model_cache = model_cache
+
+    def complete(self, request):
+        if not self.model_cache:
+            return super().complete(request)
+        from dspy.lm15 import Usage
+
+        call = _CALL.get()
+        key = _request_key(request, call)
+        with self._lock:
+            if call is not None and call.get("repeat") is not None:  # n > 1: the call is one cache entry
+                repeat = call["repeat"]
+            else:
+                repeat = key is not None and key in self._seen
+                if key is not None:
+                    self._seen.add(key)
+                if call is not None:
+                    call["repeat"] = repeat
+        if not repeat:
+            return super().complete(request)
+        _, text = self._reply(request)
+        return self._response(text, Usage())  # nothing reported: recorded as served from the cache
 
     @staticmethod
     def _respond(context: CallContext) -> dict[str, Any]:
@@ -415,6 +464,43 @@ class DryRunEngine(FunctionEngine):
     @classmethod
     def load_state(cls, state: dict) -> "DryRunEngine":
         return cls(state.get("priced_model", DEFAULT_PRICED_MODEL))
+
+
+# The options of the LM call under way that DSPy keeps out of the engine's request but puts in its cache key
+# (`rollout_id`, `cache`), set by `dry_run_call` around each call of a `ragzoo.usage.TrackedLM`.
+_CALL: "contextvars.ContextVar[dict | None]" = contextvars.ContextVar("ragzoo_dry_run_call", default=None)
+
+
+def dry_run_call(lm, kwargs: dict):
+    """Around one call of `lm`: let a cache-modelling dry-run engine see the call's `rollout_id` and `cache`
+    option (SIMBA and bootstrap rounds vary `rollout_id` to get past DSPy's cache). A no-op for other LMs."""
+    engine = getattr(lm, "engine", None)
+    if not isinstance(engine, DryRunEngine) or not engine.model_cache:
+        return contextlib.nullcontext()
+    options = {**(getattr(lm, "kwargs", None) or {}), **kwargs}
+    return _call_scope({"rollout_id": options.get("rollout_id"), "cache": options.get("cache", True) is not False,
+                        "repeat": None})
+
+
+@contextlib.contextmanager
+def _call_scope(call: dict):
+    token = _CALL.set(call)
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
+
+
+def _request_key(request, call: dict | None) -> str | None:
+    """DSPy's cache key of a request, as a string (None: the call bypasses the cache, never a hit)."""
+    import json
+
+    from dspy._vendor.lm15.serde import request_to_dict
+
+    if call is not None and not call["cache"]:
+        return None
+    body = request_to_dict(request)
+    return json.dumps([body, call["rollout_id"] if call is not None else None], sort_keys=True, default=str)
 
 
 def dry_run_metric(metric):

@@ -574,7 +574,7 @@ def attach(lm) -> None:
         lm.usage = Usage()
 
 
-DEFAULT_REPLY_TOKENS = 1024  # the longest reply assumed before a model without max_tokens has answered once
+DEFAULT_REPLY_TOKENS = 256  # the reply assumed before a model without max_tokens has answered once (a QA reply)
 _LONGEST_REPLY: dict[str, int] = {}
 
 
@@ -654,15 +654,20 @@ class TrackedLM(BudgetedCalls, dspy.LM):
 
     def __call__(self, *args, **kwargs):
         from ragzoo.endpoints import endpoint_calls
+        from ragzoo.engines import dry_run_call
 
-        with endpoint_calls(self):  # each request holds a slot of the endpoint, shared by every thread and run
+        # each request holds a slot of the endpoint, shared by every thread and run; a dry-run estimate sees the
+        # call's cache options
+        with endpoint_calls(self), dry_run_call(self, kwargs):
             return super().__call__(*args, **kwargs)
 
     async def acall(self, *args, **kwargs):
         from ragzoo.endpoints import aendpoint_calls
+        from ragzoo.engines import dry_run_call
 
         async with aendpoint_calls(self):
-            return await super().acall(*args, **kwargs)
+            with dry_run_call(self, kwargs):
+                return await super().acall(*args, **kwargs)
 
     def dump_state(self) -> dict[str, Any]:
         from dspy.clients.base_lm import _BUILTIN_LM_CLASS_PATH, LM_CLASS_STATE_KEY

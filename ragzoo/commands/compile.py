@@ -1,7 +1,8 @@
 """`ragzoo compile`: compile a method's prompts with an optimizer preset and save the artifact.
 
 `--dry-run` runs the same compile with the dry-run LM (placeholder answers, real retrieval, counted prompts)
-and prints the LM calls, tokens and estimated cost per stage, then saves nothing. `--max-calls` /
+and prints the LM calls, tokens and estimated cost per stage (a request identical to an earlier one counted as
+served from the response cache, as a real run sends it, and what a `--no-cache` run would send), then saves nothing. `--max-calls` /
 `--max-cost` stop a real compile cleanly, keeping the best program so far (the manifest says so); with
 `--search` they are totals over all trials. A method that declares compile stages (FILCO's filter on oracle
 labels, RA-ISF's gates with gate_stages=true, SKR's memory) has them run first; the manifest records each one
@@ -133,20 +134,31 @@ def _settings(pairs) -> dict:
 
 
 def print_stages(result, out=None, estimate: bool = False) -> None:
+    """The stage table: every call count beside how many of those calls the response cache served (they spend
+    no tokens and nothing is sent), then, when any was, what the same calls would use without the cache."""
     out = out or sys.stdout
     label = "estimate" if estimate else "used"
-    print(f"{'stage':<12}{'LM calls':>10}{'prompt tok':>12}{'compl. tok':>12}{'cost USD':>11}", file=out)
+    print(f"{'stage':<16}{'LM calls':>10}{'from cache':>12}{'prompt tok':>12}{'compl. tok':>12}{'cost USD':>11}",
+          file=out)
     for stage in [*result.stages]:
         u = stage.usage
-        print(f"{stage.stage:<12}{u.lm_calls:>10}{u.prompt_tokens:>12}{u.completion_tokens:>12}{u.cost:>11.4f}",
-              file=out)
+        print(f"{stage.stage:<16}{u.lm_calls:>10}{u.cached_calls:>12}{u.prompt_tokens:>12}{u.completion_tokens:>12}"
+              f"{u.cost:>11.4f}", file=out)
     t = result.usage
-    print(f"{'total ' + label:<12}{t.lm_calls:>10}{t.prompt_tokens:>12}{t.completion_tokens:>12}{t.cost:>11.4f}",
-          file=out)
+    print(f"{'total ' + label:<16}{t.lm_calls:>10}{t.cached_calls:>12}{t.prompt_tokens:>12}{t.completion_tokens:>12}"
+          f"{t.cost:>11.4f}", file=out)
+    sent = t.lm_calls - t.cached_calls
+    if t.cached_calls:
+        print(f"{t.cached_calls} of {t.lm_calls} LM calls {'would be' if estimate else 'were'} served from the "
+              f"response cache (identical requests: no tokens, no cost); {sent} "
+              f"{'would be' if estimate else 'were'} sent. Without the cache (--no-cache): {t.lm_calls} calls sent, "
+              f"{t.prompt_tokens + t.cached_prompt_tokens} prompt + "
+              f"{t.completion_tokens + t.cached_completion_tokens} completion tokens, "
+              f"${t.cost + t.cached_cost:.4f}", file=out)
     if t.server_seconds or t.server_cost:  # --price-per-hour: the server's wall time, apart from the tokens
-        print(f"{'server':<12}{f'{t.server_seconds:.0f} s of a server rented by the hour':>45}{t.server_cost:>11.4f}",
+        print(f"{'server':<16}{f'{t.server_seconds:.0f} s of a server rented by the hour':>46}{t.server_cost:>11.4f}",
               file=out)
-        print(f"{'total cost':<12}{'':>45}{t.total_cost:>11.4f}", file=out)
+        print(f"{'total cost':<16}{'':>46}{t.total_cost:>11.4f}", file=out)
 
 
 def load_train_dev(config: dict) -> tuple[list, list]:
@@ -327,6 +339,9 @@ def run(args: argparse.Namespace) -> int:
         if not is_dry_run_spec(lm_spec):
             lm_spec = f"dry-run:{lm_spec}"  # price the estimate at the real model's list price
         lm = build_lm({**config, "lm": lm_spec, "api_base": None})
+        # price what would be sent: a repeated identical request is answered by the response cache, unless the
+        # run is --no-cache
+        lm.engine.start_estimate(model_cache=not config.get("no_cache"))
     else:
         lm = build_lm(config)
     train, dev = load_train_dev(config)
@@ -372,6 +387,10 @@ def run(args: argparse.Namespace) -> int:
         print_stages(result, estimate=True)
         print("note: under the dry-run LM every trace passes the metric, as with a model that answers the training "
               "questions right: the estimate counts the bootstrapped demos in every later prompt")
+        if not config.get("no_cache"):
+            print("note: a request identical to an earlier one (same prompt and options) is counted as served from "
+                  "the response cache, as a real run sends it; real answers differ from placeholders, so the "
+                  "requests that depend on them may repeat more or less")
         say_defaults("compile", config)
         return 0
     save(result.program, config["out"], overwrite=bool(config["force"]),

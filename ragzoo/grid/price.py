@@ -4,10 +4,13 @@ evaluation questions, priced at the model each cell would call (or `--price-as M
 cell's n. Compilation is priced separately:
 
 - `none`, `labeled`: no LM call;
-- `bootstrap`: at most (train_n + dev_n) runs of the program (every training example bootstrapped, then the
-  validation score): the per-question figures of the sample times that count, an upper bound;
-- any other preset: the compile itself, run with the dry-run LM at the grid's train_n / dev_n (as
-  `ragzoo compile --dry-run` does), once per (method, knobs, dataset, optimizer).
+- any other preset (bootstrap included): the compile itself, run with the dry-run LM at the grid's train_n /
+  dev_n (as `ragzoo compile --dry-run` does), once per (method, knobs, dataset, optimizer). (Bootstrap was once
+  bounded by (train_n + dev_n) runs of the program; a compile stops bootstrapping once it has its demos, so that
+  bound was ~10x what was used.)
+Both model DSPy's response cache as the cell's LM uses it: a request identical to one already sent in the same
+estimate is counted as served from the cache and priced at nothing (`ragzoo.engines.DryRunEngine`); the calls
+and tokens priced are those that would be sent.
 Cells that share a method, knobs, dataset and split share one sample (the LM only changes the price).
 """
 
@@ -18,7 +21,6 @@ from dataclasses import dataclass, field
 from ragzoo.grid.spec import Cell, Grid
 
 NO_CALL_PRESETS = ("none", "labeled")
-UPPER_BOUND_PRESETS = ("bootstrap",)
 
 
 @dataclass
@@ -101,11 +103,13 @@ def _sample_usage(cell: Cell, priced: str, sample: int) -> Price:
     retriever = _retriever(cell.retriever, examples) if info.uses_retrieval else None
     program = programs.get(cell.method.id, retriever=retriever, **knobs)
     lm = make_lm(f"dry-run:{priced}")
+    lm.engine.start_estimate(model_cache=cell.lm.cache)
     metrics = list(cell.dataset.metrics) or [data.dataset_defaults(cell.dataset.name).metric]
     with dspy.context(lm=lm):
         summary = evaluate(program, examples, metrics, None, progress=False)
     usage, n = summary["usage"], max(1, summary["n"])
-    return Price(usage["lm_calls"] / n, usage["prompt_tokens"] / n, usage["completion_tokens"] / n, usage["cost"] / n)
+    sent = usage["lm_calls"] - usage.get("cached_calls", 0)  # cache hits cost nothing and are not sent
+    return Price(sent / n, usage["prompt_tokens"] / n, usage["completion_tokens"] / n, usage["cost"] / n)
 
 
 def _compile_dry_run(cell: Cell, priced: str) -> Price:
@@ -131,11 +135,13 @@ def _compile_dry_run(cell: Cell, priced: str) -> Price:
     knobs = programs.resolve_knobs(cell.method.id, knob_dict({k: str(v) for k, v in cell.knobs.items()}))
     retriever = _retriever(cell.retriever, [*train, *dev]) if info.uses_retrieval else None
     program = programs.get(cell.method.id, retriever=retriever, **knobs)
-    with dspy.context(lm=make_lm(f"dry-run:{priced}")), contextlib.redirect_stdout(io.StringIO()):
+    lm = make_lm(f"dry-run:{priced}")
+    lm.engine.start_estimate(model_cache=cell.lm.cache)
+    with dspy.context(lm=lm), contextlib.redirect_stdout(io.StringIO()):
         result = compile_program(program, trainset=train, valset=dev, optimizer=cell.optimizer,
                                  metric=metric, seed=cell.grid.seed)
     u = result.usage
-    return Price(u.lm_calls, u.prompt_tokens, u.completion_tokens, u.cost)
+    return Price(u.lm_calls - u.cached_calls, u.prompt_tokens, u.completion_tokens, u.cost)
 
 
 def price_grid(grid: Grid, *, sample: int = 5, price_as: str | None = None, paper_n: bool = False,
@@ -166,9 +172,6 @@ def price_grid(grid: Grid, *, sample: int = 5, price_as: str | None = None, pape
         note = ""
         if cell.optimizer in NO_CALL_PRESETS:
             compile_price = Price()
-        elif cell.optimizer in UPPER_BOUND_PRESETS:
-            compile_price = per_q.scaled(grid.train_n + grid.dev_n)
-            note = "upper bound"
         else:
             key = (*base, cell.optimizer, grid.train_n, grid.dev_n)
             if key not in compiles:
@@ -188,7 +191,7 @@ def format_prices(prices: list[CellPrice], priced_label: str) -> str:
     total_eval, total_compile = Price(), Price()
     for p in prices:
         lines.append(f"{p.cell.describe()[:60]:<60} {p.n:>6} {p.evaluation.calls:>11.0f} {p.evaluation.cost:>10.4f} "
-                     f"{p.compile.calls:>14.0f} {p.compile.cost:>10.4f}{'*' if p.compile_note == 'upper bound' else ' '}"
+                     f"{p.compile.calls:>14.0f} {p.compile.cost:>10.4f} "
                      f"{p.total.cost:>9.4f}")
         total_eval += p.evaluation
         total_compile += p.compile
@@ -198,7 +201,6 @@ def format_prices(prices: list[CellPrice], priced_label: str) -> str:
                  f"{total_eval.completion_tokens:.0f} completion tokens, ${total_eval.cost:.4f}; compile: "
                  f"{total_compile.calls:.0f} LM calls, {total_compile.prompt_tokens:.0f} + "
                  f"{total_compile.completion_tokens:.0f} tokens, ${total_compile.cost:.4f}")
-    if any(p.compile_note == "upper bound" for p in prices):
-        lines.append("* bootstrap compile priced as an upper bound: every training example bootstrapped, then "
-                     "validated")
+    lines.append("calls and tokens are those that would be sent: a request identical to an earlier one of the same "
+                 "estimate is counted as served from the response cache (free), unless the LM has cache = false")
     return "\n".join(lines)

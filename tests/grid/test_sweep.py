@@ -70,7 +70,8 @@ def test_dry_run_prices_cells_and_total_before_running(tmp_path, capsys):
     none_rows = [line for line in lines if "| none |" in line]
     assert all(line.split()[-6] == "40" for line in lines)  # n = 40 per cell
     assert all(float(line.split()[-3]) == 0 for line in none_rows)  # no compile for "none"
-    assert "bootstrap" in text and "upper bound" in text
+    # bootstrap is priced by its dry-run compile (no longer a ~10x "upper bound"), as what would be sent
+    assert "bootstrap" in text and "upper bound" not in text and "served from the response cache" in text
     total = next(line for line in text.splitlines() if line.startswith("total"))
     assert float(total.split()[-1]) > 0
     assert "evaluation:" in text and "compile:" in text
