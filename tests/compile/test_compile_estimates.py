@@ -74,8 +74,9 @@ def inputs(tmp_path):
     token = uuid.uuid4().hex[:8]
     data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is topic {i} about ({token})?",
                                         "answers": [placeholder_text("answer")]}) + "\n" for i in range(6)))
-    return tmp_path, ["--method", "rag", "--data", str(data), "--train-n", "4", "--dev-n", "2", "--optimizer", "bootstrap-rs",
-            "--optimizer-setting", "num_candidate_programs=1", "--retriever", f"bm25:{corpus}"]
+    return tmp_path, ["--method", "rag", "--data", str(data), "--train-n", "4", "--dev-n", "2",
+                      "--optimizer", "bootstrap-rs", "--optimizer-setting", "num_candidate_programs=1",
+                      "--retriever", f"bm25:{corpus}"]
 
 
 def _rows(out: str) -> dict:
