@@ -4,8 +4,8 @@
 and prints the LM calls, tokens and estimated cost per stage (a request identical to an earlier one counted as
 served from the response cache, as a real run sends it, and what a `--no-cache` run would send), then saves
 nothing. `--max-calls` / `--max-cost` stop a real compile cleanly, keeping the best program so far (the manifest
-says so); with `--search` they are totals over all trials. A method that declares compile stages (FILCO's filter on oracle
-labels, RA-ISF's gates with gate_stages=true, SKR's memory) has them run first; the manifest records each one
+says so); with `--search` they are totals over all trials. A method that declares compile stages (FILCO's filter
+on oracle labels, RA-ISF's gates with gate_stages=true, SKR's memory) has them run first; the manifest records each one
 (`compile_stages`, and its usage under `stages`), see docs/staged_compilation.md. Questions come from
 `--dataset [--split]` or `--data FILE`; without `--split`/`--metric` the dataset's defaults apply (a training
 split on disk, disjoint from its evaluation split where possible), recorded in the manifest (`defaults_used`)
