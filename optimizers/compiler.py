@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import shutil
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -95,8 +94,10 @@ def _normal(value):
 
 
 class CompileCheckpoint:
-    """A compile's checkpoint folder (owned by ragzoo): `checkpoint.json` (what it is a checkpoint of) and what
-    the optimizer kept so far (`bootstrap.json`, `gepa/`). Written atomically (`ragzoo.files`)."""
+    """A compile's checkpoint folder, a marked folder of kind "checkpoint" (`ragzoo.ownership`): `checkpoint.json`
+    (what it is a checkpoint of) and what the optimizer kept so far (`bootstrap.json`, `gepa/`). Written
+    atomically (`ragzoo.files`). A folder at that place that is not one (a user's) is refused whatever the flags,
+    and starting over (`--force`) or finishing removes only ragzoo's files, keeping and naming anything else."""
 
     def __init__(self, path, fingerprint: dict):
         self.path = Path(path)
@@ -109,11 +110,8 @@ class CompileCheckpoint:
         started afresh (an existing one that kept progress is only replaced with `force`). Nothing is written
         until the optimizer keeps something, so a compile that fails at once leaves no folder."""
         checkpoint = cls(path, fingerprint)
+        checkpoint._claim()  # before --resume/--force are weighed: they never apply to a folder that is not ours
         meta = checkpoint.path / _CHECKPOINT_FILE
-        if checkpoint.path.exists() and not meta.is_file() and (not checkpoint.path.is_dir()
-                                                                   or any(checkpoint.path.iterdir())):
-            raise ConfigError(f"{checkpoint.path} exists and is not a ragzoo compile checkpoint; move it away "
-                              f"(a compile keeps its checkpoint there)")
         if resume:
             if not meta.is_file():
                 raise ConfigError(f"--resume: no checkpoint at {checkpoint.path}, so nothing to resume; run the "
@@ -136,16 +134,35 @@ class CompileCheckpoint:
             if not force and checkpoint.has_progress():
                 raise ConfigError(f"{checkpoint.path} holds the checkpoint of an interrupted compile; pass --resume "
                                   f"to continue it, or --force to start over (discarding it)")
-            shutil.rmtree(checkpoint.path)  # with --force, or one that kept nothing yet
+            checkpoint.remove()  # with --force, or one that kept nothing yet
         return checkpoint  # the folder appears with the first thing the optimizer keeps
 
-    def _materialise(self) -> None:
+    def _claim(self):
+        from ragzoo import ownership
+
+        try:
+            return ownership.claim(self.path, "checkpoint", flag="the checkpoint folder")
+        except ConfigError as refused:  # the user chooses --out, not this folder: say what to do about it
+            reason = str(refused).split(";")[0]
+            raise ConfigError(f"{reason}; ragzoo never writes into it, and a compile keeps its checkpoint there "
+                              f"(beside --out): move it away or choose another --out") from None
+
+    def _own(self, name: str) -> None:
+        """Claim the folder (it may have appeared since `open`), then list `name` as ragzoo's in its marker before
+        writing it: whatever is cut short, what the folder holds of ragzoo's is named by the marker."""
+        from ragzoo import ownership
         from ragzoo.files import atomic_write_json
 
         meta = self.path / _CHECKPOINT_FILE
         if not meta.is_file():
+            self._claim()
             self.path.mkdir(parents=True, exist_ok=True)
+            ownership.mark(self.path, "checkpoint", [_CHECKPOINT_FILE])
             atomic_write_json(meta, {"version": 1, "fingerprint": self.fingerprint})
+        names = {name}
+        if ownership.read_marker(self.path) is None:  # an earlier version's checkpoint: its files are ragzoo's
+            names |= {entry.name for entry in self.path.iterdir()} & ownership.ragzoo_files(self.path, "checkpoint")
+        ownership.mark(self.path, "checkpoint", names)  # no write when already listed
 
     def read(self, name: str) -> Any:
         path = self.path / name
@@ -157,20 +174,23 @@ class CompileCheckpoint:
         from ragzoo.files import atomic_write_json
         from ragzoo.secrets import scrub  # bootstrapped traces are LM outputs: an echoed key is kept as ***
 
-        self._materialise()
+        self._own(name)
         atomic_write_json(self.path / name, scrub(value))
 
     def folder(self, name: str) -> Path:
-        self._materialise()
+        self._own(name)
         path = self.path / name
         path.mkdir(parents=True, exist_ok=True)
         return path
 
     def has_progress(self) -> bool:
         """Whether the optimizer kept anything here yet (beyond what the checkpoint is of)."""
+        from ragzoo import ownership
+
         if not self.path.is_dir():
             return False
-        return any(entry.name != _CHECKPOINT_FILE and not (entry.is_dir() and not any(entry.iterdir()))
+        kept = ownership.ragzoo_files(self.path, "checkpoint") - {ownership.MARKER, _CHECKPOINT_FILE}
+        return any(entry.name in kept and not (entry.is_dir() and not any(entry.iterdir()))
                    for entry in self.path.iterdir())
 
     def kept(self) -> str:
@@ -185,10 +205,14 @@ class CompileCheckpoint:
         return f"no optimizer progress yet in {self.path}"
 
     def remove(self) -> None:
-        if (self.path / _CHECKPOINT_FILE).is_file():
-            shutil.rmtree(self.path, ignore_errors=True)
-        elif self.path.is_dir() and not any(self.path.iterdir()):
-            self.path.rmdir()
+        """Remove what ragzoo wrote here (a user's file in the folder is kept, and named)."""
+        from ragzoo import ownership
+
+        try:
+            ownership.clear(self.path, "checkpoint")
+        except OSError as error:  # also run while another error is on its way out: never hide that one
+            logger.warning("could not remove the compile checkpoint %s (%s); it stays marked as ragzoo's, so the "
+                           "next compile with this --out takes it over", self.path, error.strerror or error)
 
 
 def _demo_dict(demo) -> dict:

@@ -1,6 +1,7 @@
 """Which folders ragzoo may write into: the one ownership rule of every writing command.
 
-Every folder ragzoo creates (a run, a compiled-program artifact, a grid, an index) carries a marker file,
+Every folder ragzoo creates (a run, a compiled-program artifact, a grid, an index, a compile checkpoint, the
+cache root) carries a marker file,
 `.ragzoo-folder.json`: {"kind", "ragzoo_version", "files": [the names ragzoo wrote there]}. A command writes
 into an existing folder only when its marker names the command's kind (`claim`); `--force` and `--resume` are
 weighed by the caller only after that, so they never apply to a folder without the marker. Anything ragzoo did
@@ -11,8 +12,9 @@ folder and names them.
 Never a target, whatever the folder holds: `/`, the home folder, the current folder, and any folder holding
 `.git`. A symbolic link is judged by the folder it points to. Folders of earlier ragzoo versions (no marker)
 are recognised by their full set of files (`legacy_kind`: a run or an artifact with exactly ragzoo's files, an
-index whose meta.json says "ragzoo-index", a grid whose grid.json names its grid and cells) and are marked
-when next written.
+index whose meta.json says "ragzoo-index", a grid whose grid.json names its grid and cells, a checkpoint
+with its checkpoint.json, a cache root holding only ragzoo's cache subfolders) and are marked when next written.
+Starting a folder over in place (`clear`: a compile checkpoint under --force) removes only what ragzoo wrote.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from ragzoo.files import atomic_write_json, replace_dir, sha256_file
 
 MARKER = ".ragzoo-folder.json"
 NOUNS = {"run": "ragzoo run directory", "artifact": "ragzoo compiled-program artifact",
-         "grid": "ragzoo grid directory", "index": "ragzoo index", "cache": "ragzoo cache folder"}
+         "grid": "ragzoo grid directory", "index": "ragzoo index", "cache": "ragzoo cache folder",
+         "checkpoint": "ragzoo compile checkpoint"}
 
 # What earlier versions wrote, kind by kind: (files that must all be there, files that may be there). A legacy
 # folder holding anything else is not recognised (a look-alike config.json among a user's files is not a run).
@@ -41,6 +44,10 @@ _LEGACY_GRID_FILES = {"grid.json", "cells", "results.md", "results.csv", "result
 _INDEX_FILES = {"meta.json", "passages.jsonl", "passage_offsets.npy", "data.csc.index.npy", "indices.csc.index.npy",
                 "indptr.csc.index.npy", "vocab.index.json", "params.index.json", "term_max.npy", "embeddings.f32",
                 "faiss.index", "collection.tsv", "pids.json", "plaid", "ragzoo"}
+# a compile checkpoint of an earlier version: what it is of, and what the optimizer kept
+_LEGACY_CHECKPOINT = ({"checkpoint.json"}, {"bootstrap.json", "gepa"})
+# the subfolders earlier versions made in the cache root (RAGZOO_CACHE, ~/.cache/ragzoo)
+CACHE_FOLDERS = {"indexes", "onnx", "corpora", "hf_datasets"}
 
 
 @dataclass
@@ -110,6 +117,15 @@ def legacy_kind(folder: str | os.PathLike) -> str | None:
         if isinstance(grid, dict) and isinstance(grid.get("name"), str) and isinstance(grid.get("cells"), list) \
                 and "lms" in grid:
             return "grid"
+    required, optional = _LEGACY_CHECKPOINT
+    if required <= names <= required | optional and (folder / "checkpoint.json").is_file():
+        meta = _read_json(folder / "checkpoint.json")
+        if isinstance(meta, dict) and isinstance(meta.get("version"), int) \
+                and isinstance(meta.get("fingerprint"), dict):
+            return "checkpoint"
+    if names and names <= CACHE_FOLDERS and all((folder / name).is_dir() and not (folder / name).is_symlink()
+                                                for name in names):
+        return "cache"
     return None
 
 
@@ -190,6 +206,10 @@ def ragzoo_files(folder: str | os.PathLike, kind: str) -> set[str]:
         return set(_INDEX_FILES)
     if kind == "grid":
         return set(_LEGACY_GRID_FILES)
+    if kind == "checkpoint":
+        return _LEGACY_CHECKPOINT[0] | _LEGACY_CHECKPOINT[1]
+    if kind == "cache":
+        return set(CACHE_FOLDERS)
     return set()
 
 
@@ -230,3 +250,30 @@ def replace(staging: str | os.PathLike, final: str | os.PathLike, kind: str) -> 
         print(f"ragzoo: kept {len(carried)} entr{'y' if len(carried) == 1 else 'ies'} of {final} that ragzoo did "
               f"not write: {shown}", file=sys.stderr)
     return [new for _, new in carried]
+
+
+def clear(folder: str | os.PathLike, kind: str) -> list[str]:
+    """Start the `kind` folder `folder` over in place: remove what ragzoo wrote there and keep anything else. The
+    folder goes too when nothing else is left; otherwise it stays marked, listing none of ragzoo's files, and
+    stderr names what was kept. Returns the names kept. A folder that is not ragzoo's `kind` is left untouched."""
+    import shutil
+
+    folder = Path(folder)
+    if not folder.is_dir() or kind_of(folder) != kind:
+        return []
+    keep = foreign_entries(folder, kind)
+    for name in sorted(ragzoo_files(folder, kind) - {MARKER}):
+        entry = folder / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
+    if not keep:
+        (folder / MARKER).unlink(missing_ok=True)
+        if not folder.is_symlink():
+            folder.rmdir()
+        return []
+    atomic_write_json(folder / MARKER, {"kind": kind, "ragzoo_version": _version(), "files": []})
+    print(f"ragzoo: kept {len(keep)} entr{'y' if len(keep) == 1 else 'ies'} of {folder} that ragzoo did not write: "
+          f"{', '.join(keep)}", file=sys.stderr)
+    return keep

@@ -46,3 +46,27 @@ def cache_root() -> Path:
     env = os.environ.get("RAGZOO_CACHE")
     root = Path(env).expanduser() if env else Path.home() / ".cache" / "ragzoo"
     return root
+
+
+def writable_cache_root(sub: str) -> Path:
+    """`cache_root()/sub`, for ragzoo to write in: the cache root is claimed first as a folder of kind "cache"
+    (`ragzoo.ownership`): made and marked when missing or empty, marked when an earlier version made it (only
+    ragzoo's cache subfolders in it). A folder holding anything else is refused (ConfigError, one line), so
+    nothing inside it is written, replaced or cleaned."""
+    from ragzoo import ownership
+    from ragzoo.errors import ConfigError
+
+    root = cache_root()
+    where = "RAGZOO_CACHE" if os.environ.get("RAGZOO_CACHE") else "the cache folder"
+    try:
+        found = ownership.claim(root, "cache", flag=where)
+    except ConfigError as refused:  # the remedy is the variable, not another flag
+        reason = str(refused).split(";")[0]
+        remedy = "make it writable" if "read-only" in reason else "ragzoo never writes into it"
+        raise ConfigError(f"{reason}; {remedy}, or set RAGZOO_CACHE to a new or empty folder") from None
+    names = {sub}
+    if found.state == "legacy":  # what the earlier version made there is ragzoo's
+        names |= ownership.ragzoo_files(found.path, "cache") & {entry.name for entry in found.path.iterdir()}
+    found.path.mkdir(parents=True, exist_ok=True)
+    ownership.mark(found.path, "cache", names)
+    return root / sub

@@ -16,7 +16,9 @@ rule of `ragzoo.ownership`: a missing path, an empty folder, or an index folder 
 version's whose `meta.json` says format "ragzoo-index"); anything else is refused before any work, and files a
 user added inside an index folder are carried over into the rebuilt one. Staging folders (and swap backups) of
 builds whose process is gone are removed by the next build of the same target (`clean_stale_builds`), except a
-backup still holding a user's files.
+backup still holding a user's files. Inside the cache root, nothing is written or cleaned unless the root is
+ragzoo's cache folder (`paths.writable_cache_root`: marked "cache", made by ragzoo); a user's folder given as
+RAGZOO_CACHE is refused in one line.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ragzoo import files
 from ragzoo.errors import ConfigError, DataError, RetrieverError
 from ragzoo.files import STAGING_MARK, discard_dir
 from ragzoo import ownership
-from ragzoo.paths import cache_root, data_root
+from ragzoo.paths import cache_root, data_root, writable_cache_root
 
 META_FILE = "meta.json"
 FORMAT = "ragzoo-index"
@@ -83,6 +85,7 @@ def corpus_fingerprint(path: Path) -> dict[str, Any]:
         except (OSError, ValueError):
             pass  # a damaged pointer is just a miss
     fingerprint["sha256"] = _content_sha256(path)
+    pointer = writable_cache_root("indexes") / "fingerprints" / pointer.name
     pointer.parent.mkdir(parents=True, exist_ok=True)
     tmp = pointer.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(fingerprint))
@@ -181,12 +184,24 @@ def _leftovers(final: Path) -> list[tuple[Path, int, str]]:
     return found
 
 
+def _claim_cache_of(final: Path) -> None:
+    """When `final` lies inside the cache root, claim the root (ConfigError unless it is ragzoo's cache)."""
+    root = cache_root()
+    try:
+        inside = Path(os.path.abspath(final)).relative_to(os.path.abspath(root))
+    except ValueError:
+        return  # an index at --out: its own folder is claimed by `check_replaceable`
+    if inside.parts:
+        writable_cache_root(inside.parts[0])
+
+
 def clean_stale_builds(final: Path) -> list[Path]:
     """Remove what builds of `final` killed before they could clean up (SIGKILL, power loss) left beside it:
     staging folders whose owning process is gone, and a swap backup whose process is gone (put back when
-    `final` itself is missing, removed otherwise). Folders of live processes are left alone.
-    Returns the folders removed."""
+    `final` itself is missing, removed otherwise). Folders of live processes are left alone. Inside a cache
+    root that is not ragzoo's, nothing is removed (ConfigError). Returns the folders removed."""
     final = Path(final)
+    _claim_cache_of(final)
     removed = []
     for path, pid, kind in _leftovers(final):
         if pid == os.getpid() or _pid_alive(pid) or not path.is_dir() or path.is_symlink():
@@ -217,6 +232,7 @@ def publish(staging: Path, final: Path, meta: dict) -> None:
     """Write `meta.json` last inside `staging`, then swap `staging` in for `final` (the old index, if any, is
     kept as a backup until the new one is in place: there is never a moment without an index)."""
     check_replaceable(final)  # again: the folder may have changed during a long build
+    _claim_cache_of(Path(final))
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, **meta}
     try:
         files.atomic_write_json(Path(staging) / META_FILE, meta)
