@@ -137,3 +137,17 @@ def test_a_429_that_never_ends_stops_at_the_questions_deadline():
         assert server.requests == after_deadline  # the question's retries ended with its deadline
     assert summary["failures"] == 1 and seconds < 3
     assert summary["records"][0]["error"]["kind"] in ("lm", "timeout")
+
+
+def test_async_calls_ride_out_429s_too(retry_delays):
+    import asyncio
+
+    with StubLMServer(faults=_first_requests(5, "429:0.05")) as server:
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False, num_retries=1)
+
+        async def ask():
+            with dspy.context(lm=lm):
+                return (await dspy.Predict("question -> answer").acall(question="async?")).answer
+
+        assert asyncio.run(ask())
+    assert server.requests == 6 and retry_delays == [0.05] * 5
