@@ -5,7 +5,8 @@ ran, how long, and any failure).
     python -m benchmarks [--quick] [--only startup,calls,...] [--results DIR]
 
 Default: startup, calls (n=50), retrieval (sparse + server; no --dense/--big), overhead, throughput,
-memory, slips (every method, 50 questions, 10% / 30% format slips over HTTP, before and after).
+memory, slips (every method, 50 questions, 10% / 30% format slips over HTTP, before and after), rate_limits
+(16 threads against a server of capacity 4: time against the capacity-bound time, questions lost).
 --quick: fewer questions and repetitions everywhere (a smoke run of a few minutes).
 """
 
@@ -22,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-ORDER = ("startup", "calls", "retrieval", "overhead", "throughput", "memory", "slips", "serving")
+ORDER = ("startup", "calls", "retrieval", "overhead", "throughput", "memory", "slips", "serving", "rate_limits")
 OPT_IN = ("scale", "embedding")  # heavy (1M+ passages, minutes): only with --only scale
 
 
@@ -37,6 +38,7 @@ def arguments(name: str, quick: bool, results: Path) -> list[str]:
         "memory": (["--n", "50", "--methods", "rag"] if quick else []) + out,
         "slips": (["--n", "10", "--shape-n", "0", "--methods", "rag,blendfilter,filco"] if quick else []) + out,
         "serving": (["--requests", "800", "--questions", "64"] if quick else []) + out,
+        "rate_limits": (["--questions", "48", "--repeat", "1"] if quick else []) + out,
         "scale": (["--docs", "100000"] if quick else []) + out,
         "embedding": (["--passages", "300", "--questions", "100", "--repeat", "1"] if quick else []) + out,
     }[name]
