@@ -355,7 +355,7 @@ class Budget:
                             self._settled.wait(1.0)
                             continue
                         self.exceeded = (f"LM cost budget reached ({what} spent; the next call could cost up to "
-                                         f"${estimate:.4f}, past --max-cost {self.max_cost:g}); raise --max-cost "
+                                         f"${estimate:.6f}, past --max-cost {self.max_cost:g}); raise --max-cost "
                                          f"to continue")
                 break
             if self.exceeded is not None:

@@ -54,13 +54,15 @@ def cell_state(out: Path, cell: Cell) -> dict:
 
     base = cell_dir(out, cell)
     run = base / "run"
-    state = {"key": cell.key, "status": "absent", "done": 0, "total": cell.n, "cost": 0.0, "lm_calls": 0}
+    state = {"key": cell.key, "status": "absent", "done": 0, "total": cell.n, "cost": 0.0, "lm_calls": 0,
+             "cached_calls": 0}
     artifact = base / "artifact" / "manifest.json"
     if artifact.is_file():
         try:
             manifest = json.loads(artifact.read_text(encoding="utf-8"))
             state["cost"] += float(manifest.get("cost") or 0.0)
             state["lm_calls"] += int((manifest.get("usage") or {}).get("lm_calls") or 0)
+            state["cached_calls"] += int((manifest.get("usage") or {}).get("cached_calls") or 0)
         except (OSError, ValueError):
             pass
     if (run / CONFIG_FILE).is_file():
@@ -68,6 +70,7 @@ def cell_state(out: Path, cell: Cell) -> dict:
         state["done"] = len(records)
         state["cost"] += sum(float(r.get("cost") or 0) for r in records)
         state["lm_calls"] += sum(int(r.get("lm_calls") or 0) for r in records)
+        state["cached_calls"] += sum(int(r.get("cached_calls") or 0) for r in records)
         state["status"] = "partial"
         if (run / SUMMARY_FILE).is_file():
             try:
@@ -610,7 +613,8 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     # one budget for every cell of this process, what is left of the grid's after what its cells on disk used:
     # each call reserves on it before it is sent, so cells running at once never pass it together
     used_cost = sum(result.states[c.key]["cost"] for c in counted)
-    used_calls = sum(result.states[c.key]["lm_calls"] for c in counted)
+    # calls answered from the cache were sent to no one: they count for no budget (as in `ragzoo.usage.Budget`)
+    used_calls = sum(result.states[c.key]["lm_calls"] - result.states[c.key]["cached_calls"] for c in counted)
     budget = Budget(None if max_calls is None else max(0, max_calls - used_calls),
                     None if max_cost is None else max(0.0, max_cost - used_cost), price_per_hour=price_per_hour)
     claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
