@@ -90,13 +90,15 @@ def test_a_loaded_program_runs_under_the_lenient_adapter_it_was_compiled_with(tm
     assert prediction.answer
 
 
-def test_a_loaded_json_program_asks_in_json(tmp_path):
+def test_a_loaded_json_program_asks_in_json(tmp_path, monkeypatch):
     path = _saved(tmp_path, "json")
     lm = ScriptedLM(default={"answer": "Tolkien"})
     ragzoo.configure(lm=lm)  # ragzoo's default adapter: the program's recorded one wins
     assert ragzoo.load(path)(question="Who wrote The Hobbit?").answer == "Tolkien"
     assert "json" in lm.calls[-1].prompt_text.lower()
     explicit = ScriptedLM(default={"answer": "Tolkien"})
-    with dspy.context(lm=explicit, adapter=make_adapter("chat")):
-        ragzoo.load(path)(question="Who wrote The Hobbit?")  # the caller's explicit choice wins (with a warning)
+    monkeypatch.setattr(ragzoo.adapters, "_warned", set())  # it warns once per process
+    with dspy.context(lm=explicit, adapter=make_adapter("chat")), \
+            pytest.warns(UserWarning, match="compiled under the json adapter and runs under the chat adapter"):
+        ragzoo.load(path)(question="Who wrote The Hobbit?")  # the caller's explicit choice wins, with a warning
     assert "[[ ## answer ## ]]" in explicit.calls[-1].prompt_text
