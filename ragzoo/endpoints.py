@@ -7,6 +7,7 @@ response-cache key, and pre-flight checks before anything is spent.
 - **Concurrency** (`set_max_concurrency(endpoint, n)`, `--max-concurrency`): at most n requests in flight
   per endpoint, across every thread and every run of the process; more wait for a slot. The slot is held
   for one request, not for DSPy's retries of it (`endpoint_calls`, installed around DSPy's single attempt).
+  A request still waiting for a slot when its question's deadline passes is never sent (`TimeoutError`).
 - **429s**: a rate-limited request gives its slot back, waits as the server's `Retry-After` says
   (exponentially without one: DSPy's own back-off rule, 1 s, 2 s, 4 s, ... 60 s) and is sent again until
   the question's deadline (`start_question_deadline`, set by `ragzoo.runs` for each example; 600 s from the first
@@ -20,6 +21,11 @@ response-cache key, and pre-flight checks before anything is spent.
   servers would share answers. An LM with a `cache_namespace` (set by `ragzoo.lm.make_lm` to the endpoint
   unless `cache_namespace=False`) gets it added to every cache key (`install_cache_namespace`, a small
   wrapper around `dspy.clients.execution.PreparedCall.key`; LMs without the attribute keep DSPy's key).
+- **Cache values**: DSPy's disk cache keeps what an upstream answered, so an upstream that echoes the key would
+  get it written under DSPY_CACHEDIR. Every value put into DSPy's cache once `ragzoo.lm.make_lm` has run goes
+  through the secrets rule first (`install_cache_redaction`, around `dspy.clients.cache.Cache.put`): stored
+  as it is when no known secret or key shape is in it, else as a copy with those strings redacted, else
+  not at all.
 - **Pre-flight** (`preflight(lm)`): the provider's key is in the environment (for providers whose key
   variable is known), and a server given by `--api-base` answers `GET /models`; failures are one line
   (`ragzoo.errors.LMError`) before any example runs.
@@ -107,13 +113,18 @@ class EndpointLimiter:
             self._condition.notify()
 
     @contextmanager
-    def slot(self) -> Iterator[int]:
-        """Hold one slot; yields the ticket to hand to `rate_limited`."""
+    def slot(self, deadline: float | None = None) -> Iterator[int]:
+        """Hold one slot; yields the ticket to hand to `rate_limited_once`. Past `deadline` (monotonic) while
+        waiting: `TimeoutError`, and no request is sent for a question already recorded as a timeout."""
         with self._condition:
             if self._full():
                 self.waited += 1
             while self._full():
-                self._condition.wait()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("the question's deadline passed while its LM request waited for a slot "
+                                       "of the endpoint (--deadline, --max-concurrency)")
+                self._condition.wait(remaining)
             ticket = self._enter()
         try:
             yield ticket
@@ -121,13 +132,16 @@ class EndpointLimiter:
             self._leave()
 
     @asynccontextmanager
-    async def aslot(self) -> AsyncIterator[int]:
+    async def aslot(self, deadline: float | None = None) -> AsyncIterator[int]:
         """`slot` for a coroutine: polls, so the event loop is never blocked."""
         while True:
             with self._condition:
                 if not self._full():
                     ticket = self._enter()
                     break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("the question's deadline passed while its LM request waited for a slot of the "
+                                   "endpoint (--deadline, --max-concurrency)")
             await asyncio.sleep(0.01)
         try:
             yield ticket
@@ -269,7 +283,7 @@ def install_rate_limit_backoff() -> None:
                 return attempt_once(lm, call, backend, request, provider, state, results)
             gate, tries, first_429 = limiter(endpoint_of(lm)), 0, None
             while True:
-                with gate.slot() as ticket:
+                with gate.slot(_DEADLINE.get()) as ticket:
                     try:
                         with error_boundary(lm.model, provider=provider, unexpected=True):
                             result = attempt_once(lm, call, backend, request, provider, state, results)
@@ -293,7 +307,7 @@ def install_rate_limit_backoff() -> None:
                 return await aattempt_once(lm, call, backend, request, provider, state, results)
             gate, tries, first_429 = limiter(endpoint_of(lm)), 0, None
             while True:
-                async with gate.aslot() as ticket:
+                async with gate.aslot(_DEADLINE.get()) as ticket:
                     try:
                         with error_boundary(lm.model, provider=provider, unexpected=True):
                             result = await aattempt_once(lm, call, backend, request, provider, state, results)
@@ -347,6 +361,83 @@ def install_cache_namespace() -> None:
     key.__wrapped__ = original
     execution.PreparedCall.key = key
     _installed = True
+
+
+_redacting = False
+
+
+def install_cache_redaction() -> None:
+    """Pass every value DSPy's response cache stores through `ragzoo.secrets.redact` (idempotent; see the
+    module doc). On the class, so a cache built later (`dspy.configure_cache`) is covered too."""
+    global _redacting
+    if _redacting:
+        return
+    from dspy.clients.cache import Cache
+
+    original = Cache.put
+
+    def put(self, request, value, *args, **kwargs):
+        stored = cache_safe(value)
+        if stored is None:
+            return None  # a secret that could not be taken out: the answer is simply not cached
+        return original(self, request, stored, *args, **kwargs)
+
+    put.__wrapped__ = original
+    Cache.put = put
+    _redacting = True
+
+
+def cache_safe(value):
+    """`value` as DSPy's cache may keep it: itself when its pickle (what diskcache writes) holds no known
+    secret and nothing shaped like a key (the common case: one pickle and one scan), else a copy with every
+    string redacted, or None if a secret is still in the copy's pickle."""
+    import copy
+    import pickle
+
+    from ragzoo.secrets import redact
+
+    def holds_secret(candidate) -> bool:
+        try:
+            text = pickle.dumps(candidate, protocol=pickle.HIGHEST_PROTOCOL).decode("latin-1")
+        except Exception:  # noqa: BLE001 - unpicklable: diskcache cannot write it either, DSPy skips it
+            return False
+        return redact(text) != text
+
+    if not holds_secret(value):
+        return value
+    try:
+        cleaned = _redact_strings(copy.deepcopy(value), set())
+    except Exception:  # noqa: BLE001 - an object that cannot be copied is not cached, rather than kept whole
+        return None
+    return None if holds_secret(cleaned) else cleaned
+
+
+def _redact_strings(value, seen: set):
+    """`value` (a private copy) with every string in it redacted: dicts, lists and tuples rebuilt or changed in
+    place, and objects (pydantic models such as LiteLLM's responses) through their attribute dicts."""
+    from ragzoo.secrets import redact
+
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, (bool, int, float, bytes)) or id(value) in seen:
+        return value
+    seen.add(id(value))
+    if isinstance(value, dict):
+        for key in list(value):
+            item = _redact_strings(value.pop(key), seen)
+            value[redact(key) if isinstance(key, str) else key] = item
+        return value
+    if isinstance(value, list):
+        value[:] = [_redact_strings(item, seen) for item in value]
+        return value
+    if isinstance(value, tuple):
+        items = [_redact_strings(item, seen) for item in value]
+        return tuple(items) if type(value) is tuple else type(value)(*items)
+    for name in ("__dict__", "__pydantic_extra__", "__pydantic_private__"):
+        attributes = getattr(value, name, None)
+        if isinstance(attributes, dict):
+            _redact_strings(attributes, seen)
+    return value
 
 
 # ---------------------------------------------------------------------------------------------------------

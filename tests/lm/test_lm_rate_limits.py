@@ -151,3 +151,14 @@ def test_async_calls_ride_out_429s_too(retry_delays):
 
         assert asyncio.run(ask())
     assert server.requests == 6 and retry_delays == [0.05] * 5
+
+
+def test_a_question_past_its_deadline_sends_no_request_it_was_waiting_to_send():
+    with StubLMServer(latency=1.2) as server:
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False, max_concurrency=1)
+        examples = [dspy.Example(id=f"q{i}", question=f"slow {i}?", answers=["x"]).with_inputs("question")
+                    for i in range(2)]
+        with dspy.context(lm=lm):
+            summary = evaluate(programs.get("direct"), examples, "em", None, progress=False, threads=2, deadline=0.5)
+        time.sleep(1.5)  # the first request ends; the second question's deadline passed while it waited for the slot
+    assert summary["failures"] == 2 and server.requests == 1
