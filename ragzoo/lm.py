@@ -161,7 +161,7 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
         return make_dry_run_lm(priced, cache=kw.get("cache", False), callbacks=kw.get("callbacks"))
 
     from ragzoo.endpoints import DEFAULT_MAX_CONCURRENCY, check_max_concurrency, endpoint_of, \
-        install_cache_namespace, set_max_concurrency
+        install_cache_namespace, install_cache_redaction, set_max_concurrency
 
     max_concurrency = check_max_concurrency(kw.pop("max_concurrency", DEFAULT_MAX_CONCURRENCY))
     namespaced = kw.pop("cache_namespace", True)
@@ -201,6 +201,7 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
         lm.price = price
     if price_per_hour is not None:
         lm.price_per_hour = price_per_hour  # metering() adds wall time x rate; --max-cost binds on it
+    install_cache_redaction()  # an upstream's answers are kept on disk by DSPy's cache: never a key in them
     if namespaced:
         install_cache_namespace()
         lm.cache_namespace = lm.endpoint
