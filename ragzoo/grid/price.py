@@ -8,9 +8,10 @@ cell's n. Compilation is priced separately:
   dev_n (as `ragzoo compile --dry-run` does), once per (method, knobs, dataset, optimizer). (Bootstrap was once
   bounded by (train_n + dev_n) runs of the program; a compile stops bootstrapping once it has its demos, so that
   bound was ~10x what was used.)
-Both model DSPy's response cache as the cell's LM uses it: a request identical to one already sent in the same
-estimate is counted as served from the cache and priced at nothing (`ragzoo.engines.DryRunEngine`); the calls
-and tokens priced are those that would be sent.
+A compile estimate models DSPy's response cache as the cell's LM uses it: a request identical to one already
+sent in the same compile (an optimizer scoring the same program on the same question again) is counted as served
+from the cache and priced at nothing (`ragzoo.engines.DryRunEngine`); its calls and tokens are those that would be
+sent. The evaluation sample prices every call.
 Cells that share a method, knobs, dataset and split share one sample (the LM only changes the price).
 """
 
@@ -102,14 +103,15 @@ def _sample_usage(cell: Cell, priced: str, sample: int) -> Price:
                                                                str(v).lower() for k, v in cell.knobs.items()}))
     retriever = _retriever(cell.retriever, examples) if info.uses_retrieval else None
     program = programs.get(cell.method.id, retriever=retriever, **knobs)
+    # every call priced, no cache modelled: an evaluation asks each question once, so its repeats would be within
+    # one run of the program, where placeholder answers repeat (the same placeholder query retrieves the same
+    # passages) and a real model's mostly would not
     lm = make_lm(f"dry-run:{priced}")
-    lm.engine.start_estimate(model_cache=cell.lm.cache)
     metrics = list(cell.dataset.metrics) or [data.dataset_defaults(cell.dataset.name).metric]
     with dspy.context(lm=lm):
         summary = evaluate(program, examples, metrics, None, progress=False)
     usage, n = summary["usage"], max(1, summary["n"])
-    sent = usage["lm_calls"] - usage.get("cached_calls", 0)  # cache hits cost nothing and are not sent
-    return Price(sent / n, usage["prompt_tokens"] / n, usage["completion_tokens"] / n, usage["cost"] / n)
+    return Price(usage["lm_calls"] / n, usage["prompt_tokens"] / n, usage["completion_tokens"] / n, usage["cost"] / n)
 
 
 def _compile_dry_run(cell: Cell, priced: str) -> Price:
@@ -201,6 +203,7 @@ def format_prices(prices: list[CellPrice], priced_label: str) -> str:
                  f"{total_eval.completion_tokens:.0f} completion tokens, ${total_eval.cost:.4f}; compile: "
                  f"{total_compile.calls:.0f} LM calls, {total_compile.prompt_tokens:.0f} + "
                  f"{total_compile.completion_tokens:.0f} tokens, ${total_compile.cost:.4f}")
-    lines.append("calls and tokens are those that would be sent: a request identical to an earlier one of the same "
-                 "estimate is counted as served from the response cache (free), unless the LM has cache = false")
+    lines.append("compile calls and tokens are those that would be sent: a request identical to an earlier one of "
+                 "the same compile is counted as served from the response cache (free), unless the LM has "
+                 "cache = false")
     return "\n".join(lines)
