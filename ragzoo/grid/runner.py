@@ -323,7 +323,7 @@ class OptunaClaims:
     GRACE = 30
 
     def __init__(self, url: str, study_name: str, keys: list[str], *, wait: float = 60.0,
-                 choices: list[str] | None = None):
+                 choices: list[str] | None = None, say=None):
         import warnings
 
         import optuna
@@ -336,6 +336,8 @@ class OptunaClaims:
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
         self._optuna = optuna
         self._keys = list(keys)
+        self._say = say  # one line when this worker waits on cells other workers run (never a silent wait)
+        self._waiting_said = False
         # the choices of a trial's "cell" are every cell of the grid, the same on every run and worker (the study
         # is named after them): Optuna refuses a second run whose choices differ ("dynamic value space")
         self._distributions = {"cell": CategoricalDistribution(sorted(choices or self._keys) or ["-"])}
@@ -438,6 +440,10 @@ class OptunaClaims:
                 else:
                     waiting = False
             if waiting:  # other workers still run cells: wait, in case one dies and its cell comes back
+                if self._say is not None and not self._waiting_said:
+                    self._waiting_said = True
+                    self._say(f"grid: waiting for {len(running)} cell(s) other workers are running (a dead worker's "
+                              f"cell comes back after {self.GRACE} s without its heartbeat)")
                 time.sleep(1.0)
                 continue
             with self._lock:
@@ -618,7 +624,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     budget = Budget(None if max_calls is None else max(0, max_calls - used_calls),
                     None if max_cost is None else max(0.0, max_cost - used_cost), price_per_hour=price_per_hour)
     claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
-                           choices=[c.key for c in cells]) if storage
+                           choices=[c.key for c in cells], say=say) if storage
               else LocalClaims([c.key for c in todo]))
     lock = threading.Lock()
     running: dict[str, dict] = {}  # key -> the cell's meter, what it had on disk, its predictions' line count

@@ -79,3 +79,14 @@ def test_a_question_cut_by_max_calls_replays_its_paid_calls_from_the_cache_for_f
     assert main([*argv, "--resume", "--max-calls", "1"]) == 0, capsys.readouterr().err
     assert stub_server.requests == 4
     assert len((run / "predictions.jsonl").read_text().splitlines()) == 2
+
+
+def test_max_cost_is_never_passed_by_the_last_call(tmp_path, stub_server, grid_env, capsys):
+    run = tmp_path / "run"
+    code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "--split", "dev_first500", "-n", "50",
+                 "--lm", "openai/stub", "--api-base", f"{stub_server.base_url}/v1", "--no-cache", "--out", str(run),
+                 "--max-cost", "0.0002", "--price", "0.15,0.60"])
+    assert code == 3, capsys.readouterr().err
+    spent = sum(json.loads(line)["cost"] for line in (run / "predictions.jsonl").read_text().splitlines())
+    # a call costs ~$0.00003 here: the budget used to let the call that crossed it go ($0.00023 of 0.0002)
+    assert stub_server.requests >= 3 and 0 < spent <= 0.0002

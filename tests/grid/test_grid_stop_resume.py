@@ -127,3 +127,22 @@ def test_shared_storage_survives_a_sigkilled_worker_and_reruns_do_not_hang(tmp_p
         assert time.monotonic() - started < 30, attempt  # the dead worker's claim is not waited out
     assert _written(out) == 2 * n
     assert stub_server.requests <= 2 * n + 1
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_one_thread_evaluate(tmp_path, stub_server, grid_env):
+    """On one thread Ctrl-C landed inside the question being run, which was dropped, and the run went on."""
+    run = tmp_path / "run"
+    stub_server.latency = 0.3
+    process = subprocess.Popen(ragzoo_argv("evaluate", "--method", "direct", "--dataset", "hotpotqa", "--split",
+                                           "dev_first500", "-n", "30", "--lm", "openai/stub", "--api-base",
+                                           f"{stub_server.base_url}/v1", "--no-cache", "--out", str(run)),
+                               env=grid_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 60
+    while stub_server.requests < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert stub_server.requests <= 4, err  # the question in flight at most, nothing after it
