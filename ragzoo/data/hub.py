@@ -113,12 +113,13 @@ def iter_hub(source: HubSource) -> Iterator[Located]:
         import datasets
     except ImportError:  # pragma: no cover - datasets is a dependency
         raise DataError(f"{source.label}: the `datasets` package is not installed") from None
-    from ragzoo.paths import cache_root
+    from ragzoo.paths import writable_cache_root
 
     convert = CONVERTERS[source.convert]
+    cache_dir = writable_cache_root("hf_datasets")  # the library writes there: only into ragzoo's cache root
     try:
         rows = datasets.load_dataset(source.path, source.name, split=source.split, data_files=source.data_files,
-                                     cache_dir=str(cache_root() / "hf_datasets"))
+                                     cache_dir=str(cache_dir))
     except Exception as error:  # the library raises many types (ConnectionError, DatasetNotFoundError, ...)
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise DataError(f"{source.label}: could not load it ({type(error).__name__}: {reason[:200]}); "

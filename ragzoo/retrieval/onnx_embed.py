@@ -66,7 +66,7 @@ def _check_pipeline(model) -> None:
 
 def export_files(model, identity: str) -> tuple[Path, Path]:
     """(fp32 path, int8 path) for a loaded SentenceTransformer, exported and quantized once into the cache."""
-    from ragzoo.paths import cache_root
+    from ragzoo.paths import cache_root, writable_cache_root
 
     onnxruntime = _require_onnx()
     label = f"{identity}|onnxruntime={onnxruntime.__version__}|recipe={RECIPE}"
@@ -75,6 +75,7 @@ def export_files(model, identity: str) -> tuple[Path, Path]:
     fp32, int8 = folder / "model.onnx", folder / "model-int8.onnx"
     if fp32.exists() and int8.exists():
         return fp32, int8
+    writable_cache_root("onnx")  # only into ragzoo's cache root
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tmp-{os.getpid()}-{threading.get_ident()}"
     tmp.mkdir(exist_ok=True)

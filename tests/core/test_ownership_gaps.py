@@ -191,3 +191,29 @@ def test_a_cache_root_holding_a_user_s_file_beside_ragzoo_s_folders_is_refused(t
     code, err = _index_build(corpus, capsys)
     assert code == 2 and "not a ragzoo cache folder" in err, err
     assert _tree(root) == before
+
+
+def test_the_datasets_library_writes_only_into_ragzoo_s_cache_root(tmp_path, monkeypatch):
+    from ragzoo import data
+    from ragzoo.data.hub import HubSource
+    from ragzoo.errors import ConfigError
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "a", "question": "q?", "answer": "yes", "type": "bridge", "level": "easy",
+                                "supporting_facts": {"title": [], "sent_id": []},
+                                "context": {"title": [], "sentences": []}}) + "\n", encoding="utf-8")
+    source = HubSource("json", split="train", convert="hotpot_qa", data_files=str(rows))
+    (tmp_path / "no-data").mkdir()
+    monkeypatch.setenv("RAGZOO_DATA", str(tmp_path / "no-data"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("four years of work")
+    monkeypatch.setenv("RAGZOO_CACHE", str(mine))
+    with pytest.raises(ConfigError, match="not a ragzoo cache folder"):
+        data.load("hotpotqa", "dev", hub=source)
+    assert _tree(mine) == {"thesis.txt": b"four years of work"}
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("RAGZOO_CACHE", str(root))
+    assert [example.id for example in data.load("hotpotqa", "dev", hub=source)] == ["a"]
+    assert read_marker(root)["files"] == ["hf_datasets"]
