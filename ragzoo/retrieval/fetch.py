@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from ragzoo.errors import ConfigError, DataError
-from ragzoo.paths import cache_root
+from ragzoo.paths import cache_root, writable_cache_root
 
 MARKER_SUFFIX = ".ragzoo.json"
 PARTIAL_MARK = ".partial-"
@@ -374,6 +374,8 @@ def fetch(name: str, *, root: Path | None = None, force: bool = False, progress:
     if not force and is_complete(target):
         clean_partials(target)
         return target, False
+    if root is None and not os.environ.get("RAGZOO_CORPORA"):
+        writable_cache_root("corpora")  # unpacked into the cache root: only into ragzoo's, before any download
     archive, expected, verified_by = download(src, offline=offline, cache_dir=cache_dir, progress=progress,
                                               allow_unverified=allow_unverified)
     if expected is None:

@@ -217,3 +217,21 @@ def test_the_datasets_library_writes_only_into_ragzoo_s_cache_root(tmp_path, mon
     monkeypatch.setenv("RAGZOO_CACHE", str(root))
     assert [example.id for example in data.load("hotpotqa", "dev", hub=source)] == ["a"]
     assert read_marker(root)["files"] == ["hf_datasets"]
+
+
+def test_a_corpus_is_unpacked_only_into_ragzoo_s_cache_root(tmp_path, monkeypatch):
+    from ragzoo.errors import ConfigError
+    from ragzoo.retrieval import fetch
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("downloaded although the corpus could not be unpacked")
+
+    monkeypatch.setattr(fetch, "download", no_download)
+    monkeypatch.delenv("RAGZOO_CORPORA", raising=False)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("four years of work")
+    monkeypatch.setenv("RAGZOO_CACHE", str(mine))
+    with pytest.raises(ConfigError, match="RAGZOO_CACHE .* not a ragzoo cache folder"):
+        fetch.fetch("wiki17-abstracts", progress=False)
+    assert _tree(mine) == {"thesis.txt": b"four years of work"}
