@@ -304,6 +304,10 @@ def check_price_per_hour(value) -> float | None:
     return rate
 
 
+class MustWait(Exception):
+    """A call could pass the budget only because of what the calls in flight hold: try again once they settle."""
+
+
 class Budget:
     """At most `max_calls` LM calls sent and `max_cost` USD spent; `reserve()` before each call.
 
@@ -334,9 +338,10 @@ class Budget:
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
 
-    def reserve(self, estimate: float = 0.0) -> None:
+    def reserve(self, estimate: float = 0.0, *, wait: bool = True) -> None:
         """Count one call about to be sent that could cost up to `estimate` USD, or raise `BudgetExceeded` (and
-        stay exceeded) if the budget cannot take it."""
+        stay exceeded) if the budget cannot take it. `wait=False` (an async caller, which must not block its
+        loop): raise `MustWait` instead of waiting for the calls in flight to settle."""
         with self._lock:
             while self.exceeded is None:
                 if self.max_calls is not None and self.started >= self.max_calls:
@@ -352,6 +357,8 @@ class Budget:
                                          "raise --max-cost to continue")
                     elif self.spent + server + self.held + estimate > self.max_cost:
                         if self.held > 0:  # the calls in flight may cost less than they hold: wait for them
+                            if not wait:
+                                raise MustWait()
                             self._settled.wait(1.0)
                             continue
                         self.exceeded = (f"LM cost budget reached ({what} spent; the next call could cost up to "
@@ -596,7 +603,8 @@ def estimate_call_cost(lm, args: tuple = (), kwargs: dict | None = None) -> floa
     return call_cost(lm, prompt_tokens, int(reply))
 
 
-def _reserve_open_budgets(lm=None, args: tuple = (), kwargs: dict | None = None) -> list[tuple[Budget, float]]:
+def _reserve_open_budgets(lm=None, args: tuple = (), kwargs: dict | None = None, *,
+                          wait: bool = True) -> list[tuple[Budget, float]]:
     budgets = [meter.budget for meter in open_meters() if meter.budget is not None]
     estimate = 0.0
     if lm is not None and any(budget.max_cost is not None for budget in budgets):
@@ -604,9 +612,9 @@ def _reserve_open_budgets(lm=None, args: tuple = (), kwargs: dict | None = None)
     reserved: list[tuple[Budget, float]] = []
     try:
         for budget in budgets:
-            budget.reserve(estimate)
+            budget.reserve(estimate, wait=wait)
             reserved.append((budget, estimate))
-    except BudgetExceeded:
+    except (BudgetExceeded, MustWait):
         for budget, held in reserved:
             budget.release()
             budget.settle(held)
@@ -631,7 +639,14 @@ class BudgetedCalls:
             _settle(reserved)
 
     async def acall(self, *args, **kwargs):
-        reserved = _reserve_open_budgets(self, args, kwargs)
+        import asyncio
+
+        while True:  # an async caller must not block its loop (the calls it waits for may run on it)
+            try:
+                reserved = _reserve_open_budgets(self, args, kwargs, wait=False)
+                break
+            except MustWait:
+                await asyncio.sleep(0.02)
         try:
             return await super().acall(*args, **kwargs)
         finally:

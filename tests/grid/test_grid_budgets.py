@@ -90,3 +90,28 @@ def test_max_cost_is_never_passed_by_the_last_call(tmp_path, stub_server, grid_e
     spent = sum(json.loads(line)["cost"] for line in (run / "predictions.jsonl").read_text().splitlines())
     # a call costs ~$0.00003 here: the budget used to let the call that crossed it go ($0.00023 of 0.0002)
     assert stub_server.requests >= 3 and 0 < spent <= 0.0002
+
+
+def test_concurrent_async_calls_wait_for_what_is_in_flight_and_never_pass_the_cap(stub_server, grid_env):
+    import asyncio
+
+    import dspy
+
+    from ragzoo.lm import make_lm
+    from ragzoo.usage import metering
+
+    stub_server.latency = 0.2
+    lm = make_lm("openai/stub", api_base=stub_server.base_url + "/v1", cache=False, price="0.15,0.60")
+    predict = dspy.Predict("question -> answer")
+
+    async def run():
+        with dspy.context(lm=lm), metering() as probe:
+            await predict.acall(question="warm")
+        with dspy.context(lm=lm), metering(max_cost=3.5 * probe.usage.cost) as meter:
+            results = await asyncio.gather(*[predict.acall(question=f"q{i}") for i in range(6)],
+                                           return_exceptions=True)
+        return probe.usage.cost, meter, results
+
+    one_call, meter, results = asyncio.run(asyncio.wait_for(run(), 30))  # one event loop: waiting must not block it
+    assert 1 <= meter.usage.lm_calls <= 3 and meter.budget.spent <= 3.5 * one_call  # all 6 used to be sent
+    assert sum(1 for r in results if type(r).__name__ == "BudgetExceeded") == 6 - meter.usage.lm_calls
