@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ from ragzoo.errors import ConfigError
 from ragzoo.files import atomic_write_json, replace_dir, sha256_file
 
 MARKER = ".ragzoo-folder.json"
+# the temporary file of a marker being written (files.atomic_write_bytes): another process marking the folder
+# that moment, not a file of the user's
+_MARKER_TMP = re.compile(re.escape(f".{MARKER}.") + r".+\.tmp$")
 NOUNS = {"run": "ragzoo run directory", "artifact": "ragzoo compiled-program artifact",
          "grid": "ragzoo grid directory", "index": "ragzoo index", "cache": "ragzoo cache folder",
          "checkpoint": "ragzoo compile checkpoint"}
@@ -94,7 +98,7 @@ def legacy_kind(folder: str | os.PathLike) -> str | None:
     """The kind of an unmarked folder that an earlier ragzoo version wrote, recognised by its files; else None."""
     folder = Path(folder)
     try:
-        names = {entry.name for entry in folder.iterdir()}
+        names = {entry.name for entry in folder.iterdir() if not _MARKER_TMP.match(entry.name)}
     except OSError:
         return None
     required, optional = _LEGACY_RUN
@@ -170,7 +174,7 @@ def claim(path: str | os.PathLike, kind: str, *, flag: str = "--out", error: typ
     if not target.is_dir():
         raise error(f"{flag} {path} is a file, not a {noun}; choose another {flag}")
     try:
-        names = {entry.name for entry in target.iterdir()}
+        names = {entry.name for entry in target.iterdir() if not _MARKER_TMP.match(entry.name)}
     except OSError as failure:
         raise error(f"{flag} {path} cannot be read ({failure.strerror or failure}); choose another {flag}") from None
     if not names or (kind == "run" and names == {_RUN_LOCK}):  # a run killed before its first file

@@ -235,3 +235,15 @@ def test_a_corpus_is_unpacked_only_into_ragzoo_s_cache_root(tmp_path, monkeypatc
     with pytest.raises(ConfigError, match="RAGZOO_CACHE .* not a ragzoo cache folder"):
         fetch.fetch("wiki17-abstracts", progress=False)
     assert _tree(mine) == {"thesis.txt": b"four years of work"}
+
+
+def test_a_marker_another_process_is_writing_does_not_make_the_cache_root_foreign(tmp_path, corpus, capsys,
+                                                                                  monkeypatch):
+    """Two builds starting on a fresh cache: one sees the other's marker half-written (its temporary file)."""
+    root = tmp_path / "cache"
+    (root / "indexes").mkdir(parents=True)
+    (root / f".{MARKER}.k3x9q.tmp").write_text('{"kind": "ca')
+    monkeypatch.setenv("RAGZOO_CACHE", str(root))
+    code, err = _index_build(corpus, capsys)
+    assert code == 0, err
+    assert read_marker(root)["kind"] == "cache"
