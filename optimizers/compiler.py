@@ -144,8 +144,11 @@ class CompileCheckpoint:
             return ownership.claim(self.path, "checkpoint", flag="the checkpoint folder")
         except ConfigError as refused:  # the user chooses --out, not this folder: say what to do about it
             reason = str(refused).split(";")[0]
-            raise ConfigError(f"{reason}; ragzoo never writes into it, and a compile keeps its checkpoint there "
-                              f"(beside --out): move it away or choose another --out") from None
+            if "read-only" in reason:
+                raise ConfigError(f"{reason}; make it writable or choose another --out") from None
+            never = "" if "never writes into" in reason else "ragzoo never writes into it, and "
+            raise ConfigError(f"{reason}; {never}a compile keeps its checkpoint there (beside --out): move it away "
+                              f"or choose another --out") from None
 
     def _own(self, name: str) -> None:
         """Claim the folder (it may have appeared since `open`), then list `name` as ragzoo's in its marker before
