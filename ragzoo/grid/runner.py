@@ -278,7 +278,7 @@ class LocalClaims:
         with self._lock:
             return (self._keys.pop(0), None) if self._keys else (None, None)
 
-    def done(self, token, ok: bool) -> None:
+    def done(self, token, ok: bool, requeue: bool = False) -> None:
         pass
 
     def heartbeat(self, token) -> None:
@@ -472,7 +472,9 @@ class OptunaClaims:
             with contextlib.suppress(Exception):
                 self.storage.record_heartbeat(trial._trial_id)
 
-    def done(self, trial, ok: bool) -> None:
+    def done(self, trial, ok: bool, requeue: bool = False) -> None:
+        """End a claim; `requeue`: the cell was cut short (Ctrl-C), not failed: back to the queue, so another
+        worker still running takes it at once (a rerun of this one finds it waiting, and does not add another)."""
         from optuna.trial import TrialState
 
         if trial is None:
@@ -482,6 +484,9 @@ class OptunaClaims:
                 self.study.tell(trial, 0.0)
             else:
                 self.study.tell(trial, state=TrialState.FAIL)
+                if requeue:
+                    with contextlib.suppress(Exception):
+                        self.study.enqueue_trial({"cell": trial.params["cell"]})
 
 
 def study_name(grid: Grid, cells: list[Cell]) -> str:
@@ -684,7 +689,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             if reason or stop.is_set():
                 with lock:
                     result.stopped = result.stopped or (None if interrupted.is_set() else reason)
-                claims.done(token, False)
+                claims.done(token, False, requeue=True)  # not started: another worker may take it
                 stop.set()
                 return
             cell_budget = {"max_calls": None if max_calls is None else budget.max_calls - budget.started,
@@ -722,7 +727,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                         result.stopped = result.stopped or budget_left() or "budget reached inside a cell"
                         stop.set()
                     result.failed[key] = state.get("error") or f"exit {state.get('exit')} in {state.get('stage')}"
-            claims.done(token, ok)
+            claims.done(token, ok, requeue=interrupted.is_set() and not ok)
             if not interrupted.is_set():  # a stopped grid says one line, not a last progress view
                 report()
 

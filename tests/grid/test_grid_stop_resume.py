@@ -146,3 +146,38 @@ def test_ctrl_c_stops_a_one_thread_evaluate(tmp_path, stub_server, grid_env):
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
     assert stub_server.requests <= 4, err  # the question in flight at most, nothing after it
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_by_ctrl_c_hands_its_cell_back_to_the_workers_still_running(tmp_path, stub_server,
+                                                                                      grid_env):
+    n = 8
+    grid = tmp_path / "wide.toml"
+    methods = "\n".join(f'[[methods]]\nid = "{m}"\nlabel = "{m}"\n' for m in ("direct", "cot", "rag", "cot_rag"))
+    grid.write_text(f'[grid]\nname = "wide"\nn = {n}\nlms = [{stub_lms(stub_server)}]\n\n'
+                    f'[[datasets]]\nname = "hotpotqa"\nsplit = "dev_first500"\nmetrics = ["em", "f1"]\n\n{methods}')
+    stub_server.latency = 0.25
+    out = tmp_path / "g"
+    storage = f"sqlite:///{tmp_path / 'grid.db'}"
+    argv = ragzoo_argv("sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet")
+    stopped = subprocess.Popen(argv, env=grid_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 120
+    while stub_server.requests < 2 and time.monotonic() < deadline:  # the first worker is inside its first cell
+        time.sleep(0.02)
+    running = subprocess.Popen(argv, env=grid_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import optuna
+
+    def claims_of(pid: int) -> list:
+        study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+        return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+                if t.user_attrs.get("worker", "").endswith(f":{pid}")]
+
+    while not (claims_of(running.pid) and claims_of(stopped.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # both workers inside a cell: the one stopped holds a claim the other one knows of
+    os.killpg(stopped.pid, signal.SIGINT)
+    _, err = stopped.communicate(timeout=30)
+    assert stopped.returncode == 130, err
+    _, err = running.communicate(timeout=120)
+    assert running.returncode == 0, err[-3000:]
+    assert _written(out) == 4 * n  # the interrupted cell was finished by the worker still running, no rerun
