@@ -53,7 +53,10 @@ Choices where the paper is open, or where an LLM predictor replaces a fine-tuned
   scorer (`compile_program(..., stage_resources={"logprob_fn": ...})`) the filter stage is skipped and the
   manifest says why; pass measure=lexical or strinc to compile the filter on HotpotQA without one. SILVER
   resolves "auto" to STRINC (CXMI at test time needs the scorer too).
-- The generator is a plain `Predict` (M_gen decodes the answer directly, no chain of thought).
+- The generator is a plain `Predict` (M_gen decodes the answer directly, no chain of thought). FULL's
+  generator (`context="full"`) has its own signature, `AnswerFromRetrievedContext`, that says its context is
+  the retrieved passages as retrieved: the paper's FULL trains and tests M_gen on `P ⊕ q`, so telling it the
+  context was filtered (as FILCO's generator is told) would describe a filter that never ran.
 - Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as a degradation in the trace): a
   `filter` reply that cannot be read for a passage keeps that whole passage (the FULL context for it:
   nothing was filtered out); `selected` records all its sentence indices (or True). The generator's
@@ -73,7 +76,8 @@ from ragzoo.programs.base import RagProgram, Stage, StageSkipped, TopK, degrade,
 from ragzoo.programs.filco_oracle import (CXMI_THRESHOLD, LEXICAL_THRESHOLD, Granularity, LogProbFn, Measure,
                                          build_filter_trainset, filter_agreement_metric, oracle_select,
                                          split_sentences)
-from ragzoo.signatures.filco import AnswerFromFilteredContext, FilterPassage, FilterSentences, format_sentences
+from ragzoo.signatures.filco import (AnswerFromFilteredContext, AnswerFromRetrievedContext, FilterPassage,
+                                     FilterSentences, format_sentences)
 
 
 # §4.2: the measure the main results use per task (the paper's six datasets under ragzoo's names)
@@ -119,7 +123,8 @@ class Filco(RagProgram):
         self.k, self.granularity, self.on_empty, self.context = k, granularity, on_empty, context
         self.measure, self.threshold, self.cxmi_threshold = measure, threshold, cxmi_threshold
         self.filter = dspy.Predict(FilterSentences if granularity == "sentence" else FilterPassage)
-        self.generate = dspy.Predict(AnswerFromFilteredContext)
+        # FULL's generator sees the passages unfiltered and is told so (issue 22 item 10)
+        self.generate = dspy.Predict(AnswerFromRetrievedContext if context == "full" else AnswerFromFilteredContext)
 
     @property
     def oracle_inputs(self) -> tuple[str, ...]:

@@ -9,6 +9,9 @@ the paper's oracle measures (`ragzoo.programs.filco_oracle`). Instructions are o
   labels of the paper (one best sentence per passage) map onto it one to one.
 - `FilterPassage` is the passage-level filter (the paper's PSG / PSGS baseline): keep or drop the whole passage.
 - `AnswerFromFilteredContext` is M_gen: the question and the filtered context only.
+- `AnswerFromRetrievedContext` is M_gen of the FULL baseline (the paper's M_gen trained and tested on the
+  unfiltered top-k passages, `P ⊕ q`): the same answer, but told the truth about its context, which is every
+  retrieved passage as retrieved (no filter ran, so the instructions must not say one did).
 """
 
 from __future__ import annotations
@@ -56,5 +59,14 @@ class AnswerFromFilteredContext(dspy.Signature):
     may be empty, and then answer from what you know."""
 
     context: list[str] = dspy.InputField(desc="filtered passages, each 'Title | selected sentences' (may be empty)")
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField(desc=SHORT_ANSWER)
+
+
+class AnswerFromRetrievedContext(dspy.Signature):
+    """Answer the question. The context holds the retrieved passages in retrieval order, whole; some may not
+    bear on the question."""
+
+    context: list[str] = dspy.InputField(desc="retrieved passages, each 'Title | text'")
     question: str = dspy.InputField()
     answer: str = dspy.OutputField(desc=SHORT_ANSWER)
