@@ -4,9 +4,11 @@ Answer metrics read the golds from `example.answers` (list; falls back to `examp
 from `pred.answer`. A prediction that is None, has no answer, an empty or None answer, or is an exception
 object (a failed parse recorded by the evaluator) scores 0.0 and never raises. All metrics return floats.
 
-    METRICS      higher is better: em, f1, acc, contains (answers); recall, precision, s_precision,
-                 all_gold (retrieved titles vs `example.supporting_titles`, from `pred.passages`)
-    DIAGNOSTICS  lower is better: unknown (%Unk), vote_miss (%NM)
+    METRICS      higher is better: em, f1, acc, contains (answers); oracle_em, oracle_f1, oracle_acc,
+                 oracle_contains (the best over `pred.candidates`, else the answer: best-of-n rows,
+                 `ragzoo.metrics.oracle`); recall, precision, s_precision, all_gold (retrieved titles vs
+                 `example.supporting_titles`, from `pred.passages`)
+    DIAGNOSTICS  lower is better: unknown (%Unk), unknown_lenient (%Unk with refusal phrasings), vote_miss (%NM)
     get_metric(name_or_callable) -> the metric function (ConfigError listing valid names otherwise)
 
 A dataset's default metric (StrategyQA: acc, the others: em) is data, not a metric: it lives with the
@@ -20,9 +22,10 @@ from typing import Any, Callable
 
 from ragzoo.errors import ConfigError
 from ragzoo.metrics.answer import accuracy, contains, exact_match, f1, normalize_answer, token_f1, yes_no
-from ragzoo.metrics.fields import gold_answers, gold_yes_no, predicted_answer
-from ragzoo.metrics.rates import (is_unknown, unknown_metric, unknown_rate, vote_miss, vote_miss_metric,
-                                  vote_miss_rate)
+from ragzoo.metrics.fields import gold_answers, gold_yes_no, predicted_answer, predicted_candidates
+from ragzoo.metrics.oracle import oracle_acc, oracle_contains, oracle_em, oracle_f1
+from ragzoo.metrics.rates import (is_unknown, unknown_lenient_metric, unknown_metric, unknown_rate, vote_miss,
+                                  vote_miss_metric, vote_miss_rate)
 from ragzoo.metrics.retrieval import (all_gold_metric, all_gold_retrieved, gold_titles, normalize_title,
                                       precision_metric,
                                       predicted_passages, recall_metric, retrieval_report, retrieved_titles,
@@ -56,6 +59,10 @@ METRICS: dict[str, Metric] = {
     "f1": f1_metric,
     "acc": acc,
     "contains": contains_metric,
+    "oracle_em": oracle_em,
+    "oracle_f1": oracle_f1,
+    "oracle_acc": oracle_acc,
+    "oracle_contains": oracle_contains,
     "recall": recall_metric,
     "precision": precision_metric,
     "s_precision": s_precision_metric,
@@ -64,6 +71,7 @@ METRICS: dict[str, Metric] = {
 
 DIAGNOSTICS: dict[str, Metric] = {
     "unknown": unknown_metric,
+    "unknown_lenient": unknown_lenient_metric,
     "vote_miss": vote_miss_metric,
 }
 
@@ -94,8 +102,9 @@ def get_metric(name_or_callable: str | Metric) -> Metric:
 __all__ = [
     "DIAGNOSTICS", "METRICS", "accuracy", "acc", "all_gold_metric", "all_gold_retrieved",
     "contains", "contains_metric", "em", "exact_match", "f1", "f1_metric", "get_metric",
-    "gold_answers", "gold_titles", "gold_yes_no", "is_unknown", "normalize_answer", "precision_metric",
-    "predicted_answer", "predicted_passages", "recall_metric", "retrieval_report", "retrieved_titles",
-    "normalize_title", "s_precision", "s_precision_metric", "title_precision", "title_recall", "token_f1", "unknown_metric",
-    "unknown_rate", "vote_miss", "vote_miss_metric", "vote_miss_rate", "yes_no",
+    "gold_answers", "gold_titles", "gold_yes_no", "is_unknown", "normalize_answer", "oracle_acc",
+    "oracle_contains", "oracle_em", "oracle_f1", "precision_metric", "predicted_answer", "predicted_candidates",
+    "predicted_passages", "recall_metric", "retrieval_report", "retrieved_titles", "normalize_title",
+    "s_precision", "s_precision_metric", "title_precision", "title_recall", "token_f1", "unknown_lenient_metric",
+    "unknown_metric", "unknown_rate", "vote_miss", "vote_miss_metric", "vote_miss_rate", "yes_no",
 ]

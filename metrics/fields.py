@@ -64,3 +64,13 @@ def gold_yes_no(example: Any):
         return value
     golds = gold_answers(example)
     return golds[0] if golds else None
+
+
+def predicted_candidates(pred: Any) -> list[str]:
+    """The candidate answers a method produced (`pred.candidates`: samples, agents' answers, votes, in the
+    method's documented order), each as a string (None reads as ""); [] when the prediction has none or
+    failed. Works on a prediction and on a run record alike (both carry them as `candidates`)."""
+    value = field(pred, "candidates")
+    if not isinstance(value, (list, tuple)):
+        return []
+    return ["" if item is None or isinstance(item, BaseException) else str(item) for item in value]

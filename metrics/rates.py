@@ -1,13 +1,16 @@
 """Post-Fusion's diagnostic rates: %Unk (the model said "unknown") and %NM (vote miss).
 
 "Unknown" is defined HERE, once, for the programs that act on it (`ragzoo.programs.voting`, hence Concat+PF's
-fallback and PF+Concat's dropped passages) and for the %Unk rate that reports it, so %Unk counts exactly the
+fallback and PF+Concat's dropped passages; RA-ISF's `decompose_if_unknown`; the yes/no reader
+`ragzoo.programs.base.YesNoPredict`) and for the %Unk rate that reports it, so %Unk counts exactly the
 abstentions the programs acted on:
 - an answer is unknown when it normalizes (SQuAD normalization) to exactly "unknown", or to nothing (an
   empty or missing answer is an abstention too; an answer made only of an article, e.g. "A", is not empty);
 - with `refusals=True` (the programs' `lenient_unknown` knob), refusal phrasings ("not provided", "no
   context", "cannot be determined", "N/A", ...) count as well; off by default because the paper's prompt asks
-  for the literal word, and so they can be reported separately, as the notes recommend.
+  for the literal word, and so they can be reported separately, as the notes recommend. RA-ISF's official
+  code spells its abstention label "unknow": a misspelling of the word asked for, so it is one of these
+  (issue 22: RA-ISF no longer keeps its own wider list). `unknown_lenient` is %Unk in that reading.
 A FAILED prediction (None, or an exception an evaluator recorded) is not an abstention: `unknown_metric` and
 `unknown_rate` score it 0, so %Unk and the error rate stay apart.
 
@@ -32,7 +35,7 @@ REFUSAL = re.compile(
     r"|insufficient (information|context)|no (relevant )?(context|information)"
     r"|(cannot|can not|cant|unable to) (be )?(determined?|answer(ed)?)"
     r"|(does not|doesnt|do not|dont) (provide|contain|mention|say)"
-    r"|not (provided|mentioned|given|specified|stated|available)|^n ?a$)\b")
+    r"|not (provided|mentioned|given|specified|stated|available)|^n ?a$|^unknow$)\b")
 POOL_FIELDS = ("votes", "candidates", "answer_pool")
 
 
@@ -60,6 +63,11 @@ def prediction_is_unknown(pred: Any, *, refusals: bool = False) -> bool:
 def unknown_metric(example, pred, trace=None) -> float:
     """1.0 when the prediction's answer is "unknown" (per-example form of %Unk)."""
     return float(prediction_is_unknown(pred))
+
+
+def unknown_lenient_metric(example, pred, trace=None) -> float:
+    """1.0 when the prediction's answer is "unknown" or a refusal phrasing (%Unk of a `lenient_unknown` run)."""
+    return float(prediction_is_unknown(pred, refusals=True))
 
 
 def unknown_rate(preds: Iterable[Any], *, refusals: bool = False) -> float:

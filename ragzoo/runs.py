@@ -124,6 +124,13 @@ def _passages(prediction) -> list[dict]:
     return result
 
 
+def _candidates(prediction) -> dict:
+    """{"candidates": [...]} when the method produced candidate answers (samples, agents' answers, votes: the
+    pool the oracle metrics choose from, kept so a run can be rescored), else nothing."""
+    candidates = prediction.get("candidates") if prediction is not None else None
+    return {"candidates": jsonable(list(candidates))} if isinstance(candidates, (list, tuple)) else {}
+
+
 def storable_record(record: dict) -> dict:
     """A run record as it may be written: every text `ragzoo.secrets.scrub`bed (an upstream that echoes the key
     in its answer, its error or a re-ask must not get it stored), the id kept as is (it is the record's
@@ -459,6 +466,7 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         "prediction": jsonable(answer),
         "metrics": scores,
         "passages": _passages(prediction),
+        **_candidates(prediction),
         **usage,
         "retrievals": len(trace.retrievals),
         "lm_trace": [{"predictor": c.signature, "prompt_tokens": c.prompt_tokens,
