@@ -49,10 +49,12 @@ Paper experiments -> knobs (each ablation is one flag):
 - Fig. 5 (multiple answer sampling): sampling=True runs the answer step (answer CoT + extraction) once per
   top_p in (0, 0.5, 1) (top_p 0 = the greedy call; 0.5 and 1 sample at temperature 1, each a distinct
   request through `rollout_id`): 13 + 4 = 17 calls (StrategyQA 14). The
-  prediction's `answer` is the top_p = 0 one (the single-answer setting) and `answers` holds all three; the
-  paper's best-of-3 score (EM = any correct, F1 = max) is computed over `answers` by the evaluator. Only the
-  answer step is sampled: the paper says "multiple answer sampling", and the retrieval and filtering
-  upstream are shared.
+  prediction's `answer` is the top_p = 0 one (the single-answer setting) and `candidates` holds all three
+  in top_p order (0, 0.5, 1: greedy first); the run record keeps them, and the paper's best-of-3 score
+  ("if one of the answers is correct, its EM will be 1, and the F1 score is the highest one of the three")
+  is `--metric oracle_em,oracle_f1` (`ragzoo.metrics.oracle`). Only the answer step is sampled: the paper
+  says "multiple answer sampling", and the retrieval and filtering upstream are shared. Without sampling,
+  `candidates` is the one answer.
 
 Choices where the paper is open (each documented; the ones that matter are knobs):
 - Knowledge format: "knowledge <i> : Title | text", one per line, ids 0..n-1 (the filter prompt's own
@@ -170,7 +172,8 @@ class BlendFilter(RagProgram):
         if_nothing_kept: when the filter keeps nothing: "no_knowledge" answers from the model's own
             knowledge, "unfiltered" answers from the unfiltered union.
         sampling: Fig. 5's multiple answer sampling: the answer step (CoT + extraction) runs once per
-            top_p in (0, 0.5, 1); `answers` holds the three, `answer` the top_p = 0 one.
+            top_p in (0, 0.5, 1); `candidates` holds the three (greedy first), `answer` the top_p = 0
+            one; score best-of-3 with --metric oracle_em,oracle_f1.
     """
 
     def __init__(
@@ -286,7 +289,7 @@ class BlendFilter(RagProgram):
         answer, reasoning = answers[0], reasonings[0]
         return dspy.Prediction(
             answer=answer,
-            answers=answers,
+            candidates=answers,
             passages=knowledge,
             reasoning=reasoning,
             external_reasoning=external_reasoning,

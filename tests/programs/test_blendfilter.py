@@ -309,5 +309,60 @@ def test_fig5_sampling_runs_the_answer_step_once_per_top_p(retriever):
     assert lm.call_names == FULL[:-2] + ["answer_cot", "extract_answer"] * 3
     assert [entry["kwargs"].get("top_p") for entry in lm.history[-6:]] == [None, None, 0.5, 0.5, 1.0, 1.0]
     assert [entry["kwargs"].get("temperature") for entry in lm.history[-4:]] == [1.0] * 4
-    assert pred.answers == ["three", "four", "three"] and pred.answer == "three"
+    assert pred.candidates == ["three", "four", "three"] and pred.answer == "three"
     assert len(retriever.queries) == 3  # retrieval and filtering are shared by the samples
+
+
+# --- issue 22: Fig. 5 best of 3, scored through the CLI --------------------------------------------------
+
+
+def test_fig5_the_answer_is_the_greedy_sample_and_candidates_keep_all_three_in_top_p_order(retriever):
+    # three different samples, so taking any other than the greedy (top_p = 0) one as the answer shows
+    lm = script(answer_cot=[{"reasoning": "greedy says three"}, {"reasoning": "sample says four"},
+                            {"reasoning": "sample says five"}],
+                extract_answer=[{"answer": "three"}, {"answer": "four"}, {"answer": "five"}])
+    pred = run(BlendFilter(retriever, sampling=True), lm)
+    assert pred.answer == "three" and pred.reasoning == "greedy says three"
+    assert pred.candidates == ["three", "four", "five"]
+    # each extraction reads its own sample's reasoning
+    assert [c.inputs["context"] for c in lm.calls_to("extract_answer")] == [
+        "greedy says three", "sample says four", "sample says five"]
+
+
+def test_without_sampling_the_one_answer_is_the_only_candidate(retriever):
+    pred = run(BlendFilter(retriever), script())
+    assert pred.candidates == ["three"] and pred.answer == "three"
+
+
+def test_fig5_best_of_3_is_scored_from_the_cli(tmp_path, monkeypatch, capsys):
+    """`ragzoo evaluate ... --knob sampling=true --metric em,f1,oracle_em,oracle_f1` against the stub server:
+    the greedy extraction answers wrong, the top_p = 0.5 sample right, so em is 0 and oracle_em 1, and the
+    record keeps the three candidates, greedy first."""
+    import json
+
+    from ragzoo.cli import main
+    from ragzoo.stubserver import StubLMServer, _content, adapter_answer, prompt_style, render_answer
+
+    def responder(messages, body=None):
+        system = next((_content(m) for m in messages if m.get("role") in ("system", "developer")), "")
+        values = adapter_answer(system)
+        if set(values) == {"answer"}:  # extract_answer: the only call whose one output is `answer`
+            values["answer"] = {None: "Mary Shelley", 0.5: "Jane Austen", 1.0: "Austen"}[(body or {}).get("top_p")]
+        return render_answer(values, prompt_style(system))
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": f"Book {i}", "text": f"Book {i} was written by "
+                                          f"someone in year {1800 + i}."}) + "\n" for i in range(8)))
+    data = tmp_path / "questions.jsonl"
+    data.write_text(json.dumps({"id": "q0", "question": "Who wrote book 3?", "answers": ["Jane Austen"]}) + "\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    with StubLMServer(responder=responder) as server:
+        code = main(["evaluate", "--method", "blendfilter", "--knob", "sampling=true", "--data", str(data),
+                     "--retriever", f"bm25:{corpus}", "--lm", "openai/stub-model", "--api-base",
+                     server.base_url + "/v1", "--metric", "em,f1,oracle_em,oracle_f1", "--out", str(tmp_path / "run")])
+    assert code == 0, capsys.readouterr().err
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert record["prediction"] == "Mary Shelley"
+    assert record["candidates"] == ["Mary Shelley", "Jane Austen", "Austen"]
+    assert record["metrics"]["em"] == 0.0 and record["metrics"]["oracle_em"] == 1.0
+    assert record["metrics"]["oracle_f1"] == 1.0 and record["lm_calls"] == 17
