@@ -37,7 +37,10 @@ Choices where the paper is open (knobs in brackets):
 - The answer from relevant passages sees only P_rel (Eq. 3; Alg. 1 line 14 says P, a typo the notes and
   the code confirm). That answer is returned as is, not checked again (the relevance gate is the paper's
   "checkpoint", §5.5). [decompose_if_unknown=True] is our option: if that answer is "unknown", go on to
-  decomposition as if no passage were relevant.
+  decomposition as if no passage were relevant. "Unknown" is ragzoo's one definition of an abstention
+  (`ragzoo.metrics.rates.is_unknown`, the one %Unk counts): the word "unknown" or an empty answer; with
+  [lenient_unknown=True] also refusal phrasings ("I don't know", "not provided", the official code's "unknow"
+  spelling), which the `unknown_lenient` diagnostic counts. RA-ISF keeps no spelling list of its own.
 - The retrieval query is the (sub-)question alone (the code prepends an undefined dataset "context").
 - Sub-questions are solved independently, in order, each through the full procedure; a later one does not
   see earlier sub-answers (as in the paper). Synthesis sees the node's question and one
@@ -90,7 +93,7 @@ from typing import Annotated, Any, Literal
 import dspy
 
 from ragzoo.knobs import Range
-from ragzoo.metrics.rates import is_unknown as _is_unknown
+from ragzoo.metrics.rates import is_unknown
 from ragzoo.programs import register
 from ragzoo.programs.base import (PositiveInt, RagProgram, Stage, TopK, dedup_passages, degrade,
                                   passages_as_context, read_yes_no)
@@ -114,12 +117,6 @@ Fallback = Literal["direct", "passages", "unknown"]
 def normalize_question(text: str) -> str:
     """Lower case, punctuation dropped, spaces collapsed: the key for duplicate sub-questions."""
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
-
-
-def is_unknown(answer: str) -> bool:
-    """ragzoo's one definition of an abstention (`ragzoo.metrics.rates.is_unknown`: "unknown" or empty), plus
-    the official code's "Unknow" spelling and "I don't know"."""
-    return _is_unknown(answer) or normalize_question(answer) in {"unknow", "i don t know"}
 
 
 @dataclass
@@ -158,6 +155,8 @@ class RAISF(RagProgram):
         on_empty_decomposition: what a node does when no usable sub-question is left: "direct", "passages"
             or "unknown".
         decompose_if_unknown: decompose also when the answer from relevant passages is "unknown" (ours).
+        lenient_unknown: with decompose_if_unknown, refusal phrasings ("I don't know", "not provided") count
+            as "unknown" too (as the `unknown_lenient` diagnostic counts them); off: only "unknown" or empty.
         use_self_knowledge: ask first whether the model knows the answer (false = Table 2's "No SKM").
         use_relevance: retrieve and judge passages (false = Table 2's "No PRM").
         use_decomposition: decompose questions no passage answers (false = Table 2's "No QDM").
@@ -178,6 +177,7 @@ class RAISF(RagProgram):
         at_depth_limit: Literal["decompose", "unknown", "passages", "direct"] = "decompose",
         on_empty_decomposition: Fallback = "direct",
         decompose_if_unknown: bool = False,
+        lenient_unknown: bool = False,
         use_self_knowledge: bool = True,
         use_relevance: bool = True,
         use_decomposition: bool = True,
@@ -193,6 +193,7 @@ class RAISF(RagProgram):
         self.at_depth_limit = at_depth_limit
         self.on_empty_decomposition = on_empty_decomposition
         self.decompose_if_unknown = decompose_if_unknown
+        self.lenient_unknown = lenient_unknown
         self.use_self_knowledge = use_self_knowledge
         self.use_relevance = use_relevance
         self.use_decomposition = use_decomposition
@@ -318,7 +319,7 @@ class RAISF(RagProgram):
                 answer = self._call(self.passages_answer, state, question=question,
                                     passages=passages_as_context(relevant)).answer
                 state.used_passages.extend(relevant)
-                if not (self.decompose_if_unknown and is_unknown(answer)):
+                if not (self.decompose_if_unknown and is_unknown(answer, refusals=self.lenient_unknown)):
                     return self._solved(node, "relevant_passages", answer, state)
                 node["unknown_from_passages"] = answer
 

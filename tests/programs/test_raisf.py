@@ -412,3 +412,35 @@ def test_gate_stages_run_through_the_optimizer_before_the_end_to_end_compile(ret
     assert [record["examples"] for record in result.staged] == [1, 2]
     assert [demo["can_answer"] for demo in result.program.self_knowledge.demos] == [False]
     assert sorted(demo["relevant"] for demo in result.program.relevance_judge.demos) == [False, True]
+
+
+# --- issue 22 item 9: one definition of an abstention --------------------------------------------------
+
+ANSWER_SHAPES = ["unknown", "Unknown.", "UNKNOWN!", "", "Unknow", "unknow.", "I don't know", "I do not know",
+                 "The passages do not mention it.", "not provided", "Paris", "unknown soldier", "A"]
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+@pytest.mark.parametrize("answer", ANSWER_SHAPES)
+def test_decompose_if_unknown_acts_exactly_on_what_unk_counts(retriever, answer, lenient):
+    """RA-ISF goes on to decomposition after an answer from passages iff the %Unk diagnostic of the same
+    reading (`unknown`, or `unknown_lenient` with lenient_unknown) counts that answer as an abstention: no
+    spelling of its own (the official code's "unknow" and "I don't know" are refusals, counted leniently)."""
+    from ragzoo.metrics import get_metric
+
+    world = World(grounded={ROOT: None}, known={"a?"}, decompositions={ROOT: ["a?"]})
+    lm = world.lm(passages_answer={"answer": answer})
+    pred = run(RAISF(retriever, decompose_if_unknown=True, lenient_unknown=lenient), lm)
+    unk = get_metric("unknown_lenient" if lenient else "unknown")(None, dspy.Prediction(answer=answer))
+    assert ("decompose" in lm.call_names) == (unk == 1.0), (answer, lenient)
+    assert pred.route == ("decomposition" if unk else "relevant_passages")
+
+
+def test_strict_reading_keeps_a_refusal_as_the_answer_and_unk_does_not_count_it(retriever):
+    world = World(grounded={ROOT: None}, known={"a?"}, decompositions={ROOT: ["a?"]})
+    lm = world.lm(passages_answer={"answer": "I don't know"})
+    pred = run(RAISF(retriever, decompose_if_unknown=True), lm)
+    assert lm.call_names == ["self_knowledge", *JUDGES, "passages_answer"]
+    assert pred.answer == "I don't know"
+    from ragzoo.metrics import get_metric
+    assert get_metric("unknown")(None, pred) == 0.0 and get_metric("unknown_lenient")(None, pred) == 1.0
