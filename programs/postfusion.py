@@ -50,23 +50,47 @@ Choices where the paper is open:
   and for concat_pf when concat answered; the passages that voted for the winner when the vote decided
   (none if every passage said unknown); the distiller's passages for pf_concat. `retrieved` always holds
   all k.
-- Self-consistency (§4.4) is the knob `samples` (p): each answering call is made p times at temperature 0.7
-  (the paper's setting), each with its own `rollout_id` so the samples are distinct requests (and distinct
-  cache entries), and the p answers are reduced by `majority_vote` (unknowns do not vote, ties to the
-  first sample). Concatenation: p calls -> one answer; Post-Fusion: p per passage -> one answer per
-  passage, then the usual vote; Concat+PF falls back when the concatenation's majority is unknown (the
-  paper does not say how Concat+PF uses samples). p = 1 (default) is one greedy call, as in the main
-  tables. Calls per question are multiplied by p (an API that returns n completions per request could
-  serve one call; DSPy's n is not used because not every LM behind ragzoo supports it).
+- Self-consistency (§4.4, Fig. 5's three curves: Concatenation, PF+Concat, Concat+PF) is the knob `samples`
+  (p): each answering call is made p times at temperature 0.7 (the paper's setting), each with its own
+  `rollout_id` so the samples are distinct requests (and distinct cache entries), and the p answers are
+  reduced by `majority_vote` (unknowns do not vote, ties to the first sample; so a call is "unknown" only
+  when all its samples abstain). Concatenation: p calls -> one answer; Post-Fusion: p per passage -> one
+  answer per passage, then the usual vote; Concat+PF falls back when the concatenation's majority is
+  unknown; PF+Concat: p per passage (a passage survives when its majority is known), the distiller sees
+  every distinct known answer of all p·k samples (passage rank, then sample order: sampling widens the
+  pool it distils) and is itself sampled p times, its majority the answer (p·k + p calls). The paper does
+  not say how the multi-round methods use samples; these are our readings. p = 1 (default) is one greedy
+  call, as in the main tables. Calls per question are multiplied by p (an API that returns n completions
+  per request could serve one call; DSPy's n is not used because not every LM behind ragzoo supports it).
+- `candidates` (the convention every method that produces several answers follows): every distinct known
+  answer the answering calls produced before the final choice, deduplicated after normalization, "unknown"
+  left out, in call order: the concatenation's samples first (concat, concat_pf), then per passage in
+  retrieval rank its samples in order (postfusion, the concat_pf fallback, pf_concat: the pool the
+  distiller chose from). The distiller's own answer and the Pruning/Summary answer are the final choice;
+  for single-answer calls `candidates` is `[answer]` (or `[]` when it is unknown).
 - "With gold passage" (Table 1, knob `gold_passage`): the paper says the gold passage is "randomly inserted"
   into the top-5 when they lack the answer; whether it replaces one or is added is open: it REPLACES the
   passage at a random position (seeded by the question), keeping k. Whether the top-k "contain the answer"
   is a normalized whole-token string inclusion of a gold answer (FILCO's STRINC); without `answers` the gold
   passage is always inserted. The gold passage and answers are per-question inputs of `forward`.
+- Instructions (issue 22) are our own words; the paper's prompt text is not kept in the repository. What
+  each says, beside what the paper's call does:
+  - `PassageQA` <- Fig. 7 (Concatenation and Post-Fusion): a task line (answer from the contexts with a short
+    factoid phrase), three context-free question/answer format examples, a line asking for a best-guess
+    extractive answer and for the word unknown when the answer is not known. Ours starts from why the reply's
+    form matters (a program keeps it, counts it as a vote, or treats unknown as an abstention that triggers a
+    fallback) and then states the two allowed replies and when each applies; the format examples are not
+    shipped (the typed output field and its description carry the format).
+  - `PruningQA` / `SummaryQA` <- Figs. 8-9: a one-shot chain of thought whose worked demo eliminates sources
+    one by one (Pruning) or summarises the relevant ones (Summary) before the answer. Ours describes the
+    procedure as steps; the demo is ours (`PRUNING_DEMO`, `SUMMARY_DEMO`).
+  - `DistillAnswer` <- no prompt in the paper (§3.3 describes the input: the passages that did not answer
+    unknown, and the candidate answers); the instruction is ours.
 - Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, each recorded as a degradation in the
   trace): a per-passage answer (`passage_answer`) that cannot be read counts as "unknown" and casts no
   vote; in concat_pf an unreadable `concat_answer` is treated as "unknown", i.e. the post-fusion vote
-  runs; in pf_concat an unreadable `distill` gives the majority vote of the candidates. The single answer
+  runs; in pf_concat an unreadable `distill` gives the majority vote of the candidates (with samples, an
+  unreadable distilling sample casts no vote, and only when all are unreadable does the candidates' vote decide). The single answer
   call of concat, pruning and summary has no fallback: its unreadable reply fails the question. Any
   other parse failure raises (DSPy's AdapterParseError).
 """
@@ -173,9 +197,9 @@ class PostFusionFamily(RagProgram):
                               f"not {mode!r}")
         if not one_shot and mode not in ("pruning", "summary"):
             raise ConfigError(f"PostFusionFamily knob one_shot applies to pruning and summary only, not {mode!r}")
-        if samples > 1 and mode not in ("concat", "postfusion", "concat_pf"):
-            raise ConfigError(f"PostFusionFamily knob samples (self-consistency, §4.4) applies to concat, "
-                              f"postfusion and concat_pf, not {mode!r}")
+        if samples > 1 and mode not in ("concat", "postfusion", "concat_pf", "pf_concat"):
+            raise ConfigError(f"PostFusionFamily knob samples (self-consistency, §4.4, Fig. 5) applies to concat, "
+                              f"postfusion, concat_pf and pf_concat, not {mode!r}")
         self.one_shot, self.samples, self.gold_passage = one_shot, samples, gold_passage
         self.k = k
         self.mode = mode
@@ -214,42 +238,61 @@ class PostFusionFamily(RagProgram):
             "pruning": self._cot,
             "summary": self._cot,
         }[self.mode]
-        fields = dict(concat_answer=None, votes=None, vote_counts=None, candidates=None, fallback=False,
-                      distilled=False, rationale=None)
+        fields = dict(concat_answer=None, votes=None, vote_counts=None, fallback=False, distilled=False,
+                      rationale=None)
         fields.update(run(question, passages))
+        # every distinct answer the answering calls produced before the final choice (see the docstring)
+        fields["candidates"] = distinct_candidates(fields.pop("sampled", None) or [fields["answer"]],
+                                                   self.lenient_unknown)
         return dspy.Prediction(retrieved=passages, unknown=is_unknown(fields["answer"], self.lenient_unknown),
                                gold_inserted=gold_inserted, **fields)
 
     # Strategies. Each returns the prediction fields it determines.
 
-    def _ask(self, predictor, context: str, question: str, unreadable: tuple[str, str] | None = None) -> str:
-        """One answer: a greedy call, or (self-consistency) the majority of `samples` sampled calls. With
-        `unreadable` = (predictor name, what that means), a call whose reply cannot be read answers
-        "unknown" (a degradation); without it, it raises."""
+    def _ask(self, predictor, unreadable: tuple[str, str] | None = None, **inputs) -> tuple[str, list[str]]:
+        """One answer and the answers it was chosen from: a greedy call (`[answer]`), or (self-consistency)
+        the majority of `samples` sampled calls (all of them, in sample order). With `unreadable` =
+        (predictor name, what that means), a call whose reply cannot be read answers "unknown" (a
+        degradation); without it, it raises."""
         def call(**config):
             if unreadable is None:
-                return predictor(context=context, question=question, **config).answer
-            return degrade(lambda: predictor(context=context, question=question, **config).answer, UNKNOWN,
-                           *unreadable)
+                return predictor(**inputs, **config).answer
+            return degrade(lambda: predictor(**inputs, **config).answer, UNKNOWN, *unreadable)
 
         if self.samples == 1:
-            return call()
-        answers = [call(config={"temperature": SAMPLING_TEMPERATURE, "rollout_id": i})
-                   for i in range(self.samples)]
-        return majority_vote(answers, self.lenient_unknown).answer
+            answer = call()
+            return answer, [answer]
+        answers = [call(config=self._sampling(i)) for i in range(self.samples)]
+        return majority_vote(answers, self.lenient_unknown).answer, answers
+
+    @staticmethod
+    def _sampling(i: int) -> dict:
+        # its own rollout_id, so the samples are distinct requests (and distinct cache entries)
+        return {"temperature": SAMPLING_TEMPERATURE, "rollout_id": i}
 
     def _concat(self, question: str, passages: list[Passage], unreadable: tuple[str, str] | None = None) -> dict:
         """Eq. 1: one call over all k passages."""
-        answer = self._ask(self.concat_answer, numbered_passages(passages), question, unreadable)
-        return dict(answer=answer, passages=passages, concat_answer=answer)
+        answer, sampled = self._ask(self.concat_answer, unreadable, context=numbered_passages(passages),
+                                    question=question)
+        return dict(answer=answer, passages=passages, concat_answer=answer, sampled=sampled)
+
+    def _passage_answers(self, question: str, passages: list[Passage]) -> tuple[list[str], list[str]]:
+        """One answer per passage (each seeing only its passage), and every answer sampled on the way, in
+        rank order then sample order. An unreadable reply is "unknown": it casts no vote."""
+        votes, sampled = [], []
+        for p in passages:
+            answer, answers = self._ask(self.passage_answer, ("passage_answer", NO_VOTE),
+                                        context=numbered_passages([p]), question=question)
+            votes.append(answer)
+            sampled.extend(answers)
+        return votes, sampled
 
     def _vote(self, question: str, passages: list[Passage]) -> dict:
         """Eq. 2: one call per passage, then the majority vote over the answer pool."""
-        votes = [self._ask(self.passage_answer, numbered_passages([p]), question, ("passage_answer", NO_VOTE))
-                 for p in passages]
+        votes, sampled = self._passage_answers(question, passages)
         vote = majority_vote(votes, self.lenient_unknown)
         return dict(answer=vote.answer, passages=[passages[i] for i in vote.supporters(votes)], votes=votes,
-                    vote_counts=vote.counts, candidates=distinct_candidates(votes, self.lenient_unknown))
+                    vote_counts=vote.counts, sampled=sampled)
 
     def _postfusion(self, question: str, passages: list[Passage]) -> dict:
         return self._vote(question, passages)
@@ -260,24 +303,37 @@ class PostFusionFamily(RagProgram):
                              ("concat_answer", "treated as unknown: fell back to the post-fusion vote"))
         if not is_unknown(first["answer"], self.lenient_unknown):
             return first
-        return dict(self._vote(question, passages), concat_answer=first["answer"], fallback=True)
+        fallback = self._vote(question, passages)
+        return dict(fallback, concat_answer=first["answer"], fallback=True,
+                    sampled=first["sampled"] + fallback["sampled"])
 
     def _pf_concat(self, question: str, passages: list[Passage]) -> dict:
-        """Sec. 3.3, Fig. 2 bottom: per-passage answers, drop unknown passages, distill over the rest."""
-        votes = [degrade(lambda p=p: self.passage_answer(context=numbered_passages([p]), question=question).answer,
-                         UNKNOWN, "passage_answer", NO_VOTE) for p in passages]
+        """Sec. 3.3, Fig. 2 bottom: per-passage answers, drop unknown passages, distill over the rest. With
+        samples (Fig. 5), the pool the distiller chooses from holds every distinct sampled answer."""
+        votes, sampled = self._passage_answers(question, passages)
         survivors = [p for p, a in zip(passages, votes) if not is_unknown(a, self.lenient_unknown)]
-        candidates = distinct_candidates(votes, self.lenient_unknown)
-        fields = dict(votes=votes, candidates=candidates, passages=survivors)
+        candidates = distinct_candidates(sampled, self.lenient_unknown)
+        fields = dict(votes=votes, sampled=sampled, passages=survivors)
         if not survivors:
             return dict(fields, answer=UNKNOWN)
         if self.skip_distill_if_unanimous and len(candidates) == 1:
             return dict(fields, answer=candidates[0])
-        answer = degrade(lambda: self.distill(context=numbered_passages(survivors), question=question,
-                                              candidate_answers=candidates).answer, None,
-                         "distill", "answered with the majority vote of the candidates")
-        if answer is None:
+        context = numbered_passages(survivors)
+
+        def distill(**config):
+            return degrade(lambda: self.distill(context=context, question=question, candidate_answers=candidates,
+                                                **config).answer, None, "distill",
+                           "answered with the majority vote of the candidates" if self.samples == 1
+                           else "this sample casts no vote")
+
+        if self.samples == 1:
+            answers = [distill()]
+        else:
+            answers = [distill(config=self._sampling(i)) for i in range(self.samples)]
+        readable = [answer for answer in answers if answer is not None]
+        if not readable:
             return dict(fields, answer=majority_vote(votes, self.lenient_unknown).answer)
+        answer = readable[0] if self.samples == 1 else majority_vote(readable, self.lenient_unknown).answer
         return dict(fields, answer=answer, distilled=True)
 
     def _cot(self, question: str, passages: list[Passage]) -> dict:

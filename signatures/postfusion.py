@@ -6,6 +6,8 @@ context), as the paper uses one prompt (Fig. 7) for both. Pruning and Summary ar
 (Figs. 8-9) with an explicit `rationale` output; the distiller of PF+Concat (prompt not given in the paper)
 sees the surviving passages and the candidate answers. Instructions are our own words. Every answer may be
 the literal word "unknown", the uncertainty signal the multi-round methods act on.
+
+What each instruction says beside what the paper's call does: the docstring of `programs/postfusion.py`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ ANSWER = ("the answer as a few words copied from the passages (a name, date, num
 
 
 class PassageQA(dspy.Signature):
-    """Read the numbered passages and answer the question with a short span taken from them. Commit to the
-    most likely span even when the support is partial. Only when no passage bears on the question, answer
-    with the single word unknown."""
+    """Your reply is read by a program, not a person: it either keeps your answer as final, counts it as one
+    vote among answers drawn from other passages, or, when you reply unknown, treats that as an abstention
+    and tries another way. So the reply must be one of two things. If anything in the context bears on the
+    question, the answer itself, copied as written there: a name, date, number or short phrase, with no
+    sentence around it; weak support still earns an answer. If nothing in the context bears on the question,
+    the single word unknown, so the abstention is recognised."""
 
     context: str = dspy.InputField(desc=CONTEXT)
     question: str = dspy.InputField()

@@ -334,8 +334,8 @@ def test_self_consistency_samples_each_call_and_votes(retriever):
     pred = run(build("concat_pf", retriever, samples=2), lm)
     assert lm.call_names == ["concat_answer"] * 2 + ["passage_answer"] * 10
     assert pred.fallback is True and pred.answer == "Ann"
-    with pytest.raises(ConfigError):
-        build("pf_concat", retriever, samples=3)
+    with pytest.raises(ConfigError):  # one-shot chains of thought: the paper samples none of them
+        build("pruning", retriever, samples=3)
 
 
 def test_gold_passage_replaces_a_random_passage_only_when_none_holds_the_answer(retriever, docs):

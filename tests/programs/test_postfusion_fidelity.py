@@ -1,0 +1,119 @@
+"""Post-Fusion family, issue 22: PF+Concat under self-consistency (Fig. 5's third curve, item 4), every
+candidate answer kept on the prediction (`candidates`), the passage-QA instruction in our own words (item 13)
+and the "with gold passage" setting fed by datasets that ship gold passages (item 2)."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from ragzoo import programs
+from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
+
+Q = "Who wrote doc two?"
+
+
+@pytest.fixture
+def docs():
+    return make_passages(8)
+
+
+@pytest.fixture
+def retriever(docs):
+    return StaticRetriever(docs, by_query={Q: docs[:5]})
+
+
+def run(program, lm, **inputs):
+    with dspy.context(lm=lm):
+        return program(question=Q, **inputs)
+
+
+def sampled(per_title: dict[str, list[str]]):
+    """Answer a one-passage call by the passage it sees: its n-th call gets the n-th scripted sample."""
+    asked: dict[str, int] = {}
+
+    def respond(context):
+        for title, answers in per_title.items():
+            if f"«{title} |" in context.inputs["context"]:
+                n = asked[title] = asked.get(title, -1) + 1
+                return {"answer": answers[n % len(answers)]}
+        return {"answer": "unknown"}
+    return respond
+
+
+def rollout_ids(lm, name):
+    return [entry["kwargs"].get("rollout_id") for entry, call in zip(lm.history, lm.calls)
+            if call.predictor_name == name]
+
+
+# --- item 4: PF+Concat with samples (Fig. 5) ---------------------------------------------------------------
+
+
+def test_pf_concat_with_samples_samples_every_answering_call_and_distills_over_the_pooled_candidates(retriever,
+                                                                                                   docs):
+    """p = 3, k = 5: each passage is asked 3 times at temperature 0.7 (its answer is the majority of its
+    samples), the passages with any known sample survive, the distiller sees every distinct sampled answer
+    (passage rank, then sample order) and is itself sampled 3 times; the final answer is its majority."""
+    passage = sampled({"Doc 1": ["Ann", "unknown", "Ann"], "Doc 2": ["unknown", "Bob", "Cy"],
+                       "Doc 4": ["unknown"]})
+    distilled = iter(["Bob", "Ann", "Bob"])
+    lm = ScriptedLM({"passage_answer": passage, "distill": lambda c: {"answer": next(distilled)}})
+    pred = run(programs.get("pf_concat", retriever=retriever, samples=3), lm)
+    assert lm.call_names == ["passage_answer"] * 15 + ["distill"] * 3
+    assert [entry["kwargs"].get("temperature") for entry in lm.history] == [0.7] * 18
+    assert sorted(rollout_ids(lm, "distill")) == [0, 1, 2]
+    assert pred.votes == ["unknown", "Ann", "Bob", "unknown", "unknown"]  # per passage: majority of its samples
+    assert [p.pid for p in pred.passages] == ["1", "2"]
+    distill = lm.calls_to("distill")[0].inputs
+    assert distill["context"] == "\n".join(f"[{i + 1}] «{docs[j].long_text}»" for i, j in enumerate([1, 2]))
+    assert distill["candidate_answers"] == '["Ann", "Bob", "Cy"]'
+    assert pred.candidates == ["Ann", "Bob", "Cy"] and pred.answer == "Bob" and pred.distilled is True
+
+
+def test_pf_concat_with_samples_makes_no_distilling_call_when_every_sample_abstains(retriever):
+    lm = ScriptedLM({"passage_answer": {"answer": "unknown"}, "distill": {"answer": "Ann"}})
+    pred = run(programs.get("pf_concat", retriever=retriever, samples=2), lm)
+    assert lm.call_names == ["passage_answer"] * 10
+    assert pred.answer == "unknown" and pred.candidates == [] and pred.distilled is False
+
+
+def test_pf_concat_with_one_sample_is_the_greedy_table_row(retriever):
+    lm = ScriptedLM({"passage_answer": sampled({"Doc 1": ["Ann"]}), "distill": {"answer": "Ann"}})
+    pred = run(programs.get("pf_concat", retriever=retriever), lm)
+    assert lm.call_names == ["passage_answer"] * 5 + ["distill"]
+    assert all("temperature" not in entry["kwargs"] and "rollout_id" not in entry["kwargs"] for entry in lm.history)
+    assert pred.answer == "Ann" and pred.candidates == ["Ann"]
+
+
+# --- candidates: every answer the program produced before choosing ------------------------------------------
+
+
+def test_candidates_hold_every_distinct_sampled_answer_in_call_order(retriever):
+    answers = iter(["Ann", "unknown", "Bob", "Bob"])
+    lm = ScriptedLM({"concat_answer": lambda c: {"answer": next(answers)}})
+    pred = run(programs.get("concat", retriever=retriever, samples=4), lm)
+    assert pred.answer == "Bob" and pred.candidates == ["Ann", "Bob"]
+    lm = ScriptedLM({"concat_answer": {"answer": "unknown"},
+                     "passage_answer": sampled({"Doc 2": ["Cy", "Dee"], "Doc 3": ["Dee"], "Doc 4": ["unknown", "Dee"]})})
+    pred = run(programs.get("concat_pf", retriever=retriever, samples=2), lm)
+    assert pred.fallback is True and pred.answer == "Dee" and pred.candidates == ["Cy", "Dee"]
+    lm = ScriptedLM({"concat_answer": {"answer": "Eve"}})
+    assert run(programs.get("concat", retriever=retriever), lm).candidates == ["Eve"]
+
+
+# --- item 13: the passage-QA instruction says what the reply must be and why, in our own words ----------------
+
+
+def test_the_passage_qa_instruction_states_the_two_replies_and_why_not_the_papers_prompt(retriever):
+    lm = ScriptedLM({"concat_answer": {"answer": "Ann"}, "passage_answer": {"answer": "Ann"}})
+    run(programs.get("concat_pf", retriever=retriever), lm)
+    run(programs.get("postfusion", retriever=retriever), lm)
+    told = {call.signature.instructions for call in lm.calls}
+    assert len(told) == 1  # one prompt for Concatenation and Post-Fusion, as the paper's Fig. 7
+    (text,) = told
+    lowered = " ".join(text.lower().split())
+    # why the form matters: the reply is kept, counted as a vote, or read as an abstention
+    assert "vote" in lowered and "abstention" in lowered and "the single word unknown" in lowered
+    for phrase in ("factoid phrase", "try your best", "guess an extractive", "don't know the answer",
+                   "background contexts", "one of the context"):
+        assert phrase not in lowered, phrase
