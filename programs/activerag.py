@@ -17,7 +17,10 @@ Control flow per question (default, the paper's reported configuration: 3 LM cal
 Knob `agents`: which agents run, in order. Default ("associate",) = Table 2's "ActiveRAG". Passing all four
 (or "all") runs what the official code runs: the initial chain of thought once, then the four knowledge
 calls, then the four nexus calls: 9 LM calls. Every agent's answer is returned in `agent_answers`, so an
-evaluator can score each agent or the oracle rerank of Table 3 (best agent per question; needs gold answers).
+evaluator can score each agent, and in `candidates` (the repository's convention for a method's several
+candidate answers: a list of strings, one per agent whose nexus ran, in the order of the `agents` knob),
+which the oracle metric of Table 3's "Oracle Rerank" row scores (best agent per question; needs gold
+answers). With one agent, or a Table 3 ablation, `candidates` holds that one answer.
 
 Knob `select`, which agent's answer is THE answer when several run (the paper reports agents separately and
 its only non-oracle selection, PPL-rerank, needs log-probabilities of an open model):
@@ -30,6 +33,26 @@ Knob `knowledge`, Table 3's ablations of what the nexus is given in place of con
 - "notes" ("CoT w. Note"): reading notes on the passages in the style of Chain-of-Note, one call, then the
   nexus: 3 LM calls. Both ablations use one generic nexus (`passages_nexus` / `notes_nexus`), not an
   agent's; `agents` and `select` then do not apply.
+
+Instructions (our words; issue 22, items 6 and 13), our instruction <- what the paper's call does:
+- `initial_cot` (`ragzoo.signatures.common.ReasonThenAnswer`, the very signature of the `cot` row and of
+  Guideline's first call: Table 8 has one CoT prompt): answer from your own knowledge, `reasoning` = the
+  recalled facts and inferences in order, `answer` = where they lead <- reason step by step, then answer,
+  in a reasoning/answer format.
+- `associate_kc` / `anchoring_kc` / `logician_kc`: what to extract (well-known facts plus the details that
+  extend them; what the model likely lacks; premises for the inference) and how to present it <- Table 6: a
+  persona, the question and passages, then a task description of what to extract and analyse.
+- `cognition_kc`: `knowledge` = a list of corrections, each a plausible mistaken belief about the question
+  paired with what the passages state instead and the wrong answer it rules out; the passages are
+  authoritative <- Table 6: a paragraph on fact-checking and model "illusions", a persona, the passages,
+  then a request to extract what contradicts the model's knowledge, the passages being assumed correct.
+- `<agent>_nexus`: first what the outputs must hold (`enhanced_reasoning` = a better version of the first
+  attempt: confirmed steps kept, refuted ones replaced, gaps filled; `answer` = its conclusion, whether or
+  not it matches the first answer), then what this agent's knowledge is and how to use it <- Table 7: the
+  earlier answer, the agent's goal, the knowledge, then a request to verify the reasoning for errors,
+  enhance it with the knowledge toward the goal, and answer from it, in a fixed output format.
+- `notes_kc`, `passages_nexus`, `notes_nexus` (Table 3's ablations): the paper gives no prompt; ours are the
+  nexus above with raw passages or reading notes as the knowledge.
 
 Choices where the paper is open:
 - Nexus inputs: the paper's Table 7 lists the question, the initial reply and the constructed knowledge, so
@@ -49,9 +72,9 @@ Choices where the paper is open:
 - Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as degradations in the trace):
   `initial_cot` unreadable -> an empty initial chain of thought (the nexus sees "(none)" as the initial
   reply); an agent's knowledge call (`<agent>_kc`, `notes_kc`) unreadable -> the nexus goes on without
-  that agent: its nexus call is not made and it is not among `agent_answers`; if that leaves no agent, the
-  first agent's nexus runs with no constructed knowledge ("(none)") so the question is still answered. A
-  nexus call is an answer call: its unreadable reply fails the question.
+  that agent: its nexus call is not made and it is not among `agent_answers` or `candidates`; if that leaves
+  no agent, the FIRST listed agent's nexus runs with no constructed knowledge ("(none)") so the question is
+  still answered. A nexus call is an answer call: its unreadable reply fails the question.
 """
 
 from __future__ import annotations
@@ -159,6 +182,7 @@ class ActiveRag(RagProgram):
         winner = pick_winner(agents, answers, self.select)
         return dspy.Prediction(answer=answers[winner], passages=passages, reasoning=nexus[winner].enhanced_reasoning,
                                winner=winner, agent_answers=answers,
+                               candidates=[answers[agent] for agent in agents],
                                agent_reasoning={agent: result.enhanced_reasoning for agent, result in nexus.items()},
                                knowledge=knowledge, initial_reasoning=initial.reasoning,
                                initial_answer=initial.answer)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import time
 import typing
 from dataclasses import dataclass
@@ -32,10 +33,11 @@ class _SharedRetriever:
     """Wraps a retriever so that copying a program (DSPy optimizers deep-copy students many times)
     shares the index instead of copying it: a retriever is configuration, not learnable state."""
 
-    __slots__ = ("inner",)
+    __slots__ = ("inner", "said_short")
 
     def __init__(self, inner):
         self.inner = inner
+        self.said_short = False  # shared by every copy of the program, so the warning comes once per run
 
     def __deepcopy__(self, memo):
         return self
@@ -81,6 +83,13 @@ class RagProgram(dspy.Module):
         started = time.perf_counter()
         passages = list(self._retriever(query, k))
         record_retrieval(query, k, [p.pid for p in passages], time.perf_counter() - started)
+        if len(passages) < k and not self._retriever.said_short:
+            # e.g. `fixed` replays the 5 passages a paper recorded: a top-10 setting must not pass for one
+            self._retriever.said_short = True
+            logging.getLogger(__name__).warning(
+                "retriever %s returned %d passage(s) where k=%d was asked (no more are available for this "
+                "query); the program goes on with fewer than k, and later shortfalls are not reported again",
+                self._retriever.spec, len(passages), k)
         return passages
 
 

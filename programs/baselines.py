@@ -9,8 +9,18 @@ arXiv:2402.11129, Sec. 4.1.3: "Direct", "CoT", "Direct +R", "CoT +R"); `rag` is 
 Choices where the papers are open:
 - k = 5, BlendFilter's setting for all methods (its baselines included).
 - The passages are the top-k for the question, in retrieval order, formatted "Title | text".
-- Chain of thought is DSPy's `ChainOfThought` (a `reasoning` field before the answer); the papers'
-  few-shot demos are what a DSPy optimizer compiles, not hand-written prompt text.
+- `cot` (no retrieval) is one signature with a `reasoning` output before the answer
+  (`ragzoo.signatures.common.ReasonThenAnswer`), the signature ActiveRAG's first step and Guideline's first
+  call use too: ActiveRAG's Table 8 has one chain-of-thought prompt for the three (issue 22, item 6), so its
+  CoT row sends exactly what its own first step sends. Mapping, our instruction <- the paper's CoT prompt:
+  answer from your own knowledge, `reasoning` = the recalled facts and inferences in order, `answer` = where
+  they lead <- step-by-step reasoning, then the answer, in a reasoning/answer format.
+  `cot_rag` is DSPy's `ChainOfThought` over `AnswerWithContext` (a `reasoning` field before the answer).
+  The papers' few-shot demos are what a DSPy optimizer compiles, not hand-written prompt text.
+- `rag`'s answering signature (`AnswerWithContext`) is also the answering call of `self_rerank` and
+  `self_refine` (ActiveRAG's Table 8 gives theirs as "same as Vanilla RAG"). Mapping, our instruction <- the
+  paper's Vanilla RAG prompt: answer using the passages in the context, falling back on what you know <- the
+  passages, then a request to answer the question based on them.
 - `answer_mode="yes_no"` types the answer as Literal["yes", "no"] (StrategyQA), read leniently ("Yes", "No."
   count; `ragzoo.programs.base.YesNoPredict`); default "short".
 - One class per pair: `chain_of_thought` is fixed per method id, so `direct`/`cot` and `rag`/`cot_rag`
@@ -23,7 +33,7 @@ import dspy
 
 from ragzoo.programs import register
 from ragzoo.programs.base import RagProgram, TopK, answer_predictor, passages_as_context
-from ragzoo.signatures.common import AnswerMode, AnswerQuestion, AnswerWithContext
+from ragzoo.signatures.common import AnswerMode, AnswerQuestion, AnswerWithContext, ReasonThenAnswer
 
 
 
@@ -44,7 +54,9 @@ class ClosedBookQA(RagProgram):
 
     def __init__(self, chain_of_thought: bool = False, answer_mode: AnswerMode = "short", retriever=None):
         super().__init__(retriever)
-        self.generate_answer = answer_predictor(AnswerQuestion, answer_mode, chain_of_thought)
+        # reasoning is an output of ReasonThenAnswer itself, so no ChainOfThought wrapper adds a second one
+        self.generate_answer = answer_predictor(ReasonThenAnswer if chain_of_thought else AnswerQuestion,
+                                                answer_mode)
 
     def forward(self, question: str) -> dspy.Prediction:
         result = self.generate_answer(question=question)

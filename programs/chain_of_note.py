@@ -8,6 +8,13 @@ answer from the relevant passages or, if none is relevant, from the model's own 
 One LM call (notes and answer are two typed outputs of it), one retrieval of k passages (5 or 10 in
 ActiveRAG's tables).
 
+Instruction (our words; issue 22, item 13), our instruction <- what the paper's call does:
+`read` (`NotesThenAnswer`): the answer may lean on a passage only where it really addresses the question,
+so `notes` first gives, per passage in order, what matters in it and whether it addresses the question, and
+`answer` comes from the passages so judged, or from general knowledge when none is <- a numbered task list:
+read the question and the passages, write reading notes with their key points, discuss their relevance,
+answer from the relevant ones or, if none is, without them.
+
 Choices where the papers are open: the original Chain-of-Note fine-tunes a model on notes; ActiveRAG (and
 this program) prompts instead. Passages are numbered "[i] Title | text". The notes are returned in the
 prediction (`notes`), and the answer is a short span.

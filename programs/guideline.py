@@ -7,6 +7,20 @@ the question (the CoT baseline's reply) and asks to combine both, verify, and an
 
 Control flow: the chain-of-thought call (the CoT baseline, question only), the guiding-analysis call
 (question only), and the merging call (question + analysis + the whole CoT reply). 3 LM calls, no retrieval.
+The chain-of-thought call is the `cot` method's own signature (`ragzoo.signatures.common.ReasonThenAnswer`),
+which is also ActiveRAG's first step: Table 8 has one CoT prompt for the three.
+
+Instructions (our words; issue 22, item 13), our instruction <- what the paper's call does:
+- `cot` (`ReasonThenAnswer`, shared with `cot`): answer from your own knowledge, `reasoning` = recalled
+  facts and inferences in order, `answer` = where they lead <- the CoT prompt: reason step by step, then
+  answer, in a reasoning/answer format.
+- `guide` (`GuidingAnalysis`): map out the route to the answer (facts to recall, order of steps) as guidance
+  a learner could follow, stopping before any conclusion <- a professor persona asked for a detailed,
+  step-by-step analysis that guides students and withholds the final result.
+- `merge` (`MergeReasoning`): produce one reasoning sounder than either input (the guiding analysis; the
+  other, concluding, possibly wrong attempt) by keeping the steps that hold up and repairing or dropping the
+  rest, and `answer` = its conclusion <- a second turn that shows another analysis, asks to combine it with
+  one's own, verify, and give a better reasoning process and the answer.
 
 Choices where the paper is open: that prompt 2's "{chain_of_thought_reply}" comes from a separate CoT call
 (3 calls in all) is inferred (the notes mark it so); the two first calls are independent. The CoT reply is
@@ -22,7 +36,8 @@ import dspy
 
 from ragzoo.programs import register
 from ragzoo.programs.base import RagProgram, degrade
-from ragzoo.signatures.activerag import InitialChainOfThought, initial_reply
+from ragzoo.signatures.activerag import initial_reply
+from ragzoo.signatures.common import ReasonThenAnswer
 from ragzoo.signatures.self_refined import GuidingAnalysis, MergeReasoning
 
 
@@ -34,7 +49,7 @@ class Guideline(RagProgram):
 
     def __init__(self, retriever=None):
         super().__init__(retriever)
-        self.cot = dspy.Predict(InitialChainOfThought)
+        self.cot = dspy.Predict(ReasonThenAnswer)  # the CoT row's prompt, as Table 8 shares it
         self.guide = dspy.Predict(GuidingAnalysis)
         self.merge = dspy.Predict(MergeReasoning)
 

@@ -6,7 +6,16 @@ Paper: ActiveRAG (Xu et al. 2024, arXiv 2402.13547), Table 2 and Table 8 ("inspi
 writes a summary and analysis; prompt 2 is the vanilla RAG prompt.
 
 Control flow: retrieve k; one call writes the summary; one vanilla-RAG call answers with the summary in
-place of the passages. 2 LM calls, 1 retrieval.
+place of the passages: the `rag` method's own signature (`ragzoo.signatures.common.AnswerWithContext`), the
+summary in its `context`. 2 LM calls, 1 retrieval.
+
+Instructions (our words; issue 22, item 13), our instruction <- what the paper's call does:
+- `summarize` (`SummarizePassages`): the answer will be written from this summary instead of the passages,
+  so it must carry every fact the answer depends on and nothing else, then what those facts imply <- the
+  question and the passages, then a request to extract the relevant, useful information and write a summary
+  and analysis of the passages.
+- `answer` (`AnswerWithContext`, shared with `rag`): answer using the passages in the context (here the
+  summary), falling back on what you know <- the Vanilla RAG prompt with the summary as its passages.
 
 Choices where the paper is open: that the summary REPLACES the passages in prompt 2 is inferred (the notes
 mark it so); `answer_sees="summary_and_passages"` gives the answer call both instead. A `summarize` reply
@@ -24,7 +33,8 @@ import dspy
 from ragzoo.programs import register
 from ragzoo.programs.base import RagProgram, TopK, degrade, passages_as_context
 from ragzoo.programs.chain_of_note import numbered
-from ragzoo.signatures.self_refined import AnswerFromTexts, SummarizePassages
+from ragzoo.signatures.common import AnswerWithContext
+from ragzoo.signatures.self_refined import SummarizePassages
 
 
 @register("self_refine", paper="Self-Refine, ActiveRAG's baseline (Xu et al. 2024, arXiv 2402.13547)",
@@ -43,7 +53,7 @@ class SelfRefine(RagProgram):
         super().__init__(retriever)
         self.k, self.answer_sees = k, answer_sees
         self.summarize = dspy.Predict(SummarizePassages)
-        self.answer = dspy.Predict(AnswerFromTexts)
+        self.answer = dspy.Predict(AnswerWithContext)  # Vanilla RAG's answering prompt, as Table 8 says
 
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
@@ -54,5 +64,5 @@ class SelfRefine(RagProgram):
         else:
             texts = [summary] + (passages_as_context(passages) if self.answer_sees == "summary_and_passages"
                                  else [])
-        result = self.answer(texts=texts, question=question)
+        result = self.answer(context=texts, question=question)
         return dspy.Prediction(answer=result.answer, summary=summary, passages=passages)

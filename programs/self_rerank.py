@@ -7,7 +7,17 @@ relevant or irrelevant); prompt 2 is the vanilla RAG prompt.
 
 Control flow: retrieve k; one call tags the passages (typed: the numbers of the useful passages and of the
 relevant ones, plus the reasons); keep the passages tagged BOTH useful and relevant, in retrieval order; one
-vanilla-RAG call answers from them. 2 LM calls, 1 retrieval.
+vanilla-RAG call answers from them: the `rag` method's own signature
+(`ragzoo.signatures.common.AnswerWithContext`), so with every passage kept the answering prompt is
+exactly `rag`'s. 2 LM calls, 1 retrieval.
+
+Instructions (our words; issue 22, item 13), our instruction <- what the paper's call does:
+- `tag` (`TagPassages`): only some passages will be shown to the answer, so judge each on two separate
+  counts (on the question's subject = `relevant`; holds what the answer depends on = `useful`), the
+  numbers of each kind as typed lists and a reason per passage <- label every passage with a useful/useless
+  and a relevant/irrelevant tag and a reason, listing the four combinations, one line per passage.
+- `answer` (`AnswerWithContext`, shared with `rag`): answer using the passages in the context, falling back
+  on what you know <- the Vanilla RAG prompt with the kept passages.
 
 Choices where the paper is open: which tags survive is not said ("filters out unrelated contents"); `keep`
 chooses "useful_and_relevant" (default, the strictest reading) or "useful" or "relevant". When nothing is
@@ -25,7 +35,8 @@ import dspy
 from ragzoo.programs import register
 from ragzoo.programs.base import RagProgram, TopK, degrade, passages_as_context
 from ragzoo.programs.chain_of_note import numbered
-from ragzoo.signatures.self_refined import AnswerFromTexts, TagPassages
+from ragzoo.signatures.common import AnswerWithContext
+from ragzoo.signatures.self_refined import TagPassages
 
 
 @register("self_rerank", paper="Self-Rerank, ActiveRAG's baseline (Xu et al. 2024, arXiv 2402.13547)",
@@ -44,7 +55,7 @@ class SelfRerank(RagProgram):
         super().__init__(retriever)
         self.k, self.keep = k, keep
         self.tag = dspy.Predict(TagPassages)
-        self.answer = dspy.Predict(AnswerFromTexts)
+        self.answer = dspy.Predict(AnswerWithContext)  # Vanilla RAG's answering prompt, as Table 8 says
 
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
@@ -56,6 +67,6 @@ class SelfRerank(RagProgram):
         relevant = {i for i in tags.relevant or [] if 1 <= i <= len(passages)}
         chosen = {"useful_and_relevant": useful & relevant, "useful": useful, "relevant": relevant}[self.keep]
         kept = [passage for i, passage in enumerate(passages, start=1) if i in chosen]
-        result = self.answer(texts=passages_as_context(kept), question=question)
+        result = self.answer(context=passages_as_context(kept), question=question)
         return dspy.Prediction(answer=result.answer, passages=kept, retrieved=passages, reasons=tags.reasons,
                                useful=sorted(useful), relevant=sorted(relevant))

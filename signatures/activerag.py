@@ -4,8 +4,11 @@ ablations whose nexus is fed the raw passages or reading notes instead of constr
 
 Instructions are written from what each call must produce, not from the paper's wording: each agent is
 defined by WHAT it extracts (knowledge the model likely has plus what extends it; knowledge the model likely
-lacks; facts that support inference; facts that contradict likely beliefs), and each nexus by how it checks
-and repairs the first reasoning with that extract.
+lacks; facts that support inference; facts that contradict likely beliefs), and each nexus by what its two
+outputs must hold (a better version of the first reasoning; the answer it concludes), then by what its
+agent's knowledge is and how to use it. Citations stay in comments: instructions are what the LM is sent.
+The initial chain of thought is `ragzoo.signatures.common.ReasonThenAnswer`, the one CoT prompt Table 8
+shares between the CoT row, ActiveRAG's first step and Guideline.
 
 What each call sees: the initial chain of thought, the question only; a knowledge-construction agent, the
 question and the passages; a nexus, the question, the whole initial reply (reasoning and answer) and the
@@ -21,18 +24,16 @@ from typing import Literal
 
 import dspy
 
+from ragzoo.signatures.common import ReasonThenAnswer
+
 SHORT_ANSWER = "a short answer of a few words (a name, date, number or short phrase), not a sentence"
 PASSAGES = "retrieved passages, each 'Title | text'"
 INITIAL = ("the model's own earlier reasoning and answer, written from memory without the passages; "
            "it may be wrong")
 
 
-class InitialChainOfThought(dspy.Signature):
-    """Think through the question step by step from what you know, then answer it."""
-
-    question: str = dspy.InputField()
-    reasoning: str = dspy.OutputField(desc="step-by-step reasoning")
-    answer: str = dspy.OutputField(desc=SHORT_ANSWER)
+# The initial chain of thought is the one CoT prompt of Table 8, shared with the CoT row and Guideline.
+InitialChainOfThought = ReasonThenAnswer
 
 
 # ------------------------------------------------------------------------------ knowledge construction
@@ -70,9 +71,11 @@ class LogicianKnowledge(dspy.Signature):
 
 
 class CognitionKnowledge(dspy.Signature):
-    """Take the passages as correct. Extract from them whatever is likely to contradict or correct what a
-    language model would believe about this question: common misconceptions, outdated facts, easily
-    confused entities. For each, say which wrong answer it rules out."""
+    """`knowledge` is a list of corrections that a language model answering this question may need. Each
+    correction pairs a belief about the question that such a model could plausibly hold and get wrong (a
+    misconception, a fact that has since changed, one entity mistaken for a similarly named one) with what
+    the passages state instead, and names the wrong answer it rules out. Where the passages and common
+    belief disagree, the passages are authoritative."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc=PASSAGES)
@@ -82,7 +85,9 @@ class CognitionKnowledge(dspy.Signature):
 
 class ReadingNotes(dspy.Signature):
     """Write short reading notes on the passages for this question: the key point of each passage and
-    whether it is relevant to the question (Table 3's "w. Note" ablation feeds these notes to the nexus)."""
+    whether it is relevant to the question."""
+
+    # Table 3's "CoT w. Note" ablation: these notes reach the nexus in place of constructed knowledge.
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc=PASSAGES)
@@ -97,44 +102,63 @@ class _NexusFields(dspy.Signature):
     initial_reasoning: str = dspy.InputField(desc=INITIAL)
     knowledge: str = dspy.InputField(desc="knowledge constructed from the retrieved passages")
     enhanced_reasoning: str = dspy.OutputField(
-        desc="a check of the initial reasoning for errors, then the reasoning improved with the knowledge")
+        desc="the initial reasoning, corrected where the knowledge refutes it and extended where it adds")
     answer: str = dspy.OutputField(desc=SHORT_ANSWER)
 
 
+# Each nexus says what its two outputs must hold, then what this agent's knowledge is and how it is to be
+# used; the paper's nexus prompts (Table 7) run the other way (the earlier answer, the goal, the knowledge,
+# then a verify-enhance-answer request).
+
+
 class AssociateNexus(_NexusFields):
-    """The initial reasoning is a model's first attempt at the question. The knowledge pairs facts the
-    model already knew with details that extend them. Find where the attempt goes wrong or stops short,
-    rebuild the reasoning so it uses the extending details, and answer from the rebuilt reasoning."""
+    """`enhanced_reasoning` is a better version of `initial_reasoning`, a model's first attempt at the
+    question from memory: the steps the knowledge confirms stay, the ones it refutes are replaced, and
+    gaps are filled. `answer` is what the better version concludes, whether or not it matches the first
+    answer. Here the knowledge pairs facts the model already knew with details that go beyond them: use
+    those details to take the reasoning further than the first attempt went."""
 
 
 class AnchoringNexus(_NexusFields):
-    """The initial reasoning is a model's first attempt at the question. The knowledge supplies background
-    and entities the model probably did not know. Find where the attempt goes wrong or lacks that
-    background, rebuild the reasoning on top of it, and answer from the rebuilt reasoning."""
+    """`enhanced_reasoning` is a better version of `initial_reasoning`, a model's first attempt at the
+    question from memory: the steps the knowledge confirms stay, the ones it refutes are replaced, and
+    gaps are filled. `answer` is what the better version concludes, whether or not it matches the first
+    answer. Here the knowledge supplies background, entities and terms the model probably did not know:
+    ground every step that depended on them in what the knowledge says."""
 
 
 class LogicianNexus(_NexusFields):
-    """The initial reasoning is a model's first attempt at the question. The knowledge lists premises the
-    answer can be inferred from. Find the faulty or missing steps of the attempt, rebuild the chain of
-    inference from those premises one step at a time, and answer from the rebuilt chain."""
+    """`enhanced_reasoning` is a better version of `initial_reasoning`, a model's first attempt at the
+    question from memory: the steps the knowledge confirms stay, the ones it refutes are replaced, and
+    gaps are filled. `answer` is what the better version concludes, whether or not it matches the first
+    answer. Here the knowledge lists premises the answer can be inferred from: make the better version an
+    explicit chain of inference from them, one step at a time."""
 
 
 class CognitionNexus(_NexusFields):
-    """The initial reasoning is a model's first attempt at the question. The knowledge, taken as correct,
-    names beliefs it contradicts. Find the claims of the attempt that the knowledge refutes, replace them,
-    rebuild the reasoning without them, and answer from the rebuilt reasoning."""
+    """`enhanced_reasoning` is a better version of `initial_reasoning`, a model's first attempt at the
+    question from memory: the steps the knowledge confirms stay, the ones it refutes are replaced, and
+    gaps are filled. `answer` is what the better version concludes, whether or not it matches the first
+    answer. Here the knowledge, which is authoritative, names mistaken beliefs and corrects them: no claim
+    it refutes may survive into the better version."""
 
 
 class PassagesNexus(_NexusFields):
-    """The initial reasoning is a model's first attempt at the question. Check it against the retrieved
-    passages given as knowledge, fix what they contradict or fill in what they add, and answer from the
-    checked reasoning. (Table 3's "CoT w. Passage": raw passages instead of constructed knowledge.)"""
+    """`enhanced_reasoning` is a better version of `initial_reasoning`, a model's first attempt at the
+    question from memory: the steps the knowledge confirms stay, the ones it refutes are replaced, and
+    gaps are filled. `answer` is what the better version concludes, whether or not it matches the first
+    answer. Here the knowledge is the retrieved passages themselves, unprocessed."""
+
+    # Table 3's "CoT w. Passage": raw passages instead of constructed knowledge (prompt not given).
 
 
 class NotesNexus(_NexusFields):
-    """The initial reasoning is a model's first attempt at the question. Check it against the reading notes
-    on the retrieved passages given as knowledge, fix what they contradict or fill in what they add, and
-    answer from the checked reasoning. (Table 3's "CoT w. Note".)"""
+    """`enhanced_reasoning` is a better version of `initial_reasoning`, a model's first attempt at the
+    question from memory: the steps the knowledge confirms stay, the ones it refutes are replaced, and
+    gaps are filled. `answer` is what the better version concludes, whether or not it matches the first
+    answer. Here the knowledge is a set of reading notes on the retrieved passages."""
+
+    # Table 3's "CoT w. Note": reading notes instead of constructed knowledge (prompt not given).
 
 
 def _with_passages(signature: type[dspy.Signature]) -> type[dspy.Signature]:

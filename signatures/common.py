@@ -1,5 +1,5 @@
-"""Shared question-answering signatures: closed-book and passage-grounded answers, search-query writing,
-and the Self-Ask step. The baselines use them; any method may reuse them.
+"""Shared question-answering signatures: closed-book answers (direct, or reasoning first), passage-grounded
+answers, search-query writing, and the Self-Ask step. The baselines use them; any method may reuse them.
 
 Instructions are our own words. Answers are asked to be short (a few words) because the benchmarks score
 exact match. `with_answer_mode(signature, "yes_no")` types the answer as yes/no for StrategyQA-style questions.
@@ -24,9 +24,23 @@ class AnswerQuestion(dspy.Signature):
     answer: str = dspy.OutputField(desc=SHORT_ANSWER)
 
 
+class ReasonThenAnswer(dspy.Signature):
+    """Answer the question from your own knowledge and show the work: `reasoning` lays out the facts you
+    recall and each inference drawn from them, in order, and `answer` is where that reasoning ends up."""
+
+    # ActiveRAG's Table 8 has one chain-of-thought prompt, used by its CoT row, by its own first step and by
+    # Guideline's first call; this is that one prompt here (`cot`, `activerag`'s `initial_cot`, `guideline`'s
+    # `cot`), so the three send the same text.
+    question: str = dspy.InputField()
+    reasoning: str = dspy.OutputField(desc="the recalled facts and inferences, step by step")
+    answer: str = dspy.OutputField(desc=SHORT_ANSWER)
+
+
 class AnswerWithContext(dspy.Signature):
     """Answer the question using the passages in the context; where they fall short, use what you know."""
 
+    # The answering prompt of every "Vanilla RAG" row, and (ActiveRAG's Table 8: "same as Vanilla RAG") of
+    # Self-Rerank's and Self-Refine's answering call: the kept passages, or the summary, fill `context`.
     context: list[str] = dspy.InputField(desc=CONTEXT)
     question: str = dspy.InputField()
     answer: str = dspy.OutputField(desc=SHORT_ANSWER)

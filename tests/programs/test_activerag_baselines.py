@@ -35,7 +35,7 @@ def test_self_rerank_answers_from_the_passages_tagged_useful_and_relevant():
     script = {"tag": {"reasons": "r", "useful": [4, 2, 9], "relevant": [2, 3, 4]}, "answer": {"answer": "x"}}
     pred, lm, _ = run("self_rerank", script)
     assert lm.call_names == ["tag", "answer"]
-    assert json.loads(lm.calls_to("answer")[0].inputs["texts"]) == [DOCS[1].long_text, DOCS[3].long_text]
+    assert json.loads(lm.calls_to("answer")[0].inputs["context"]) == [DOCS[1].long_text, DOCS[3].long_text]
     assert [p.pid for p in pred.passages] == ["1", "3"] and pred.useful == [2, 4]
     pred, lm, _ = run("self_rerank", script, keep="relevant")
     assert [p.pid for p in pred.passages] == ["1", "2", "3"]
@@ -45,10 +45,10 @@ def test_self_refine_answers_from_its_summary_instead_of_the_passages():
     script = {"summarize": {"summary": "Doc 2 names the producer."}, "answer": {"answer": "x"}}
     pred, lm, _ = run("self_refine", script)
     assert lm.call_names == ["summarize", "answer"]
-    assert json.loads(lm.calls_to("answer")[0].inputs["texts"]) == ["Doc 2 names the producer."]
+    assert json.loads(lm.calls_to("answer")[0].inputs["context"]) == ["Doc 2 names the producer."]
     assert DOCS[0].long_text in lm.calls_to("summarize")[0].inputs["passages"]
     pred, lm, _ = run("self_refine", script, answer_sees="summary_and_passages")
-    assert len(json.loads(lm.calls_to("answer")[0].inputs["texts"])) == 6
+    assert len(json.loads(lm.calls_to("answer")[0].inputs["context"])) == 6
 
 
 def test_guideline_merges_a_guiding_analysis_with_the_whole_cot_reply_without_retrieval():

@@ -257,7 +257,7 @@ def test_self_ask_malformed_step_goes_to_final_answer(static_retriever, step, re
 
 NAMED_PREDICTORS = {
     "direct": ["generate_answer"],
-    "cot": ["generate_answer.predict"],
+    "cot": ["generate_answer"],  # ReasonThenAnswer: a plain Predict whose signature reasons first
     "rag": ["generate_answer"],
     "cot_rag": ["generate_answer.predict"],
     "iter_retgen": ["generate.predict"],

@@ -422,7 +422,7 @@ def test_self_rerank_unreadable_tags_keep_every_passage():
     lm = ScriptedLM({"tag": GARBAGE, "answer": {"answer": "x"}})
     pred, trace = run(programs.get("self_rerank", retriever=retriever5()), lm, question=Q)
     assert pred.answer == "x" and [p.pid for p in pred.passages] == ["0", "1", "2", "3", "4"]
-    assert all(f"text of doc {i}" in context_of(lm, "answer", "texts") for i in range(5))
+    assert all(f"text of doc {i}" in context_of(lm, "answer") for i in range(5))
     assert degraded(trace) == ["tag"]
 
 
@@ -430,7 +430,7 @@ def test_self_refine_unreadable_summary_answers_from_the_passages():
     lm = ScriptedLM({"summarize": GARBAGE, "answer": {"answer": "x"}})
     pred, trace = run(programs.get("self_refine", retriever=retriever5()), lm, question=Q)
     assert pred.answer == "x" and pred.summary is None
-    assert all(f"text of doc {i}" in context_of(lm, "answer", "texts") for i in range(5))
+    assert all(f"text of doc {i}" in context_of(lm, "answer") for i in range(5))
     assert lm.call_names == ["summarize", "answer"]
     assert degraded(trace) == ["summarize"]
 

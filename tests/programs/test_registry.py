@@ -70,7 +70,8 @@ def test_unknown_knob_error_lists_the_methods_knobs(static_retriever):
 
 def test_fixed_knobs_are_set_by_the_id_and_not_overridable(static_retriever):
     assert not hasattr(programs.get("direct").generate_answer, "predict")  # plain Predict
-    assert hasattr(programs.get("cot").generate_answer, "predict")  # ChainOfThought
+    # cot reasons first through its own signature (ActiveRAG's shared CoT prompt), not a ChainOfThought
+    assert list(programs.get("cot").generate_answer.signature.output_fields) == ["reasoning", "answer"]
     assert hasattr(programs.get("cot_rag", retriever=static_retriever).generate_answer, "predict")
     with pytest.raises(ConfigError, match="has no knob 'chain_of_thought'"):
         programs.get("cot", chain_of_thought=False)
