@@ -7,11 +7,21 @@ Routes (JSON in, JSON out):
   "cost","latency"}}`. Errors: `{"error": true, "message": ...}` with a 4xx (bad request), 502 (the upstream LM
   or retriever failed), 503 + Retry-After (over capacity), 504 (the question's deadline passed).
 - `POST /v1/chat/completions` (and `/chat/completions`): OpenAI-compatible; the last user message is the
-  question, the answer is the assistant message, `usage` sums the program's LM calls. Any OpenAI client, chat
-  UI or `dspy.LM("openai/<name>", api_base=".../v1")` can use the compiled program as a model. Sampling
-  options (temperature, max_tokens, ...) are accepted and ignored: the program's own LM settings apply;
-  `stream: true` and `n > 1` are refused (400). Errors in OpenAI's shape `{"error": {"message", "type",
-  "code"}}`. `GET /v1/models` lists the one model.
+  question, the answer is the assistant message, `usage` sums the program's LM calls. Any OpenAI client or chat
+  UI can use the compiled program as a model. `stream: true` answers with server-sent events in OpenAI's chunk
+  format (a role delta at once, `: keep-alive` comments every `keepalive` seconds while the program runs, the
+  answer as content deltas when it is ready — the program does not stream tokens —, finish_reason, a usage chunk
+  with `stream_options.include_usage`, `data: [DONE]`); a failure once the stream started is an error event
+  `data: {"error": {...}}` and no [DONE]; a request refused before it starts (bad input, 503) is a plain HTTP
+  error. A DSPy ChatAdapter request (`dspy.LM("openai/<name>", api_base=".../v1")` under `dspy.Predict(
+  "question -> answer")` or ChainOfThought) is recognised by its system message: the `question` input field is
+  the question and the reply is in the requested output fields (`answer`; `reasoning` says the compiled program
+  answered); a request for other output fields is a 400 naming them. Options: `max_tokens` /
+  `max_completion_tokens` cut the answer to that many tokens (cl100k; finish_reason "length"); `n` must be 1; the
+  program's own LM settings and prompts decide the answer, so every other option (`temperature`, `top_p`,
+  `stop`, ..., and a `model` other than the served name) is ignored and named in the reply: the header
+  `X-Ragzoo-Ignored: temperature, top_p` and `ragzoo.ignored` `{option: why}` in the JSON body. Errors in
+  OpenAI's shape `{"error": {"message", "type", "code"}}`. `GET /v1/models` lists the one model.
 - `GET /health`: `{"status": "ok", "method", "model", "in_flight", "abandoned", ...}` (no path, no upstream URL,
   no key).
 
@@ -46,6 +56,7 @@ import contextvars
 import hmac
 import json
 import os
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +69,12 @@ DEFAULT_CONCURRENCY = 32
 DEFAULT_QUEUE = 64
 DEFAULT_DEADLINE = 120.0
 API_KEY_ENV = "RAGZOO_SERVE_API_KEY"
+KEEPALIVE_SECONDS = 10.0  # a streamed reply's comment line while the program runs: proxies and UIs see it alive
+# chat request options this server acts on; any other is named in the reply as ignored
+_HONOURED_OPTIONS = frozenset({"messages", "model", "stream", "stream_options", "n", "max_tokens",
+                               "max_completion_tokens"})
+# fields of a DSPy ChatAdapter request this server can fill from a program's prediction
+_DSPY_OUTPUTS = ("answer", "reasoning")
 
 
 class Overloaded(Exception):
@@ -406,11 +423,93 @@ def _chat_question(body: Any) -> tuple[str | None, str | None]:
     return None, "no user message with text content in 'messages'"
 
 
+def _ignored_options(body: dict, name: str) -> dict[str, str]:
+    """{option: why it was not applied} for a chat request's options this server does not act on."""
+    ignored = {}
+    if body.get("model") not in (None, name):
+        ignored["model"] = f"this server serves one model, {name!r}, which answered"
+    for key, value in body.items():
+        if key not in _HONOURED_OPTIONS and value is not None:
+            ignored[key] = "not applied: the compiled program's own LM settings and prompts decide the answer"
+    return ignored
+
+
+def _max_tokens(body: dict) -> tuple[int | None, str | None]:
+    """(the answer's token limit the request asks for or None, None) or (None, why it is not a limit)."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return None, f"'{key}' must be a positive integer, got {value!r}"
+        return value, None
+    return None, None
+
+
+def _cut(text: str, max_tokens: int | None) -> tuple[str, bool]:
+    """`text` cut to its first `max_tokens` tokens (cl100k, as the token counts), and whether it was cut."""
+    if max_tokens is None:
+        return text, False
+    from ragzoo.engines import _encoding
+
+    encoding = _encoding()
+    if encoding is False:  # no tokenizer: ~4 characters a token, as `approx_tokens` counts
+        return (text, False) if len(text) <= 4 * max_tokens else (text[:4 * max_tokens], True)
+    tokens = encoding.encode(text, disallowed_special=())
+    if len(tokens) <= max_tokens:
+        return text, False
+    # a token may end inside a character: drop the partial character rather than send a replacement mark
+    return encoding.decode_bytes(tokens[:max_tokens]).decode("utf-8", errors="ignore"), True
+
+
+_DSPY_FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]")
+_DSPY_LISTED = re.compile(r"^\d+\. `(\w+)`", re.MULTILINE)
+_DSPY_TRAILER = "\n\nRespond with the corresponding output fields"
+
+
+def _dspy_request(messages: list, last_user: str) -> tuple[dict, list] | None:
+    """({input field: value} of the last user message, [output field names]) when the chat request is DSPy's
+    ChatAdapter format (its system message lists the fields and ends the structure with `[[ ## completed ## ]]`),
+    else None."""
+    system = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"), None)
+    if not isinstance(system, str) or "[[ ## completed ## ]]" not in system or "Your output fields are:" not in system:
+        return None
+    head, _, rest = system.partition("Your output fields are:")
+    outputs = _DSPY_LISTED.findall(rest.split("All interactions will be structured", 1)[0])
+    parts = _DSPY_FIELD.split(last_user.split(_DSPY_TRAILER, 1)[0])
+    inputs = {name: value.strip() for name, value in zip(parts[1::2], parts[2::2])}
+    if not outputs or not inputs:
+        return None
+    return inputs, outputs
+
+
+def _dspy_reply(values: dict[str, str]) -> str:
+    """A reply in DSPy's ChatAdapter format: each field under its header, then the completion marker."""
+    return "".join(f"[[ ## {name} ## ]]\n{value}\n\n" for name, value in values.items()) + "[[ ## completed ## ]]"
+
+
+def _failure(exc: BaseException) -> tuple[int, str, str, dict | None]:
+    """(HTTP status, message, OpenAI error type, headers) of a question that did not get its answer."""
+    from ragzoo.errors import BudgetExceeded
+
+    if isinstance(exc, Overloaded):
+        return 503, "the server is at capacity; retry later", "server_busy", None
+    if isinstance(exc, QuestionTimeout):
+        return 504, str(exc), "timeout", None
+    if isinstance(exc, ClientGone):  # nobody reads this; the connection is gone
+        return 400, "the client disconnected before the answer", "invalid_request_error", None
+    if isinstance(exc, BudgetExceeded):
+        return 429, _redact(f"per-question budget reached: {exc}"), "budget_exceeded", None
+    # the upstream LM or the retriever failed: say so, without secrets
+    return 502, _redact(f"the program failed: {type(exc).__name__}: {exc}")[:2000], "upstream_error", None
+
+
 def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTION_CHARS,
-               max_body_bytes: int = MAX_BODY_BYTES, retry_after: int = 1):
+               max_body_bytes: int = MAX_BODY_BYTES, retry_after: int = 1, keepalive: float = KEEPALIVE_SECONDS,
+               workers: int = 1):
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.requests import ClientDisconnect
 
@@ -477,32 +576,31 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
-    async def run_question(request: Request, question: Any) -> tuple[dict | None, JSONResponse | None]:
+    def question_problem(request: Request, question: Any) -> JSONResponse | None:
         if not isinstance(question, str) or not question.strip():
-            return None, error_for(request, 400, "the question is missing or empty")
+            return error_for(request, 400, "the question is missing or empty")
         if len(question) > max_question_chars:
-            return None, error_for(request, 413, f"the question is {len(question):,} characters long; this "
-                                                 f"server's limit is {max_question_chars:,}")
+            return error_for(request, 413, f"the question is {len(question):,} characters long; this "
+                                           f"server's limit is {max_question_chars:,}")
         problem = _bad_text(question)
         if problem:
-            return None, error_for(request, 400, f"the 'question' field is not valid text: {problem}")
+            return error_for(request, 400, f"the 'question' field is not valid text: {problem}")
+        return None
+
+    def failed(request: Request, exc: BaseException) -> JSONResponse:
+        status, message, kind, headers = _failure(exc)
+        if status == 503:
+            headers = {"Retry-After": str(retry_after)}
+        return error_for(request, status, message, kind, headers)
+
+    async def run_question(request: Request, question: Any) -> tuple[dict | None, JSONResponse | None]:
+        problem = question_problem(request, question)
+        if problem:
+            return None, problem
         try:
             return _redacted(await service.submit(question.strip(), lambda: disconnected(request))), None
-        except Overloaded:
-            return None, error_for(request, 503, "the server is at capacity; retry later", "server_busy",
-                                   headers={"Retry-After": str(retry_after)})
-        except QuestionTimeout as exc:
-            return None, error_for(request, 504, str(exc), "timeout")
-        except ClientGone:  # nobody reads this; the connection is gone
-            return None, error_for(request, 400, "the client disconnected before the answer")
-        except Exception as exc:  # the upstream LM or the retriever failed: say so, without secrets
-            from ragzoo.errors import BudgetExceeded
-
-            if isinstance(exc, BudgetExceeded):
-                return None, error_for(request, 429, _redact(f"per-question budget reached: {exc}"),
-                                       "budget_exceeded")
-            return None, error_for(request, 502, _redact(f"the program failed: {type(exc).__name__}: {exc}")[:2000],
-                                   "upstream_error")
+        except Exception as exc:  # noqa: BLE001 - every failure is an HTTP error of its kind, never a traceback
+            return None, failed(request, exc)
 
     @app.post("/ask")
     async def ask(request: Request):
@@ -525,27 +623,106 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
             return problem
         if not isinstance(body, dict):
             return openai_error(400, "the request body must be a JSON object")
-        if body.get("stream"):
-            return openai_error(400, "streaming is not supported by this server; send stream=false")
         n = body.get("n", 1)
         if n not in (None, 1):
             return openai_error(400, "only n=1 is supported")
         question, problem_text = _chat_question(body)
         if question is None:
             return openai_error(400, problem_text)
+        max_tokens, problem_text = _max_tokens(body)
+        if problem_text:
+            return openai_error(400, problem_text)
+        ignored = _ignored_options(body, service.name)
+        dspy_fields = None
+        dspy_request = _dspy_request(body["messages"], question)
+        if dspy_request is not None:
+            inputs, dspy_fields = dspy_request
+            unknown = [name for name in dspy_fields if name not in _DSPY_OUTPUTS]
+            if "question" not in inputs or "answer" not in dspy_fields or unknown:
+                return openai_error(400, f"this server answers DSPy signatures `question -> answer` (and fills "
+                                         f"`reasoning`); this request has inputs {sorted(inputs)} and asks for "
+                                         f"{dspy_fields}" + (f": it cannot fill {unknown}" if unknown else ""))
+            question = inputs.pop("question")
+            for name in inputs:
+                ignored[f"input field {name}"] = "not read: the program takes the question and retrieves its own passages"
+
+        def reply_text(result: dict) -> tuple[str, str]:
+            """(the assistant message, finish_reason) of an answer: cut to max_tokens, in DSPy's fields if asked."""
+            answer, cut = _cut(result["answer"], max_tokens)
+            if dspy_fields is not None:
+                note = f"Answered by the compiled program {service.name!r} (its trace: POST /ask)."
+                answer = _dspy_reply({name: answer if name == "answer" else note for name in dspy_fields})
+            return answer, "length" if cut else "stop"
+
+        headers = {"X-Ragzoo-Ignored": ", ".join(ignored)} if ignored else None
+        if body.get("stream"):
+            return await stream_chat(request, question, body, reply_text, headers)
         result, problem = await run_question(request, question)
         if problem:
             return problem
         usage = result["usage"]
+        content, finish = reply_text(result)
         return JSONResponse({
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
             "model": service.name,
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": result["answer"]}}],
-            "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
-                      "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
-            "ragzoo": {"passages": result["passages"], "trace": result["trace"], "usage": usage},
-        })
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": content}}],
+            "usage": openai_usage(usage),
+            "ragzoo": {"passages": result["passages"], "trace": result["trace"], "usage": usage, "ignored": ignored},
+        }, headers=headers)
+
+    def openai_usage(usage: dict) -> dict:
+        return {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
+                "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
+
+    async def stream_chat(request: Request, question: Any, body: dict, reply_text, headers: dict | None):
+        """Server-sent events in OpenAI's chunk format. Admission is decided before the stream starts (a refused
+        question is a plain HTTP error); once it runs, Starlette's own watch for the client leaving cancels the
+        generator, which cancels the question (a second reader of the connection would race it for the
+        disconnect message)."""
+        problem = question_problem(request, question)
+        if problem:
+            return problem
+        work = asyncio.ensure_future(service.submit(question.strip()))
+        await asyncio.sleep(0)  # submit's admission check runs before its first wait
+        if work.done() and work.exception() is not None:
+            return failed(request, work.exception())
+        include_usage = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage")
+        chunk_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def event(payload: dict) -> str:
+            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+        def chunk(choices: list, **extra) -> str:
+            return event({"id": chunk_id, "object": "chat.completion.chunk", "created": created,
+                          "model": service.name, "choices": choices, **extra})
+
+        def delta(content: dict, finish: str | None = None) -> str:
+            return chunk([{"index": 0, "delta": content, "finish_reason": finish}])
+
+        async def events():
+            try:
+                yield delta({"role": "assistant", "content": ""})
+                while not (await asyncio.wait([work], timeout=keepalive))[0]:
+                    yield ": keep-alive\n\n"
+                try:
+                    result = _redacted(work.result())
+                except Exception as exc:  # noqa: BLE001 - the status line is gone: an error event says it
+                    status, message, kind, _ = _failure(exc)
+                    yield event({"error": {"message": message, "type": kind, "param": None, "code": status}})
+                    return
+                content, finish = reply_text(result)
+                for start in range(0, len(content), 200):  # a few deltas, as a UI renders a streamed answer
+                    yield delta({"content": content[start:start + 200]})
+                yield delta({}, finish)
+                if include_usage:
+                    yield chunk([], usage=openai_usage(result["usage"]))
+                yield "data: [DONE]\n\n"
+            finally:
+                if not work.done():
+                    work.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", **(headers or {})})
 
     app.add_api_route("/v1/chat/completions", chat, methods=["POST"])
     app.add_api_route("/chat/completions", chat, methods=["POST"])
@@ -561,6 +738,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
     async def health():
         return {"status": "ok", "method": service.method, "model": service.name,
                 "max_concurrency": service.max_concurrency, "max_queue": service.max_queue,
-                "in_flight": service.admitted, "abandoned": service.abandoned, "deadline": service.deadline}
+                "in_flight": service.admitted, "abandoned": service.abandoned, "deadline": service.deadline,
+                "workers": workers, "worker": os.getpid()}
 
     return app

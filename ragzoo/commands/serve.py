@@ -1,9 +1,13 @@
 """`ragzoo serve --retriever SPEC [--host 127.0.0.1] [--port 8893] [--max-query-chars N]`: the ColBERTv2
 REST API (see `ragzoo.retrieval.server` for the routes and bounds).
 
-`ragzoo serve --program DIR --lm SPEC [--api-base URL] [--deadline S] [--timeout S]`: a compiled program behind
-`POST /ask` and an OpenAI-compatible `/v1/chat/completions` (see `ragzoo.serving`). Keys come from the environment
-only."""
+`ragzoo serve --program DIR --lm SPEC [--api-base URL] [--deadline S] [--timeout S] [--workers N]`: a compiled
+program behind `POST /ask` and an OpenAI-compatible `/v1/chat/completions` (see `ragzoo.serving`). Keys come from
+the environment only. `--workers N` (N > 1): this process binds the port and starts N spawned worker processes
+that each load the program and accept on the one shared listening socket (as uvicorn's and gunicorn's workers
+do), so one machine's cores serve one program; every bound (`--max-concurrency`, `--max-queue`, the LM's
+endpoint limit) is per worker. Spawned, not forked: the parent has loaded DSPy, LiteLLM and their threads, and a
+fork would copy their locks mid-use."""
 
 from __future__ import annotations
 
@@ -55,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "worker is freed at once, even if the LM hangs (default 120)")
     program.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                          help="seconds per LM request, never more than --deadline (default: the deadline)")
+    program.add_argument("--workers", type=int, default=1, metavar="N",
+                         help="worker processes sharing the port, each with its own copy of the program (and its "
+                              "own --max-concurrency, --max-queue and LM endpoint limit)")
     program.add_argument("--max-calls", type=int, default=None, help="LM calls allowed per question")
     program.add_argument("--max-cost", type=float, default=None, help="USD allowed per question")
 
@@ -95,11 +102,30 @@ def run(args: argparse.Namespace) -> int:
 def _serve_program(args: argparse.Namespace) -> int:
     import sys
 
+    from ragzoo.errors import ConfigError
+    from ragzoo.retrieval.server import run_app
+    from ragzoo.serving import create_app
+
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    service, name, method, deadline, timeout = _program_service(args)  # in the parent too: a bad setup fails here
+    print(f"serving program {method} as {name!r} on http://{args.host}:{args.port} "
+          f"(POST /ask, POST /v1/chat/completions, GET /v1/models, /health; {args.max_concurrency} at once, "
+          f"{args.max_queue} waiting{' per worker' if args.workers > 1 else ''}, {deadline:g} s per question, "
+          f"{timeout:g} s per LM request"
+          f"{f', {args.workers} worker processes' if args.workers > 1 else ''})", file=sys.stderr)
+    if args.workers > 1:  # the parent's service never answers (its pool starts no thread until asked)
+        return _serve_workers(args)
+    run_app(create_app(service), host=args.host, port=args.port)
+    return 0
+
+
+def _program_service(args: argparse.Namespace):
+    """(the ProgramService of the flags, its model name, method, deadline, per-LM-request timeout)."""
     from ragzoo.commands.common import build_lm, program_from_config
     from ragzoo.config import refuse_secrets
     from ragzoo.errors import ConfigError
-    from ragzoo.retrieval.server import run_app
-    from ragzoo.serving import DEFAULT_DEADLINE, ProgramService, create_app
+    from ragzoo.serving import DEFAULT_DEADLINE, ProgramService
 
     lm_concurrency = args.max_concurrency if args.lm_max_concurrency is None else args.lm_max_concurrency
     if args.max_concurrency < 1 or lm_concurrency < 1 or args.max_queue < 0:
@@ -120,8 +146,81 @@ def _serve_program(args: argparse.Namespace) -> int:
     service = ProgramService(program, lm, name=name, method=description["method"],
                              max_concurrency=args.max_concurrency, max_queue=args.max_queue,
                              max_calls=args.max_calls, max_cost=args.max_cost, deadline=deadline)
-    print(f"serving program {description['method']} as {name!r} on http://{args.host}:{args.port} "
-          f"(POST /ask, POST /v1/chat/completions, GET /v1/models, /health; {args.max_concurrency} at once, "
-          f"{args.max_queue} waiting, {deadline:g} s per question, {timeout:g} s per LM request)", file=sys.stderr)
-    run_app(create_app(service), host=args.host, port=args.port)
-    return 0
+    return service, name, description["method"], deadline, timeout
+
+
+def _listening_socket(host: str, port: int):
+    import socket
+
+    from ragzoo.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _program_worker(options: dict, sock, workers: int) -> None:
+    """One `--workers` process: its own program and service, serving the parent's listening socket."""
+    import logging
+
+    import uvicorn
+
+    from ragzoo.retrieval.server import uvicorn_config
+    from ragzoo.serving import create_app
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    service = _program_service(argparse.Namespace(**options))[0]
+    config = uvicorn_config(create_app(service, workers=workers), host=options["host"], port=options["port"])
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _serve_workers(args: argparse.Namespace) -> int:
+    """Start `args.workers` spawned processes on one listening socket and wait. SIGTERM / Ctrl-C stops them all
+    (each finishes its answers in flight, as uvicorn shuts down); a worker that dies stops the others and the exit
+    status says so, rather than leaving a server that answers a fraction of its connections."""
+    import multiprocessing
+    import multiprocessing.connection
+    import signal
+    import sys
+
+    sock = _listening_socket(args.host, args.port)
+    options = {key: value for key, value in vars(args).items() if isinstance(value, (str, int, float, bool, type(None)))}
+    context = multiprocessing.get_context("spawn")
+    children = [context.Process(target=_program_worker, args=(options, sock, args.workers), name=f"ragzoo-serve-{i}")
+                for i in range(args.workers)]
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    status = 0
+    try:
+        for child in children:
+            child.start()
+        multiprocessing.connection.wait([child.sentinel for child in children])
+        dead = [child for child in children if not child.is_alive()]
+        print(f"ragzoo serve: worker process {dead[0].pid} exited (status {dead[0].exitcode}); stopping the others",
+              file=sys.stderr)
+        status = 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+        for child in children:
+            child.join(timeout=30)
+            if child.is_alive():
+                child.kill()
+                child.join(timeout=5)
+        sock.close()
+    return status

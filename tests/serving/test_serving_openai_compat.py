@@ -1,0 +1,252 @@
+"""`ragzoo serve --program` as the OpenAI ecosystem expects it (issue 24 §4): `stream=true` as server-sent
+chat.completion.chunk events read by the real `openai` client, DSPy adapter requests answered in the requested
+output fields (`dspy.Predict` against the server), `max_tokens` honoured and ignored options named in the response,
+and `--workers N` processes. Upstream LMs are the loopback stub server or the dry-run LM; nothing leaves this
+machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from ragzoo.retrieval.server import BackgroundServer
+from ragzoo.stubserver import StubLMServer
+
+QUESTION = "Who directed the film Ed Wood?"
+
+
+@pytest.fixture(scope="module")
+def program():
+    from ragzoo import programs
+    from ragzoo.testing import StaticRetriever, make_passages
+
+    return programs.get("rag", retriever=StaticRetriever(make_passages(5)), k=3)
+
+
+def _echo_question(messages: list[dict], body: dict | None = None) -> str:
+    """The program's LM: answers "It was asked: <the question it got>" in the program's adapter format, so a
+    reply shows which question the program was given."""
+    from ragzoo.stubserver import adapter_answer, prompt_style, render_answer
+
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    user = messages[-1]["content"]
+    question = user.split("[[ ## question ## ]]\n", 1)[-1].split("\n\n", 1)[0]
+    values = adapter_answer(system)
+    values["answer"] = f"It was asked: {question}"
+    return render_answer(values, prompt_style(system))
+
+
+def _service(program, base_url: str, monkeypatch, **options):
+    from ragzoo.lm import make_lm
+    from ragzoo.serving import ProgramService
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-stub-key-from-the-environment")
+    lm = make_lm("openai/stub", api_base=base_url + "/v1", cache=False)
+    return ProgramService(program, lm, name="ragzoo-rag", method="rag", **options)
+
+
+# -- stream=true -----------------------------------------------------------------------------------------
+
+def test_the_openai_client_streams_the_answer_as_chat_completion_chunks(program, monkeypatch):
+    import openai
+
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+            chunks = list(client.chat.completions.create(
+                model="ragzoo-rag", messages=[{"role": "user", "content": QUESTION}], stream=True,
+                stream_options={"include_usage": True}))
+            raw = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+                "stream": True, "messages": [{"role": "user", "content": QUESTION}]})
+    assert chunks[0].object == "chat.completion.chunk" and chunks[0].choices[0].delta.role == "assistant"
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == f"It was asked: {QUESTION}"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens > 0  # include_usage: a last usage chunk
+    assert len({c.id for c in chunks}) == 1
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in raw.text.split("\n\n") if e and not e.startswith(":")]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    assert lm_server.requests == 2
+
+
+def test_a_stream_sends_keep_alives_while_waiting_and_ends_with_an_error_chunk_past_the_deadline(program,
+                                                                                                  monkeypatch):
+    import openai
+
+    from ragzoo.serving import create_app
+
+    with StubLMServer(faults=lambda index, body: "hang") as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch, deadline=0.6)
+        with BackgroundServer(create_app(service, keepalive=0.1)) as server:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+            with pytest.raises(openai.APIError) as failure:
+                for _ in client.chat.completions.create(model="ragzoo-rag", stream=True,
+                                                        messages=[{"role": "user", "content": QUESTION}]):
+                    pass
+            raw = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+                "stream": True, "messages": [{"role": "user", "content": QUESTION}]})
+            health = httpx.get(server.url + "/health").json()
+    assert "deadline" in str(failure.value)
+    assert ": keep-alive" in raw.text and "[DONE]" not in raw.text
+    error = json.loads(raw.text.strip().split("\n\n")[-1].removeprefix("data: "))
+    assert error["error"]["type"] == "timeout" and error["error"]["code"] == 504
+    assert health["in_flight"] == 0
+
+
+def test_a_stream_refused_before_it_starts_is_a_plain_http_error(program, monkeypatch):
+    from ragzoo.serving import create_app
+
+    with StubLMServer() as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service, max_question_chars=10)) as server:
+            long = httpx.post(server.url + "/v1/chat/completions", json={
+                "stream": True, "messages": [{"role": "user", "content": "x" * 11}]})
+            many = httpx.post(server.url + "/v1/chat/completions", json={
+                "stream": True, "n": 2, "messages": [{"role": "user", "content": "x"}]})
+    assert long.status_code == 413 and long.json()["error"]["message"]
+    assert many.status_code == 400 and "n=1" in many.json()["error"]["message"]
+    assert lm_server.requests == 0
+
+
+# -- DSPy adapter requests -------------------------------------------------------------------------------
+
+def test_dspy_predict_against_the_server_gets_the_programs_answer_in_its_output_fields(program, monkeypatch):
+    import dspy
+
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        asked = []
+        answer = service.answer
+        monkeypatch.setattr(service, "answer", lambda question: asked.append(question) or answer(question))
+        with BackgroundServer(create_app(service)) as server:
+            lm = dspy.LM("openai/ragzoo-rag", api_base=server.url + "/v1", api_key="unused", cache=False,
+                         num_retries=0)
+            with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+                predicted = dspy.Predict("question -> answer")(question=QUESTION)
+                thought = dspy.ChainOfThought("question -> answer")(question=QUESTION)
+                with_demo = dspy.Predict("question -> answer")
+                with_demo.demos = [dspy.Example(question="Earlier?", answer="Earlier.")]
+                demoed = with_demo(question=QUESTION)
+    assert predicted.answer == thought.answer == demoed.answer == f"It was asked: {QUESTION}"
+    assert thought.reasoning  # filled, saying where the answer came from
+    assert asked == [QUESTION] * 3  # the question field, not DSPy's whole prompt
+
+
+def test_a_dspy_request_for_output_fields_the_program_cannot_fill_is_a_400_naming_them(program, monkeypatch):
+    import dspy
+
+    from ragzoo.serving import create_app
+
+    messages = dspy.ChatAdapter().format(dspy.Predict("question -> answer, confidence: float").signature,
+                                         demos=[], inputs={"question": QUESTION})
+    with StubLMServer() as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            reply = httpx.post(server.url + "/v1/chat/completions", json={"messages": messages}, timeout=30)
+    assert reply.status_code == 400 and "confidence" in reply.json()["error"]["message"], reply.text
+    assert lm_server.requests == 0
+
+
+# -- model, max_tokens, temperature ----------------------------------------------------------------------
+
+def test_max_tokens_cuts_the_answer_and_ignored_options_are_named_in_the_response(program, monkeypatch):
+    import openai
+
+    from ragzoo.engines import approx_tokens
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+            raw = client.chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=[{"role": "user", "content": QUESTION}], max_tokens=3, temperature=0.3,
+                top_p=0.5)
+            plain = client.chat.completions.with_raw_response.create(
+                model="ragzoo-rag", messages=[{"role": "user", "content": QUESTION}])
+            streamed = list(client.chat.completions.create(
+                model="ragzoo-rag", messages=[{"role": "user", "content": QUESTION}], max_tokens=3,
+                temperature=1.0, stream=True))
+    cut = raw.parse()
+    full = f"It was asked: {QUESTION}"
+    assert full.startswith(cut.choices[0].message.content) and approx_tokens(cut.choices[0].message.content) <= 3
+    assert cut.choices[0].finish_reason == "length" and cut.model == "ragzoo-rag"
+    assert set(raw.headers["x-ragzoo-ignored"].split(", ")) == {"model", "temperature", "top_p"}
+    ignored = cut.model_extra["ragzoo"]["ignored"]
+    assert set(ignored) == {"model", "temperature", "top_p"} and "ragzoo-rag" in ignored["model"]
+    assert "x-ragzoo-ignored" not in plain.headers and plain.parse().choices[0].message.content == full
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == cut.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in streamed if c.choices and c.choices[0].finish_reason] == ["length"]
+
+
+# -- --workers N -----------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, wiki17_corpus):
+    import ragzoo
+    from ragzoo import programs
+    from ragzoo.retrieval import make_retriever
+    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
+
+    out = tmp_path_factory.mktemp("served") / "rag"
+    ragzoo.save(programs.get("rag", retriever=make_retriever(DEFAULT_RETRIEVER, show_progress=False), k=3), out,
+                method="rag")
+    return out
+
+
+def test_cli_workers_serves_one_program_from_several_processes(artifact, tmp_path):
+    import psutil
+
+    port = _free_port()
+    env = {**os.environ, "RAGZOO_CACHE": os.environ.get("RAGZOO_CACHE", str(tmp_path))}
+    process = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--program", str(artifact), "--lm",
+                                "dry-run", "--port", str(port), "--workers", "2"], env=env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        seen: set = set()
+        deadline = time.monotonic() + 120
+        while len(seen) < 2:  # each new connection may land on either worker
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2,
+                                   headers={"Connection": "close"}).json()
+                assert health["workers"] == 2
+                seen.add(health["worker"])
+            except httpx.TransportError:
+                time.sleep(0.3)
+            assert process.poll() is None and time.monotonic() < deadline, "ragzoo serve --workers 2 did not start"
+        children = psutil.Process(process.pid).children()
+        assert len(children) >= 2 and {p.pid for p in children} >= seen
+        reply = httpx.post(f"http://127.0.0.1:{port}/ask", json={"question": QUESTION}, timeout=60).json()
+        assert reply["usage"]["lm_calls"] == 1 and len(reply["passages"]) == 3
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_cli_refuses_workers_below_one(tmp_path, capsys):
+    from ragzoo.cli import main
+
+    assert main(["serve", "--program", str(tmp_path), "--lm", "dry-run", "--workers", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "--workers" in err and "Traceback" not in err
