@@ -56,6 +56,27 @@ Paper experiments -> knobs (each ablation is one flag):
   says "multiple answer sampling", and the retrieval and filtering upstream are shared. Without sampling,
   `candidates` is the one answer.
 
+Instructions are our own words, each saying what the call must produce and why, from Sec. 3 (the filter
+removes retrieved knowledge unrelated to q because it misleads the answer; only what it keeps is answered
+from); Appendix B's prompts are not in the repository. Our instruction <- what the paper's call does:
+- KnowledgeCoT (external_cot, answer_cot): step-by-step reasoning over the knowledge, ending "So the answer
+  is X." <- the 3-shot CoT call over knowledge (Eq. 1 and Eq. 9).
+- WritePassage: a short passage from the model's own knowledge <- the zero-shot "write a passage" call (Eq. 3).
+- FilterTopic: name the subject area, told it is passed on so the screener can set its background on it
+  aside <- filter call 1 (HotPotQA/2Wiki): complete the question's general topic.
+- TopicRelevanceAnalysis: screening notes, pass or drop per passage id with the reason, told that only
+  what passes reaches the answer, that an unrelated passage misleads it, and that background on the topic
+  is not evidence <- filter call 2: with the model's knowledge about the topic set aside, check the question
+  against each of the five passages, step by step, and show the relevant ones.
+- RelevanceAnalysis: the same notes without a topic, dropping every passage acceptable <- the StrategyQA
+  filter call 1 (no topic call; "no relevant one" possible).
+- SelectRelevantIds: the decision the notes reach, as the ids that passed, told that exactly those are
+  answered from <- the last filter call: given the previous analysis as context, output only the ids.
+- SelectRelevantIdsDirect (filter_stages="ids", ours): screen and output the ids in one call <- no single
+  paper call (the paper chains 2-3).
+- ExtractShortAnswer / ExtractYesNo: the answer the reasoning arrives at, in a few words / yes or no <- the
+  answer-extraction call after the final CoT (Appendix B).
+
 Choices where the paper is open (each documented; the ones that matter are knobs):
 - Knowledge format: "knowledge <i> : Title | text", one per line, ids 0..n-1 (the filter prompt's own
   labelling); the same string feeds the CoT calls. Empty knowledge is written "(none)".

@@ -78,6 +78,23 @@ Choices where the paper is open (knobs in brackets):
   (`direct_answer`, `passages_answer`, `synthesize`) have no fallback: their unreadable reply fails the
   question. Any other unparseable output raises (DSPy's AdapterParseError) and the example scores 0.
 
+Instructions are our own words, each saying what the call must produce and why, from the method's
+description (Alg. 1, App. A); the paper's prompts (App. G) are not in the repository. Our instruction <- what
+the paper's call does:
+- SelfKnowledge: a routing gate predicting whether the LM's closed-book answer would be correct, told where
+  True and False send the question and that a wrong True costs more <- M_know asks whether the model can
+  solve the problem from its own knowledge, yes/no (App. G), trained on closed-book correctness (App. A.1).
+- PassageRelevance: does this one passage help settle the question <- M_rel, one passage: relevant or
+  irrelevant (Alg. 1, App. A.2).
+- PassagesRelevanceJoint: select the passages the answer will be written from, told that only they reach
+  the answer and that none sends the question to decomposition <- App. G's judge of all five passages: are
+  they relevant and sufficient; if so which ones, else "No".
+- Decompose: simpler questions, told each is solved separately by the same procedure and their answers
+  combined, so each names its entities in full <- M_decom: break the question into sub-questions and list
+  them (App. A.3, G).
+- DirectAnswer, RelevantPassagesAnswer, SynthesizeAnswer <- M's answer from the question alone (Eq. 2), from
+  the relevant passages (Eq. 3), from the sub-question/answer pairs (Eq. 4).
+
 The prediction carries `answer`, `passages` (every passage an answer in the tree was written from, in order
 of use, deduplicated), `route` (how the root was answered), `tree` (nested dicts: question, depth, route,
 answer, retrieved_ids, relevant_ids, children, skipped), `depth_reached`, `relevant_ids`, `n_questions`

@@ -32,53 +32,59 @@ class WritePassage(dspy.Signature):
 
 
 class FilterTopic(dspy.Signature):
-    """Say which general topic the question is about."""
+    """Name the subject area of the question. The name is handed to the passage screening that follows, so
+    that the screener can set aside its own background on this subject and go by what the passages say."""
 
     question: str = dspy.InputField()
-    topic: str = dspy.OutputField(desc="a few words naming the topic")
+    topic: str = dspy.OutputField(desc="a few words naming the subject area")
 
 
 class TopicRelevanceAnalysis(dspy.Signature):
-    """Judge the listed knowledge passages on their own terms: what you already believe about the topic does
-    not count, only what each passage says. For each passage in turn, give a verdict on whether it bears on
-    the question and a short reason, then list the ones that do. Any number of them may."""
+    """Screening notes for retrieved passages. The question will be answered from the passages that pass
+    this screening and from nothing else, and a passage unrelated to it would mislead that answer. Your
+    background on the topic is not evidence here: a passage passes only on what its own text says. Write
+    one line per passage id with pass or drop and the reason."""
 
-    topic: str = dspy.InputField(desc="the topic of the question; set your own background on it aside")
+    topic: str = dspy.InputField(desc="what the question is about")
     question: str = dspy.InputField()
     knowledge: str = dspy.InputField(desc=KNOWLEDGE)
-    relevance_analysis: str = dspy.OutputField(desc="a per-passage relevance verdict with a short reason")
+    relevance_analysis: str = dspy.OutputField(desc="per passage id: pass or drop, and why")
 
 
 class RelevanceAnalysis(dspy.Signature):
-    """For each listed knowledge passage in turn, give a verdict on whether it bears on the question and a
-    short reason, then list the ones that do. Be strict: none of them may."""
+    """Screening notes for retrieved passages. The question will be answered from the passages that pass
+    this screening and from nothing else, and a passage unrelated to it would mislead that answer; dropping
+    every passage is an acceptable outcome. Write one line per passage id with pass or drop and the reason."""
 
     question: str = dspy.InputField()
     knowledge: str = dspy.InputField(desc=KNOWLEDGE)
-    relevance_analysis: str = dspy.OutputField(desc="a per-passage relevance verdict with a short reason")
+    relevance_analysis: str = dspy.OutputField(desc="per passage id: pass or drop, and why")
 
 
 class SelectRelevantIds(dspy.Signature):
-    """Turn the relevance analysis in the context into the list of ids of the knowledge passages it found
-    relevant to the question, using the ids of the knowledge list. The list may be empty."""
+    """The context holds screening notes on the listed passages. Output the decision they reach, as data: the
+    ids (as numbered in the knowledge list) of the passages that passed. Exactly those passages, and no
+    others, will be given to the answering step."""
 
-    context: str = dspy.InputField(desc="the relevance analysis of these passages")
+    context: str = dspy.InputField(desc="screening notes on these passages")
     question: str = dspy.InputField()
     knowledge: str = dspy.InputField(desc=KNOWLEDGE)
-    relevant_ids: list[int] = dspy.OutputField(desc="ids of the relevant passages, e.g. [0, 3]; [] if none")
+    relevant_ids: list[int] = dspy.OutputField(desc="ids of the passages that passed, e.g. [0, 3]; [] if none")
 
 
 class SelectRelevantIdsDirect(dspy.Signature):
-    """Check each knowledge passage against the question and output only the ids of the passages that are
-    relevant to it. Use the ids shown in the knowledge list; the list may be empty."""
+    """Screen retrieved passages: output the ids (as numbered in the knowledge list) of those whose own text
+    bears on the question. Exactly those passages, and no others, will be used to answer it; an unrelated
+    one would mislead the answer, and an empty list is an acceptable outcome."""
 
     question: str = dspy.InputField()
     knowledge: str = dspy.InputField(desc=KNOWLEDGE)
-    relevant_ids: list[int] = dspy.OutputField(desc="ids of the relevant passages, e.g. [0, 3]; [] if none")
+    relevant_ids: list[int] = dspy.OutputField(desc="ids of the passages that pass, e.g. [0, 3]; [] if none")
 
 
 class ExtractShortAnswer(dspy.Signature):
-    """Give the answer to the question that the reasoning in the context arrives at, in one or a few words."""
+    """State the conclusion the reasoning in the context reaches about the question, as a short phrase: a
+    name, a date, a number or a few words, never a sentence."""
 
     context: str = dspy.InputField(desc="step-by-step reasoning about the question")
     question: str = dspy.InputField()
@@ -86,7 +92,7 @@ class ExtractShortAnswer(dspy.Signature):
 
 
 class ExtractYesNo(dspy.Signature):
-    """Give the answer to the yes/no question that the reasoning in the context arrives at."""
+    """State whether the reasoning in the context concludes yes or no about the question."""
 
     context: str = dspy.InputField(desc="step-by-step reasoning about the question")
     question: str = dspy.InputField()

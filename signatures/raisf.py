@@ -19,11 +19,14 @@ SHORT_ANSWER = ("a short answer: an entity, a date, a number, a short phrase, or
 
 
 class SelfKnowledge(dspy.Signature):
-    """Decide whether you can answer the question correctly from what you already know, without looking
-    anything up. Say yes only if you are confident; say no if external documents are needed."""
+    """Routing gate, run before any retrieval. Predict whether the answer you would give to this question
+    with no documents at hand is correct. True sends the question straight to a closed-book answer; False
+    sends it to retrieval, and from there possibly to sub-questions. A wrong True costs a wrong final answer
+    and a wrong False only some extra calls, so reserve True for facts you would state with certainty."""
 
     question: str = dspy.InputField()
-    can_answer: bool = with_dry_run(dspy.OutputField(desc="True if you can answer from your own knowledge"), False)
+    can_answer: bool = with_dry_run(
+        dspy.OutputField(desc="your closed-book answer would be correct: True, else False"), False)
 
 
 class DirectAnswer(dspy.Signature):
@@ -42,31 +45,34 @@ class PassageRelevance(dspy.Signature):
 
 
 class PassagesRelevanceJoint(dspy.Signature):
-    """Decide, for the numbered passages as a set, whether they can settle the question. If they can, give
-    the numbers of the passages that are needed for it; if even all of them together leave the question
-    open, give an empty list."""
+    """Select the passages the answer will be written from. Only the passages you select are shown to the
+    answering step, and selecting none sends the question on to be split into sub-questions instead. So
+    return an empty list when the passages, read together, still lack something the answer needs (even if
+    some are on the question's topic); otherwise list every passage that contributes to the answer."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc="retrieved passages, numbered from 1")
     relevant_ids: list[int] = with_dry_run(
-        dspy.OutputField(desc="1-based numbers of the relevant passages; [] if none suffices"), [1])
+        dspy.OutputField(desc="numbers (from 1) of the selected passages; [] to split the question instead"), [1])
 
 
 class RelevantPassagesAnswer(dspy.Signature):
     """The passages were judged to bear on the question. Base the answer on what they state."""
 
     question: str = dspy.InputField()
-    passages: list[str] = dspy.InputField(desc="passages judged relevant to the question")
+    passages: list[str] = dspy.InputField(desc="the passages the relevance gate kept")
     answer: str = dspy.OutputField(desc=SHORT_ANSWER)
 
 
 class Decompose(dspy.Signature):
-    """Break the question into a few simpler sub-questions that can each be answered on its own and whose
-    answers together answer the original question."""
+    """This question was not settled in one step, so it will be answered through simpler questions. Each
+    question you write is solved separately by the same procedure, without seeing this question or the
+    other questions' answers, and then all their answers are combined into this question's answer. Write
+    as few as that combination needs, each naming its entities in full."""
 
     question: str = dspy.InputField()
     sub_questions: list[str] = with_dry_run(
-        dspy.OutputField(desc="self-contained sub-questions, simplest first"),
+        dspy.OutputField(desc="simpler questions, each understandable on its own"),
         ["dry-run sub-question 1", "dry-run sub-question 2"])
 
 
