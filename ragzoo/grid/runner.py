@@ -36,7 +36,43 @@ GRID_OUTPUTS = (GRID_FILE, CELLS_DIR, "results.md", "results.csv", "results.json
 
 
 def cell_dir(out: Path, cell: Cell) -> Path:
-    return Path(out) / CELLS_DIR / cell.key
+    cells = Path(out) / CELLS_DIR
+    path = cells / cell.key
+    if path.is_symlink():  # a folder made when n was part of a cell's key, adopted by `adopt_legacy_dir`
+        return cells / os.readlink(path)
+    if not path.exists():
+        return _legacy_dir(cells, cell) or path
+    return path
+
+
+def _legacy_dir(cells: Path, cell: Cell) -> Path | None:
+    """The folder of this cell made when n was part of its key (named with the n its run was started with)."""
+    prefix = cell.key.rpartition("__")[0] + "__"
+    try:
+        entries = [entry for entry in cells.iterdir() if entry.name.startswith(prefix) and not entry.is_symlink()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            n = json.loads((entry / "run" / "config.json").read_text(encoding="utf-8")).get("n")
+        except (OSError, ValueError, AttributeError):
+            n = cell.n
+        if entry.name in (cell.legacy_key(n), cell.legacy_key(cell.n)):
+            return entry
+    return None
+
+
+def adopt_legacy_dir(out: Path, cell: Cell) -> None:
+    """Resume a cell folder made when n was part of a cell's key in place (its config.json names its artifact
+    by that path): its current key becomes a link to it, before the run's n changes as it is extended."""
+    cells = Path(out) / CELLS_DIR
+    path = cells / cell.key
+    if path.exists() or path.is_symlink():
+        return
+    legacy = _legacy_dir(cells, cell)
+    if legacy is not None:
+        with contextlib.suppress(FileExistsError):  # another worker adopted it first
+            os.symlink(legacy.name, path)
 
 
 def runnable(cell: Cell) -> str | None:
@@ -609,6 +645,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         if reason:
             result.skipped[cell.key] = reason
             continue
+        adopt_legacy_dir(out, cell)
         state = cell_state(out, cell)
         result.states[cell.key] = state
         if state["status"] != "done":

@@ -154,11 +154,20 @@ class Cell:
     def key(self) -> str:
         """Stable, readable, unique id of the cell: its directory name and its claim in a shared storage. Not
         `n`: a grid rerun with a larger -n extends each cell's run (evaluate --resume -n) and reuses its compile."""
+        return self._key()
+
+    def legacy_key(self, n: int | None) -> str:
+        """The key this cell had, run with `n` questions, when `n` was part of a cell (a grid folder made then is
+        resumed in place: `ragzoo.grid.runner.cell_dir`)."""
+        return self._key(("n", n))
+
+    def _key(self, with_n: tuple | None = None) -> str:
         knobs = ",".join(f"{k}={self.knobs[k]}" for k in sorted(self.knobs))
-        digest = hashlib.sha256(json.dumps([self.method.id, knobs, self.dataset.name, self.dataset.split,
-                                            self.retriever, self.optimizer, self.lm.spec, self.lm.api_base,
-                                            self.grid.seed, self.grid.train_n, self.grid.dev_n],
-                                           sort_keys=True).encode()).hexdigest()[:8]
+        fields = [self.method.id, knobs, self.dataset.name, self.dataset.split, self.retriever, self.optimizer,
+                  self.lm.spec, self.lm.api_base, self.grid.seed, self.grid.train_n, self.grid.dev_n]
+        if with_n is not None:
+            fields.insert(8, with_n[1])
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
         return "__".join([_slug(self.method.label), _slug(f"{self.dataset.label}-{self.dataset.split or 'default'}"),
                           _slug(self.optimizer), _slug(self.lm.name), digest])
 

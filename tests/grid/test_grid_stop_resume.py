@@ -181,3 +181,25 @@ def test_a_worker_stopped_by_ctrl_c_hands_its_cell_back_to_the_workers_still_run
     _, err = running.communicate(timeout=120)
     assert running.returncode == 0, err[-3000:]
     assert _written(out) == 4 * n  # the interrupted cell was finished by the worker still running, no rerun
+
+
+def test_a_grid_folder_made_when_n_was_in_the_cell_key_is_resumed_and_extended_in_place(tmp_path, stub_server,
+                                                                                         grid_env):
+    from ragzoo.grid import load_grid
+
+    grid_file = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid_file), "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    grid = load_grid(grid_file)
+    for cell in grid.cells()[:2]:  # direct, rag: as an earlier ragzoo named their folders (n in the key)
+        (out / "cells" / cell.key).rename(out / "cells" / cell.legacy_key(2))
+    before = stub_server.requests
+    assert main([*argv, "-n", "3"]) == 0
+    assert stub_server.requests - before == 2  # one new question per cell, not 3
+    for cell in grid.cells()[:2]:  # run in place; the current key names it
+        assert (out / "cells" / cell.legacy_key(2) / "run" / "predictions.jsonl").read_text().count("\n") == 3
+        assert (out / "cells" / cell.key).resolve() == (out / "cells" / cell.legacy_key(2)).resolve()
+    assert main([*argv, "-n", "3"]) == 0 and stub_server.requests - before == 2  # and stays done
+    table = json.loads((out / "results.json").read_text())
+    assert [row["cells"]["HotPotQA"]["n"] for row in table["rows"][:2]] == [3, 3]
