@@ -116,3 +116,14 @@ def test_refusals_and_other_spellings_count_only_when_refusals_are_asked_for(ans
     assert not is_unknown(answer) and unknown_metric(EXAMPLE, dspy.Prediction(answer=answer)) == 0.0
     assert is_unknown(answer, refusals=True)
     assert metrics.get_metric("unknown_lenient")(EXAMPLE, dspy.Prediction(answer=answer)) == 1.0
+
+
+def test_report_reads_the_oracle_metric_of_a_run(tmp_path, capsys):
+    from ragzoo.cli import main
+    from ragzoo.runs import evaluate
+
+    evaluate(_Sampler(), [EXAMPLE], metrics="em,oracle_em", out_dir=tmp_path / "run", progress=False)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run"), "--metric", "oracle_em"]) == 0
+    out = capsys.readouterr().out
+    assert "oracle_em" in out and "1.000" in out
