@@ -1,5 +1,9 @@
 """Replay of recorded retrievals: passages given per question (e.g. ActiveRAG's top-5 `retrieved` field),
-so an experiment can reuse a paper's exact retrieval. Any other query is an error, never a guess."""
+so an experiment can reuse a paper's exact retrieval. Any other query is an error, never a guess.
+
+A k above what was recorded returns every recorded passage, fewer than k (ActiveRAG's samples hold 5, so a
+top-10 run over them is a top-5 run); the program says so once per run (`RagProgram.retrieve` logs any
+retriever that returns fewer than k), and the grids retrieve top-10 with a real retriever instead."""
 
 from __future__ import annotations
 

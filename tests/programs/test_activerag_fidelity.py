@@ -195,3 +195,42 @@ def test_activerag_top10_over_the_five_recorded_passages_warns_through_the_cli(t
     assert "retriever fixed returned 5 passage(s) where k=10 was asked" in lines[0]
     recorded = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert [len(record["passages"]) for record in recorded] == [5, 5]
+
+
+# --- item 3 end to end: Table 3's Oracle Rerank row scored from the CLI --------------------------------
+
+
+def test_oracle_rerank_is_scored_from_the_cli_over_the_four_agents(tmp_path, monkeypatch, capsys):
+    """`ragzoo evaluate --method activerag --knob agents=all --metric contains,oracle_contains` against the
+    stub server: only the logician's nexus answers right, so the reported (associate) answer scores 0 and the
+    oracle over the four agents 1; the record keeps the four answers in agent order."""
+    from ragzoo.stubserver import StubLMServer, _content, adapter_answer, prompt_style, render_answer
+
+    answers = {"facts the model already knew": "Bartosz Kowalski", "background, entities": "Robert Woods",
+               "premises the answer can be inferred": "Matthew Lessner", "names mistaken beliefs": "Lessner Films"}
+
+    def responder(messages, body=None):
+        system = next((_content(m) for m in messages if m.get("role") in ("system", "developer")), "")
+        values = adapter_answer(system)
+        if "enhanced_reasoning" in values:  # a nexus: tell the agents apart by their instructions
+            values["answer"] = next(answer for marker, answer in answers.items() if marker in system)
+        return render_answer(values, prompt_style(system))
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": f"Film {i}", "text": f"Film {i} was produced "
+                                          f"by person {i}."}) + "\n" for i in range(8)))
+    data = tmp_path / "questions.jsonl"
+    data.write_text(json.dumps({"id": "q0", "question": "Who produced The Woods?", "answers": ["Matthew Lessner"]})
+                    + "\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    with StubLMServer(responder=responder) as server:
+        code = cli.main(["evaluate", "--method", "activerag", "--knob", "agents=all", "--data", str(data),
+                         "--retriever", f"bm25:{corpus}", "--lm", "openai/stub-model", "--api-base",
+                         server.base_url + "/v1", "--metric", "contains,oracle_contains",
+                         "--out", str(tmp_path / "run")])
+    assert code == 0, capsys.readouterr().err
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert record["prediction"] == "Bartosz Kowalski"  # the associate agent's, as Table 2 reports
+    assert record["candidates"] == ["Bartosz Kowalski", "Robert Woods", "Matthew Lessner", "Lessner Films"]
+    assert record["metrics"] == {"contains": 0.0, "oracle_contains": 1.0}
+    assert record["lm_calls"] == 9 and record["retrievals"] == 1
