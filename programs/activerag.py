@@ -37,8 +37,8 @@ Knob `knowledge`, Table 3's ablations of what the nexus is given in place of con
 Instructions (our words; issue 22, items 6 and 13), our instruction <- what the paper's call does:
 - `initial_cot` (`ragzoo.signatures.common.ReasonThenAnswer`, the very signature of the `cot` row and of
   Guideline's first call: Table 8 has one CoT prompt): answer from your own knowledge, `reasoning` = the
-  recalled facts and inferences in order, `answer` = where they lead <- reason step by step, then answer,
-  in a reasoning/answer format.
+  recalled facts and inferences in order, `answer` = where they lead <- the CoT prompt: step-by-step
+  reasoning before the answer, in a reasoning/answer format.
 - `associate_kc` / `anchoring_kc` / `logician_kc`: what to extract (well-known facts plus the details that
   extend them; what the model likely lacks; premises for the inference) and how to present it <- Table 6: a
   persona, the question and passages, then a task description of what to extract and analyse.

@@ -12,8 +12,8 @@ which is also ActiveRAG's first step: Table 8 has one CoT prompt for the three.
 
 Instructions (our words; issue 22, item 13), our instruction <- what the paper's call does:
 - `cot` (`ReasonThenAnswer`, shared with `cot`): answer from your own knowledge, `reasoning` = recalled
-  facts and inferences in order, `answer` = where they lead <- the CoT prompt: reason step by step, then
-  answer, in a reasoning/answer format.
+  facts and inferences in order, `answer` = where they lead <- the CoT prompt: step-by-step reasoning
+  before the answer, in a reasoning/answer format.
 - `guide` (`GuidingAnalysis`): map out the route to the answer (facts to recall, order of steps) as guidance
   a learner could follow, stopping before any conclusion <- a professor persona asked for a detailed,
   step-by-step analysis that guides students and withholds the final result.

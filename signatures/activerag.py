@@ -84,8 +84,8 @@ class CognitionKnowledge(dspy.Signature):
 
 
 class ReadingNotes(dspy.Signature):
-    """Write short reading notes on the passages for this question: the key point of each passage and
-    whether it is relevant to the question."""
+    """`knowledge` holds short reading notes on the passages, one per passage in order: its main point,
+    and whether that point bears on what is asked."""
 
     # Table 3's "CoT w. Note" ablation: these notes reach the nexus in place of constructed knowledge.
 

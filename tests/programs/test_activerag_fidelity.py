@@ -107,7 +107,7 @@ def test_no_instruction_or_field_description_sent_to_the_lm_cites_a_paper():
 REWRITTEN = ["self_refined.NotesThenAnswer", "self_refined.TagPassages", "self_refined.SummarizePassages",
              "self_refined.MergeReasoning", "activerag.CognitionKnowledge", "activerag.AssociateNexus",
              "activerag.AnchoringNexus", "activerag.LogicianNexus", "activerag.CognitionNexus",
-             "activerag.PassagesNexus", "activerag.NotesNexus"]
+             "activerag.PassagesNexus", "activerag.NotesNexus", "activerag.ReadingNotes"]
 
 
 @pytest.mark.parametrize("name", REWRITTEN)
