@@ -408,6 +408,8 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
             for record in result.staged:
                 if "skipped" in record:
                     result.notes.append(f"compile stage {record['stage']!r} skipped: {record['skipped']}")
+                if "fallback" in record:  # its labels come from another measure than the one asked for
+                    result.notes.append(f"compile stage {record['stage']!r}: {record['fallback']}")
                 if "stopped" in record:
                     result.stopped = f"budget reached during compile stage {record['stage']!r}"
                     result.notes.append("the staged demos compiled before the budget are kept; no end-to-end "

@@ -14,6 +14,12 @@ default) then runs, in order:
 Every stage is metered (`StageUsage("stage:<name>")`) and described in `CompileResult.staged` (name,
 predictors, labels, examples built, demos kept, skipped and why), which the manifest records.
 
+`build_trainset` may return a list carrying a `record` dict (`ragzoo.programs.filco_oracle.LabelledExamples`):
+it is copied into the stage's manifest record. FILCO's says which oracle measure labelled the filter's
+examples (`measure`), where CXMI's log-probabilities came from (`cxmi_source`, `logprob_requests`), or, when
+the LM could not give them, `asked` and `fallback` (why, and which declared measure trained the filter);
+the compile's notes repeat a fallback, and `ragzoo compile` prints it, so no label source changes silently.
+
 A "memory" stage (`Stage.mode`) builds labelled examples and stores them as the predictor's demos as they
 are (SKR's nearest-neighbour memory), with no optimizer run.
 
@@ -82,6 +88,7 @@ def run_stages(program, stages: list[Stage], trainset: list, compile_one: Callab
         try:
             given = {name: resources[name] for name in (*stage.needs, *stage.uses) if resources.get(name) is not None}
             examples = stage.build_trainset(trainset, **given)
+            record.update(getattr(examples, "record", None) or {})  # how the labels were built (FILCO's measure)
             record["examples"] = len(examples)
             for name in stage.predictors:
                 predictor = _predictor(program, name)

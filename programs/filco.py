@@ -49,9 +49,17 @@ Choices where the paper is open, or where an LLM predictor replaces a fine-tuned
   paper's ratio) do not change the filtered `forward`: they define the silver labels and the filter metric
   (and SILVER's selection). Default "auto" = the paper's per-dataset choice (§4.2, `PAPER_MEASURE`): STRINC
   for NQ and TQA, CXMI for HotpotQA, ELI5 and FEVER, LEXICAL for WoW, STRINC for a dataset the paper did not
-  use (or when the compile does not name one). CXMI needs log-probabilities of the gold answer: without a
-  scorer (`compile_program(..., stage_resources={"logprob_fn": ...})`) the filter stage is skipped and the
-  manifest says why; pass measure=lexical or strinc to compile the filter on HotpotQA without one. SILVER
+  use (or when the compile does not name one). CXMI needs log-probabilities of the gold answer under the
+  generator: a `logprob_fn` passed to the compile (`stage_resources={"logprob_fn": ...}`), else the compile
+  LM's own server when it is OpenAI-compatible (`--api-base`) and echoes prompt log-probabilities on
+  /completions (vLLM does; `filco_oracle.logprob_scorer_for` probes it with one request). A hosted chat API
+  cannot score a given answer, nor can the dry-run LM: then the knob `cxmi_fallback` (default "lexical")
+  labels the filter instead, or "none" skips the filter stage. Either way the stage's manifest record says
+  which measure trained the filter (`measure`; `asked` and `fallback` with the reason when it fell back;
+  `cxmi_source` and `logprob_requests` when CXMI was computed) and `ragzoo compile` prints a fallback or a
+  skip, so the measure never changes silently. LEXICAL as the default fallback: HotpotQA's answers include
+  yes/no, which STRINC can never find in a sentence, and it is the paper's other measure that scores
+  overlap rather than containment (Table 5 puts both within 2.6 points of CXMI on HotpotQA). SILVER
   resolves "auto" to STRINC (CXMI at test time needs the scorer too).
 - The generator is a plain `Predict` (M_gen decodes the answer directly, no chain of thought). FULL's
   generator (`context="full"`) has its own signature, `AnswerFromRetrievedContext`, that says its context is
@@ -73,8 +81,9 @@ from ragzoo.errors import ConfigError
 from ragzoo.knobs import Range
 from ragzoo.programs import register
 from ragzoo.programs.base import RagProgram, Stage, StageSkipped, TopK, degrade, passages_as_context
-from ragzoo.programs.filco_oracle import (CXMI_THRESHOLD, LEXICAL_THRESHOLD, Granularity, LogProbFn, Measure,
-                                         build_filter_trainset, filter_agreement_metric, oracle_select,
+from ragzoo.programs.filco_oracle import (CXMI_THRESHOLD, LEXICAL_THRESHOLD, CountingScorer, Granularity,
+                                         LabelledExamples, LogProbFn, Measure, build_filter_trainset,
+                                         filter_agreement_metric, logprob_scorer_for, oracle_select,
                                          split_sentences)
 from ragzoo.signatures.filco import (AnswerFromFilteredContext, AnswerFromRetrievedContext, FilterPassage,
                                      FilterSentences, format_sentences)
@@ -106,6 +115,9 @@ class Filco(RagProgram):
             included), "lexical" (unigram F1 > threshold) or "cxmi" (needs log-probabilities).
         threshold: LEXICAL's F1 threshold λ (strictly greater keeps a sentence).
         cxmi_threshold: CXMI's threshold on the log-ratio (0.0 = the paper's ratio 1.0).
+        cxmi_fallback: the measure that labels the filter's training passages when CXMI is asked for (or is
+            the paper's choice for the dataset) and the compile's LM cannot give log-probabilities of a given
+            answer: "lexical", "strinc", or "none" (no filter stage; the manifest says why).
         context: which context the generator sees: "filtered" (FILCO / PSG), "full" (the FULL baseline, no
             filter call) or "silver" (the oracle selection at test time, the SILVER upper bound; needs
             forward(question, answers=...)).
@@ -115,13 +127,15 @@ class Filco(RagProgram):
                  on_empty: Literal["none", "passage"] = "none", measure: Literal[Measure, "auto"] = "auto",
                  threshold: Annotated[float, Range(0.0, 1.0)] = LEXICAL_THRESHOLD,
                  cxmi_threshold: float = CXMI_THRESHOLD,
-                 context: Literal["filtered", "full", "silver"] = "filtered"):
+                 context: Literal["filtered", "full", "silver"] = "filtered",
+                 cxmi_fallback: Literal["lexical", "strinc", "none"] = "lexical"):
         super().__init__(retriever)
         if context == "silver" and measure == "cxmi":
             raise ConfigError("filco context='silver' selects with the oracle at test time; CXMI needs a "
                               "log-probability scorer there: use measure='strinc' or 'lexical'")
         self.k, self.granularity, self.on_empty, self.context = k, granularity, on_empty, context
         self.measure, self.threshold, self.cxmi_threshold = measure, threshold, cxmi_threshold
+        self.cxmi_fallback = cxmi_fallback
         self.filter = dspy.Predict(FilterSentences if granularity == "sentence" else FilterPassage)
         # FULL's generator sees the passages unfiltered and is told so (issue 22 item 10)
         self.generate = dspy.Predict(AnswerFromRetrievedContext if context == "full" else AnswerFromFilteredContext)
@@ -197,17 +211,20 @@ class Filco(RagProgram):
 
     def compile_stages(self) -> list[Stage]:
         """Stage 1 of compiling FILCO: the filter alone, on oracle labels of this program's measure, against
-        the agreement metric (the paper trains M_ctx on silver labels before M_gen). CXMI labels need a
-        log-probability scorer, which a CLI compile does not have: then there is no filter stage, and the
-        manifest's notes say so."""
+        the agreement metric (the paper trains M_ctx on silver labels before M_gen). CXMI labels are scored
+        with the compile LM's server when it returns prompt log-probabilities, else with `cxmi_fallback`;
+        the stage's manifest record names the measure that labelled the examples."""
         if self.context != "filtered":
             return []
+        labels = f"oracle {self.measure} labels, one per retrieved passage (top-{self.k})"
+        if self.measure == "auto":
+            labels += (" (auto = the paper's choice per dataset: strinc for nq/tqa and unnamed datasets, cxmi for "
+                       "hotpotqa/eli5/fever, lexical for wow)")
+        if self.measure in ("auto", "cxmi"):
+            labels += (f"; CXMI from the LM server's prompt log-probabilities, else {self.cxmi_fallback} "
+                       f"(cxmi_fallback)")
         return [Stage(name="filter", predictors=("filter",), build_trainset=self.filter_trainset,
-                      metric=filter_agreement_metric,
-                      labels=f"oracle {self.measure} labels, one per retrieved passage (top-{self.k})"
-                             + (" (auto = the paper's choice per dataset: strinc for nq/tqa and unnamed datasets, "
-                                "cxmi for hotpotqa/eli5/fever, lexical for wow)" if self.measure == "auto" else ""),
-                      uses=("dataset", "logprob_fn"))]
+                      metric=filter_agreement_metric, labels=labels, uses=("dataset", "logprob_fn", "lm"))]
 
     def resolved_measure(self, dataset: str | None = None) -> str:
         """The oracle measure: the knob, or for "auto" the paper's choice for `dataset` (STRINC if unknown)."""
@@ -216,17 +233,39 @@ class Filco(RagProgram):
         return PAPER_MEASURE.get((dataset or "").lower(), "strinc")
 
     def filter_trainset(self, examples: Iterable[Any], logprob_fn: LogProbFn | None = None,
-                        positives_only: bool = False, dataset: str | None = None) -> list[dspy.Example]:
+                        positives_only: bool = False, dataset: str | None = None,
+                        lm: Any = None) -> LabelledExamples:
         """Oracle-labelled examples for `self.filter` (one per retrieved passage), built with this program's
         retriever, k, granularity, measure (for "auto": the paper's choice for `dataset`) and threshold;
-        compile the filter on them against `ragzoo.programs.filco_oracle.filter_agreement_metric`. CXMI needs
-        `logprob_fn` (without it: `StageSkipped`)."""
+        compile the filter on them against `ragzoo.programs.filco_oracle.filter_agreement_metric`.
+
+        CXMI scores with `logprob_fn`, else with the prompt log-probabilities of `lm`'s server (default: the
+        configured `dspy.settings.lm`) when it serves them; when neither can, the examples are labelled with
+        `cxmi_fallback` (or, for "none", `StageSkipped` says why). `.record` names the measure used, the
+        log-probability source or the reason for the fallback, and the scoring requests made."""
         measure = self.resolved_measure(dataset)
-        if measure == "cxmi" and logprob_fn is None:
+        record: dict[str, Any] = {"measure": measure}
+        counting = None
+        if measure == "cxmi":
             why = f"the paper's choice for {dataset}" if self.measure == "auto" else "measure=cxmi"
-            raise StageSkipped(f"CXMI labels ({why}) need log-probabilities of the gold answer (logprob_fn, a "
-                               f"scorer); or pass --knob measure=lexical|strinc")
+            source = "the log-probability scorer passed to the compile"
+            if logprob_fn is None:
+                logprob_fn, source = logprob_scorer_for(lm if lm is not None else dspy.settings.lm)
+            if logprob_fn is None:
+                if self.cxmi_fallback == "none":
+                    raise StageSkipped(f"CXMI labels ({why}) need log-probabilities of the gold answer: {source}; "
+                                       f"set --knob cxmi_fallback=lexical|strinc, or measure=lexical|strinc")
+                measure = self.cxmi_fallback
+                record = {"measure": measure, "asked": "cxmi",
+                          "fallback": f"CXMI labels ({why}) could not be computed: {source}; the filter was "
+                                      f"trained on {measure.upper()} labels (cxmi_fallback={measure})"}
+            else:
+                logprob_fn = counting = CountingScorer(logprob_fn)
+                record["cxmi_source"] = source
         threshold = {"lexical": self.threshold, "cxmi": self.cxmi_threshold}.get(measure)
-        return build_filter_trainset(examples, self.retriever, measure=measure, k=self.k,
-                                     granularity=self.granularity, threshold=threshold, logprob_fn=logprob_fn,
-                                     positives_only=positives_only)
+        examples = build_filter_trainset(examples, self.retriever, measure=measure, k=self.k,
+                                         granularity=self.granularity, threshold=threshold, logprob_fn=logprob_fn,
+                                         positives_only=positives_only)
+        if counting is not None:
+            record["logprob_requests"] = counting.requests
+        return LabelledExamples(examples, record)

@@ -205,6 +205,71 @@ class CompletionLogprobScorer:
         return float(sum(picked))
 
 
+def _served_model(model: str) -> str:
+    """The model name an OpenAI-compatible server knows: the LiteLLM spec without its provider prefix
+    ("openai/llama-3-8b" -> "llama-3-8b", "hosted_vllm/x" -> "x")."""
+    return model.split("/", 1)[1] if "/" in model else model
+
+
+def logprob_scorer_for(lm: Any, probe: bool = True) -> tuple[LogProbFn | None, str]:
+    """A CXMI scorer for the LM a compile runs with, or None and why there is none.
+
+    An LM served from an OpenAI-compatible server (`--api-base`, e.g. vLLM) gets a `CompletionLogprobScorer`
+    on that server and model; with `probe`, one request checks that the server echoes prompt
+    log-probabilities before any label is built from it. A hosted chat API (no api_base) cannot score a given
+    answer (its `logprobs` cover sampled tokens only), nor can the dry-run LM. The key is the one the LM
+    sends: an explicit `api_key` option, else its provider's variable in the environment; it is never part of
+    what this returns or raises."""
+    import os
+
+    from ragzoo.engines import is_dry_run
+
+    if lm is None:
+        return None, "no LM is configured"
+    if is_dry_run(lm):
+        return None, "the dry-run LM has no log-probabilities"
+    kwargs = dict(getattr(lm, "kwargs", {}) or {})
+    api_base = kwargs.get("api_base") or kwargs.get("base_url")
+    model = str(getattr(lm, "model", "") or "")
+    if not api_base:
+        return None, (f"{model or 'the LM'} is a hosted chat API, whose log-probabilities cover only the tokens "
+                      f"it samples; CXMI scores a given answer through an OpenAI-compatible /completions server "
+                      f"that echoes prompt log-probabilities (vLLM: --api-base)")
+    provider = model.split("/", 1)[0] if "/" in model else "openai"
+    key = kwargs.get("api_key") or os.environ.get(f"{provider.upper()}_API_KEY")
+    scorer = CompletionLogprobScorer(_served_model(model), str(api_base), api_key=key)
+    if probe:
+        try:
+            scorer("yes", "Is this a probe?", None)
+        except LMError as error:
+            from ragzoo.secrets import redact
+
+            return None, str(redact(str(error)))
+    return scorer, f"prompt log-probabilities from {scorer.url} ({_served_model(model)})"
+
+
+class CountingScorer:
+    """A `LogProbFn` that counts its requests (they are not LM calls of the program: the usage meter does not
+    see them, so the compile stage's record says how many were made)."""
+
+    def __init__(self, scorer: LogProbFn):
+        self.scorer, self.requests = scorer, 0
+
+    def __call__(self, output: str, question: str, context: str | None) -> float:
+        self.requests += 1
+        return self.scorer(output, question, context)
+
+
+class LabelledExamples(list):
+    """A compile stage's labelled examples plus `record`: what the stage's manifest record should say about
+    how they were built (FILCO: which measure labelled them, and why when it is not the one asked for).
+    `ragzoo.optimizers.stages.run_stages` copies `record` into the stage's record."""
+
+    def __init__(self, examples: Iterable[Any] = (), record: dict | None = None):
+        super().__init__(examples)
+        self.record = dict(record or {})
+
+
 # ------------------------------------------------------------------------------------------- oracle labels
 
 

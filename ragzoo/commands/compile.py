@@ -159,6 +159,9 @@ def print_stages(result, out=None, estimate: bool = False) -> None:
         print(f"{'server':<16}{f'{t.server_seconds:.0f} s of a server rented by the hour':>46}{t.server_cost:>11.4f}",
               file=out)
         print(f"{'total cost':<16}{'':>46}{t.total_cost:>11.4f}", file=out)
+    for note in getattr(result, "notes", None) or []:  # a stage skipped or labelled otherwise is never silent
+        if note.startswith("compile stage "):
+            print(f"note: {note}", file=out)
 
 
 def load_train_dev(config: dict) -> tuple[list, list]:

@@ -56,10 +56,11 @@ def test_the_stage_labels_follow_the_measure_knob():
 def test_stages_are_skipped_and_noted_when_labels_cannot_be_built_or_nothing_compiles():
     lm = ScriptedLM({"filter": {"selected": [2]}, "generate": {"answer": "Seine"}})
     with dspy.context(lm=lm):
-        cxmi = compile_program(filco(measure="cxmi"), trainset=train(), optimizer="bootstrap", metric="em")
+        cxmi = compile_program(filco(measure="cxmi", cxmi_fallback="none"), trainset=train(), optimizer="bootstrap",
+                               metric="em")
         off = compile_program(filco(), trainset=train(), optimizer="bootstrap", metric="em", stages=False)
         none = compile_program(filco(), trainset=train(), optimizer="none", metric="em")
-    assert "logprob_fn" in cxmi.staged[0]["skipped"] and any("skipped" in note for note in cxmi.notes)
+    assert "log-probabilities" in cxmi.staged[0]["skipped"] and any("skipped" in note for note in cxmi.notes)
     assert [stage.stage for stage in cxmi.stages] == ["stage:filter", "compile"]
     assert cxmi.stage("stage:filter").usage.lm_calls == 0 and cxmi.program.filter.demos[0]["selected"] == [2]
     assert off.staged == [] and none.staged == [] and none.stages[0].stage == "compile"
@@ -79,12 +80,14 @@ def test_cli_compile_records_each_stage_in_the_manifest(tmp_path, data_dir, caps
     assert [record["stage"] for record in manifest["compile_stages"]] == ["filter"]
     assert "examples" in manifest["compile_stages"][0] and "labels" in manifest["compile_stages"][0]
     assert [stage["stage"] for stage in manifest["stages"]][:1] == ["stage:filter"]
-    auto = tmp_path / "auto"  # the default measure on HotpotQA is the paper's CXMI: skipped, and said so
+    auto = tmp_path / "auto"  # the default measure on HotpotQA is the paper's CXMI: the dry-run LM has no
+    # log-probabilities, so the declared fallback (lexical) labels the filter, and the record says so
     assert main(["compile", "--method", "filco", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0",
                  "--optimizer", "labeled", "--lm", "dry-run", "--retriever", f"bm25:{corpus}",
                  "--out", str(auto)]) == 0
     record = json.loads((auto / "manifest.json").read_text())["compile_stages"][0]
-    assert "CXMI" in record["skipped"] and "hotpotqa" in record["skipped"]
+    assert record["asked"] == "cxmi" and record["measure"] == "lexical"
+    assert "hotpotqa" in record["fallback"] and "dry-run" in record["fallback"]
 
 
 def test_the_default_measure_follows_the_dataset_the_compile_names():
@@ -94,5 +97,6 @@ def test_the_default_measure_follows_the_dataset_the_compile_names():
                                  stage_resources={"dataset": "hotpotqa"})
         nq = compile_program(filco(), trainset=train(), optimizer="labeled", metric="em",
                              stage_resources={"dataset": "nq_open"})
-    assert "hotpotqa" in hotpot.staged[0]["skipped"] and "CXMI" in hotpot.staged[0]["skipped"]
+    assert "hotpotqa" in hotpot.staged[0]["fallback"] and hotpot.staged[0]["measure"] == "lexical"
+    assert hotpot.staged[0]["asked"] == "cxmi" and hotpot.staged[0]["examples"] == 2
     assert nq.staged[0]["examples"] == 2 and "skipped" not in nq.staged[0]

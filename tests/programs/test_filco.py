@@ -120,7 +120,7 @@ def test_registry_builds_filco_with_the_papers_defaults_and_coerced_knobs():
     info = programs.info("filco")
     # issue 12: the default answers from what the filter kept (empty included); the fallback is a knob
     assert info.knobs == {"k": 1, "granularity": "sentence", "on_empty": "none", "measure": "auto",
-                          "threshold": 0.5, "cxmi_threshold": 0.0, "context": "filtered"}
+                          "threshold": 0.5, "cxmi_threshold": 0.0, "context": "filtered", "cxmi_fallback": "lexical"}
     program = programs.get("filco", retriever=StaticRetriever([PARIS]), k="5", on_empty="none")
     assert (program.k, program.on_empty) == (5, "none")
     with pytest.raises(ConfigError):
@@ -241,7 +241,7 @@ def test_filco_declares_a_filter_stage_with_the_agreement_metric():
     (stage,) = program.compile_stages()
     assert stage.predictors == ("filter",) and stage.metric is filter_agreement_metric
     assert "lexical" in stage.labels and stage.needs == ()
-    assert set(make(measure="cxmi")[0].compile_stages()[0].uses) == {"dataset", "logprob_fn"}
+    assert set(make(measure="cxmi")[0].compile_stages()[0].uses) == {"dataset", "logprob_fn", "lm"}
     assert make(context="full")[0].compile_stages() == []
 
 
@@ -254,8 +254,10 @@ def test_auto_measure_is_the_papers_choice_per_dataset():
         "strinc", "strinc", "cxmi", "lexical", "strinc", "strinc"]
     examples = [dspy.Example(question=QUESTION, answers=["Seine"]).with_inputs("question")]
     assert [t.selected for t in program.filter_trainset(examples, dataset="nq_open")] == [[2], []]
-    with pytest.raises(StageSkipped, match="hotpotqa"):
-        program.filter_trainset(examples, dataset="hotpotqa")
+    with pytest.raises(StageSkipped, match="hotpotqa"):  # CXMI without log-probabilities, no fallback declared
+        make(cxmi_fallback="none")[0].filter_trainset(examples, dataset="hotpotqa")
+    fallback = program.filter_trainset(examples, dataset="hotpotqa")  # no LM here: the declared fallback
+    assert fallback.record["measure"] == "lexical" and fallback.record["asked"] == "cxmi"
     scores = {"The Seine flows through it.": 2.0}
     labelled = program.filter_trainset(examples, dataset="hotpotqa",
                                        logprob_fn=lambda output, question, context: scores.get(context, 0.0))

@@ -78,3 +78,124 @@ def test_silver_at_passage_granularity_scores_whole_passages_not_their_best_sent
     titled, _ = run(make(k=1, context="silver", granularity="passage"), {"generate": {"answer": "x"}},
                     answers=["Paris"])
     assert titled.selected == [True] and titled.context == [PARIS.long_text]
+
+
+# --- item 1: CXMI from the LM server's log-probabilities, else a declared measure, recorded ------------------
+
+import json  # noqa: E402
+import re  # noqa: E402
+from http.server import BaseHTTPRequestHandler  # noqa: E402
+
+from ragzoo.stubserver import adapter_responder  # noqa: E402
+from ragzoo.testing import LoopbackHTTPServer  # noqa: E402
+
+
+def echo_logprobs(prompt: str) -> dict:
+    """Prompt log-probabilities as vLLM echoes them, made up so CXMI is readable: the answer after "answer:" is
+    likelier (-0.5 a token) after a context line that holds it, unlikelier (-4) after one that does not, and -2
+    with no context."""
+    cut = prompt.rindex("answer:") + len("answer:")
+    output = prompt[cut:].strip().lower()
+    context = re.match(r"context: (.*)\n", prompt)
+    per_token = -2.0 if context is None else (-0.5 if output in context.group(1).lower() else -4.0)
+    tokens = list(re.finditer(r"\s*\S+", prompt))
+    return {"tokens": [t.group() for t in tokens], "text_offset": [t.start() for t in tokens],
+            "token_logprobs": [None if t.start() == 0 else (per_token if t.start() >= cut else -1.0) for t in tokens],
+            "top_logprobs": None}
+
+
+class Upstream(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server on loopback: chat completions answer type-valid placeholders (the stub's
+    responder); /completions echoes prompt log-probabilities unless the class says it is a chat-only server."""
+
+    serves_logprobs = True
+    completions: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # the CLI's preflight lists the models
+        self._reply(200, {"object": "list", "data": [{"id": "loopback", "object": "model"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if self.path.endswith("/chat/completions"):
+            text = adapter_responder(body["messages"], body)
+            self._reply(200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                              "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                           "finish_reason": "stop"}], "usage": usage})
+        elif self.path.endswith("/completions") and self.serves_logprobs:
+            type(self).completions.append(body)
+            assert body["echo"] is True and body["logprobs"] == 1 and body["max_tokens"] == 1
+            self._reply(200, {"id": "t", "object": "text_completion", "created": 0, "model": body["model"],
+                              "choices": [{"index": 0, "text": body["prompt"] + " x", "finish_reason": "length",
+                                           "logprobs": echo_logprobs(body["prompt"])}], "usage": usage})
+        else:
+            self._reply(404, {"error": {"message": "not found"}})
+
+
+def compile_filco(tmp_path, upstream: type, *knobs: str) -> tuple[int, dict, str]:
+    from ragzoo.cli import main
+
+    out = tmp_path / "filco"
+    with LoopbackHTTPServer(upstream) as server:
+        argv = ["compile", "--method", "filco", "--dataset", "hotpotqa", "--optimizer", "labeled", "--train-n", "3",
+                "--dev-n", "1", "--lm", "openai/loopback", "--api-base", server.base_url + "/v1", "--no-cache",
+                "--out", str(out)]
+        for knob in knobs:
+            argv += ["--knob", knob]
+        import contextlib
+        import io
+
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(argv)
+    manifest = json.loads((out / "manifest.json").read_text()) if code == 0 else {}
+    return code, manifest, printed.getvalue()
+
+
+def test_on_hotpotqa_the_filter_trains_on_cxmi_from_the_servers_prompt_log_probabilities(tmp_path):
+    """measure=auto is CXMI on HotpotQA (§4.2): the CLI compile scores it through the LM's own
+    OpenAI-compatible server (echo=True, logprobs=1), one probe then 1 + n_sentences requests per passage,
+    and the manifest's stage record names the measure and its source."""
+    class WithLogprobs(Upstream):
+        completions = []
+
+    code, manifest, _ = compile_filco(tmp_path, WithLogprobs)
+    assert code == 0
+    (stage,) = manifest["compile_stages"]
+    assert stage["stage"] == "filter" and stage["measure"] == "cxmi" and "fallback" not in stage
+    assert "127.0.0.1" in stage["cxmi_source"] and "/completions" in stage["cxmi_source"]
+    assert stage["logprob_requests"] == len(WithLogprobs.completions) - 1 > 0  # all but the probe
+    assert stage["examples"] == 3 and stage["demos"] == {"filter": 3}
+    assert WithLogprobs.completions[0]["model"] == "loopback"  # the served model, without LiteLLM's prefix
+    assert not any(note.startswith("compile stage") for note in manifest["notes"])
+
+
+def test_without_prompt_log_probabilities_the_declared_fallback_trains_the_filter_and_says_so(tmp_path):
+    class ChatOnly(Upstream):
+        serves_logprobs = False
+
+    code, manifest, printed = compile_filco(tmp_path, ChatOnly)
+    assert code == 0
+    (stage,) = manifest["compile_stages"]
+    assert stage["measure"] == "lexical" and stage["asked"] == "cxmi" and "skipped" not in stage
+    assert "HTTP 404" in stage["fallback"] and "cxmi_fallback=lexical" in stage["fallback"]
+    assert stage["demos"] == {"filter": 3}
+    assert any("trained on LEXICAL labels" in note for note in manifest["notes"])
+    assert "note: compile stage 'filter': CXMI labels (the paper's choice for hotpotqa)" in printed
+    # declared "none": no filter stage, and the compile says why instead of skipping it silently
+    code, manifest, printed = compile_filco(tmp_path / "none", ChatOnly, "cxmi_fallback=none")
+    assert code == 0
+    (stage,) = manifest["compile_stages"]
+    assert "skipped" in stage and "cxmi_fallback" in stage["skipped"]
+    assert "note: compile stage 'filter' skipped:" in printed
