@@ -10,8 +10,12 @@
    errors. `--max-concurrency 32` also sets the served LM's endpoint limit (`--lm-max-concurrency` defaults to it;
    before, the LM kept ragzoo's default of 8 in flight: 8 x 1/0.2 s = 40 q/s at most).
 
+   `--workers N` serves the program from N processes (`ragzoo serve --program --workers N`), each with
+   `--max-concurrency` = the clients; `--clients` sets the closed-loop clients (default 32). Issue 24's table:
+   `python -m benchmarks.serving --part program --clients 64 --workers 1` and `... --workers 2`.
+
     python -m benchmarks.serving [--requests 3200] [--questions 320] [--out results/serving.json]
-        [--part all|retrieval|program]
+        [--part all|retrieval|program] [--clients 32] [--workers 1]
 """
 
 from __future__ import annotations
@@ -101,7 +105,47 @@ def _cpu(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def bench_program(questions: list[str], env: dict, tmp: Path, latency: float = 0.2, clients: int = 32) -> dict:
+def _server_cpu(process: psutil.Process) -> float:
+    """CPU of the server and its worker processes (`--workers N`: the parent only waits; they answer)."""
+    total = _cpu(process)
+    for child in process.children(recursive=True):
+        try:
+            total += _cpu(child)
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _workers(process: psutil.Process) -> list[psutil.Process]:
+    """The `--workers` processes (not multiprocessing's resource tracker, also a child)."""
+    found = []
+    for child in process.children():
+        try:
+            if any("spawn_main" in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _wait_for_workers(url: str, workers: int, server: subprocess.Popen, seconds: float = 180) -> None:
+    """Until `workers` distinct processes answered /health (each new connection lands on any of them), so the
+    load's connections are spread over all of them rather than over the first one up."""
+    import httpx
+
+    seen: set = set()
+    end = time.monotonic() + seconds
+    while len(seen) < workers:
+        if server.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"only {len(seen)} of {workers} workers answered /health")
+        try:
+            seen.add(httpx.get(url + "/health", headers={"Connection": "close"}, timeout=5).json()["worker"])
+        except httpx.TransportError:
+            time.sleep(0.3)
+
+
+def bench_program(questions: list[str], env: dict, tmp: Path, latency: float = 0.2, clients: int = 32,
+                  workers: int = 1) -> dict:
     """The program server under `clients` closed-loop clients; CPU per question of each of the three processes
     (they share the machine's cores, so their sum bounds throughput) and the LM latency the program saw."""
     import ragzoo
@@ -121,26 +165,32 @@ def bench_program(questions: list[str], env: dict, tmp: Path, latency: float = 0
     server = subprocess.Popen(
         [sys.executable, "-m", "ragzoo.cli", "serve", "--program",
          str(artifact), "--lm", "openai/stub", "--api-base", f"http://127.0.0.1:{stub_port}/v1", "--port", str(port),
-         "--max-concurrency", str(clients), "--no-cache"], env={**env, "OPENAI_API_KEY": "stub"},
-        stderr=subprocess.DEVNULL)
+         "--max-concurrency", str(clients), "--no-cache", "--workers", str(workers)],
+        env={**env, "OPENAI_API_KEY": "stub"}, stderr=subprocess.DEVNULL)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", server)
+        _wait_for_workers(f"http://127.0.0.1:{port}", workers, server)
         process, stub_process = psutil.Process(server.pid), psutil.Process(stub.pid)
         body = [post_request("/ask", json.dumps({"question": q}).encode()) for q in questions]
         asyncio.run(run_load("127.0.0.1", port, body[:2 * clients], clients))  # warm-up: imports, first calls
-        cpu0, stub0, own0 = _cpu(process), _cpu(stub_process), time.process_time()
+        cpu0, stub0, own0 = _server_cpu(process), _cpu(stub_process), time.process_time()
+        child_cpu0 = {child.pid: _cpu(child) for child in _workers(process)}
         started = time.perf_counter()
         replies: list[bytes] = []
         latencies, statuses = asyncio.run(run_load("127.0.0.1", port, body, clients, bodies=replies))
         elapsed = time.perf_counter() - started
-        cpu, stub_cpu, own = _cpu(process) - cpu0, _cpu(stub_process) - stub0, time.process_time() - own0
+        cpu, stub_cpu, own = _server_cpu(process) - cpu0, _cpu(stub_process) - stub0, time.process_time() - own0
+        worker_cpu = [_cpu(child) - child_cpu0.get(child.pid, 0.0) for child in _workers(process)]
     finally:
         for child in (server, stub):
             child.terminate()
             child.wait(timeout=20)
     ideal = clients / (latency * calls_per_question)
-    label = f"program rag, stub LM {int(latency * 1000)} ms"
+    label = f"program rag, stub LM {int(latency * 1000)} ms, {workers} worker{'s' if workers > 1 else ''}"
     row = _row(label, clients, latencies, statuses, elapsed, cpu)
+    row["workers"] = workers
+    if workers > 1:  # how the connections spread: each worker's share of the server's CPU
+        row["worker CPU shares"] = [round(share / max(cpu, 1e-9), 2) for share in worker_cpu]
     count = max(1, len(latencies))
     row["stub CPU ms/req"] = 1000 * stub_cpu / count
     row["load generator CPU ms/req"] = 1000 * own / count
@@ -166,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--part", choices=("all", "retrieval", "program"), default="all",
                         help="run only the retrieval-server or the program-server benchmark")
+    parser.add_argument("--clients", type=int, default=32, help="program benchmark: closed-loop clients")
+    parser.add_argument("--workers", type=int, default=1, help="program benchmark: serve --workers N processes")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ragzoo.paths import data_root
@@ -176,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "RAGZOO_CACHE": os.environ.get("RAGZOO_CACHE", str(tmp / "cache")),
                "DSPY_CACHEDIR": str(tmp / "dspy")}
         rows = bench_retrieval(questions, args.requests, env) if args.part in ("all", "retrieval") else []
-        program = bench_program(questions[:args.questions], env, tmp) if args.part in ("all", "program") else None
+        program = bench_program(questions[:args.questions], env, tmp, clients=args.clients, workers=args.workers) \
+            if args.part in ("all", "program") else None
     for row in rows + ([program] if program else []):
         print(json.dumps(row))
     result: dict = {"retrieval": rows, "program": program, "targets": {}}

@@ -3,9 +3,11 @@ REST API (see `ragzoo.retrieval.server` for the routes and bounds).
 
 `ragzoo serve --program DIR --lm SPEC [--api-base URL] [--deadline S] [--timeout S] [--workers N]`: a compiled
 program behind `POST /ask` and an OpenAI-compatible `/v1/chat/completions` (see `ragzoo.serving`). Keys come from
-the environment only. `--workers N` (N > 1): this process binds the port and starts N spawned worker processes
-that each load the program and accept on the one shared listening socket (as uvicorn's and gunicorn's workers
-do), so one machine's cores serve one program; every bound (`--max-concurrency`, `--max-queue`, the LM's
+the environment only. `--workers N` (N > 1): this process opens N listening sockets on the port (SO_REUSEPORT)
+and starts N spawned worker processes that each load the program and serve one of them, so one machine's cores
+serve one program. The kernel spreads new connections over the sockets by their addresses; with one shared
+socket, asyncio accepts a whole burst of connections in the first process to wake, and a keep-alive client
+stays where it landed; every bound (`--max-concurrency`, `--max-queue`, the LM's
 endpoint limit) is per worker. Spawned, not forked: the parent has loaded DSPy, LiteLLM and their threads, and a
 fork would copy their locks mid-use."""
 
@@ -149,22 +151,29 @@ def _program_service(args: argparse.Namespace):
     return service, name, description["method"], deadline, timeout
 
 
-def _listening_socket(host: str, port: int):
+def _listening_sockets(host: str, port: int, count: int) -> list:
+    """`count` sockets listening on host:port (SO_REUSEPORT), bound here so a port in use fails once, clearly."""
     import socket
 
     from ragzoo.errors import ConfigError
 
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ConfigError("--workers needs SO_REUSEPORT, which this system lacks; serve with --workers 1")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sockets = []
     try:
-        sock.bind((host, port))
-        sock.listen(2048)
+        for _ in range(count):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            sock.listen(2048)
     except OSError as exc:
-        sock.close()
+        for sock in sockets:
+            sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock
+    return sockets
 
 
 def _program_worker(options: dict, sock, workers: int) -> None:
@@ -191,11 +200,11 @@ def _serve_workers(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    sock = _listening_socket(args.host, args.port)
+    sockets = _listening_sockets(args.host, args.port, args.workers)
     options = {key: value for key, value in vars(args).items() if isinstance(value, (str, int, float, bool, type(None)))}
     context = multiprocessing.get_context("spawn")
     children = [context.Process(target=_program_worker, args=(options, sock, args.workers), name=f"ragzoo-serve-{i}")
-                for i in range(args.workers)]
+                for i, sock in enumerate(sockets)]
 
     def stop(signum, frame):
         raise KeyboardInterrupt
@@ -222,5 +231,6 @@ def _serve_workers(args: argparse.Namespace) -> int:
             if child.is_alive():
                 child.kill()
                 child.join(timeout=5)
-        sock.close()
+        for sock in sockets:
+            sock.close()
     return status
