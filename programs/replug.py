@@ -17,7 +17,8 @@ What this program does (an API gives answers, not next-token distributions over 
   passage (k × candidates teacher-forced scorings), which chat APIs do not expose. Where an endpoint does,
   `ragzoo.programs.filco_oracle.CompletionLogprobScorer` is the building block.
 - REPLUG LSR (the retriever fine-tuned on LM feedback) is not reproduced: the retriever is whatever spec is
-  given. RA-ISF reports REPLUG with Llama-2-13B only.
+  given. RA-ISF reports REPLUG with Llama-2-13B only, and describes it by that fine-tuning (§4.4), so this is
+  a named difference (`PAPER_DIFFERENCES`: `ragzoo methods replug` and docs/paper_tables.md show it).
 
 Choices where the papers are open:
 - `temperature` (1.0) scales scores before the softmax; retrievers differ in score scale (BM25 vs dense),
@@ -86,6 +87,15 @@ class Replug(RagProgram):
         temperature: softmax temperature over the retrieval scores (scores are divided by it).
         weighting: "softmax" (REPLUG's λ) or "uniform" (plain majority).
     """
+
+    # What differs from REPLUG as the citing paper runs it, shown by `ragzoo methods replug` and in
+    # docs/paper_tables.md. RA-ISF (§4.4) describes REPLUG by its retriever fine-tuning on LM feedback.
+    PAPER_DIFFERENCES = (
+        "RA-ISF describes REPLUG by its retriever fine-tuned on the LM's feedback (REPLUG LSR); that is not "
+        "reproduced: the retriever is the one given (--retriever), unchanged",
+        "the ensemble is answer-level: one answer per passage, weighted by the softmax of its retrieval score, "
+        "instead of REPLUG's mix of next-token distributions (chat APIs do not return them)",
+    )
 
     def __init__(self, retriever, k: TopK = 5, temperature: Annotated[float, Range(0.001)] = 1.0,
                  weighting: Literal["softmax", "uniform"] = "softmax"):

@@ -1,5 +1,6 @@
 """`ragzoo methods`: one row per method (id, LM calls per question, paper); `ragzoo methods NAME`: that
-method's paper, summary, LM calls and every knob with its type, default, allowed values and meaning.
+method's paper, summary, LM calls, what it does differently from the paper that cites it, and every knob with
+its type, default, allowed values and meaning.
 
 Nothing here is a second copy: knob types, defaults and ranges come from the constructor's type hints, and
 meanings from the "Knobs:" section of the class docstring (see `ragzoo.programs.MethodInfo.knob_specs`).
@@ -32,7 +33,7 @@ def _json_value(value):
 
 
 def method_rows(method_id: str | None = None) -> list[dict]:
-    """One dict per method: id, paper, summary, knobs (defaults), calls, uses_retrieval."""
+    """One dict per method: id, paper, summary, knobs (defaults), calls, uses_retrieval, differences."""
     from ragzoo import programs
 
     infos = [programs.info(method_id)] if method_id else list(programs.methods().values())
@@ -44,9 +45,15 @@ def method_rows(method_id: str | None = None) -> list[dict]:
             "knobs": {name: _json_value(value) for name, value in info.knobs.items()},
             "calls": info.calls,
             "uses_retrieval": info.uses_retrieval,
+            "differences": list(_differences(info)),
         }
         for info in infos
     ]
+
+
+def _differences(info) -> tuple[str, ...]:
+    """What the method does differently from the paper that cites it, named on its class (`PAPER_DIFFERENCES`)."""
+    return tuple(getattr(info.cls, "PAPER_DIFFERENCES", ()))
 
 
 def _clip(text: str, width: int) -> str:
@@ -86,6 +93,8 @@ def _details(method_id: str) -> str:
     if info.fixed_knobs:
         fixed = ", ".join(f"{name}={_value_text(value)}" for name, value in info.fixed_knobs.items())
         lines += _wrap(fixed, "    ", "  fixed by this id: ")
+    for difference in _differences(info):
+        lines += _wrap(difference, "    ", "  differs from the paper: ")
     lines += _wrap(f"{cls.__module__}.{cls.__qualname__} (its module docstring lists the choices made where "
                    f"the paper is open)", "    ", "  source: ")
     specs = info.knob_specs()

@@ -32,7 +32,8 @@ def test_methods_json_is_machine_readable(capsys):
     assert set(by_id) == set(programs.methods())
     assert by_id["multihop"]["knobs"] == {"hops": 2, "k": 3, "answer_mode": "short"}
     assert by_id["direct"]["uses_retrieval"] is False and by_id["direct"]["calls"] == "1"
-    assert set(by_id["self_ask"]) == {"id", "paper", "summary", "knobs", "calls", "uses_retrieval"}
+    assert set(by_id["self_ask"]) == {"id", "paper", "summary", "knobs", "calls", "uses_retrieval", "differences"}
+    assert by_id["self_ask"]["differences"] == [] and by_id["replug"]["differences"]
 
 
 def test_methods_one_id(capsys):

@@ -45,3 +45,27 @@ def test_dry_run_takes_the_longest_path():
     lm = make_dry_run_lm()
     pred = run(programs.get("react", retriever=retriever), lm)
     assert len(lm.history) == 6 and len(retriever.queries) == 5 and pred.stop_reason == "max_steps"
+
+
+def test_each_observation_is_what_that_search_returned_not_everything_gathered():
+    docs = make_passages(6)
+    retriever = StaticRetriever(docs, by_query={"first": docs[0:2], "second": docs[1:3], "third": []})
+    lm = ScriptedLM({"step": [{"thought": "a", "action": "search", "argument": "first"},
+                              {"thought": "b", "action": "search", "argument": "second"},
+                              {"thought": "c", "action": "search", "argument": "third"},
+                              {"thought": "d", "action": "finish", "argument": "Doc 2"}]})
+    pred = run(programs.get("react", retriever=retriever, k=2), lm)
+    assert lm.call_names == ["step"] * 4 and [q for q, _ in retriever.queries] == ["first", "second", "third"]
+    trajectory = pred.trajectory
+    assert len(trajectory) == 4 and trajectory[-1].endswith("Action: finish[Doc 2]")
+    first, second, third = (entry.partition("Observation: ")[2] for entry in trajectory[:3])
+    assert docs[0].long_text in first and docs[1].long_text in first and docs[2].long_text not in first
+    assert docs[1].long_text in second and docs[2].long_text in second and docs[0].long_text not in second
+    assert third == "(nothing found)"
+    assert lm.calls_to("step")[3].inputs["trajectory"].count(docs[0].long_text) == 1  # shown once, where it was found
+    assert [p.pid for p in pred.passages] == ["0", "1", "2"] and pred.searches == ["first", "second", "third"]
+
+
+def test_defaults_are_the_documented_values():
+    knobs = programs.info("react").knobs
+    assert (knobs["k"], knobs["max_steps"]) == (5, 5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import dspy
@@ -44,3 +45,36 @@ def test_weights_and_vote_rules():
     assert replug_weights([2.0, 0.0], temperature=100.0)[0] == pytest.approx(0.5, abs=0.01)
     assert weighted_vote(["unknown", ""], [0.5, 0.5])[0] == "unknown"
     assert weighted_vote(["A b", "c", "a B"], [0.3, 0.4, 0.3])[0] == "A b"
+
+
+def test_ties_go_to_the_best_ranked_passage():
+    # equal summed weights: the answer first given by the better-ranked passage wins, whichever order they tie in
+    assert weighted_vote(["x", "y"], [0.5, 0.5])[0] == "x"
+    assert weighted_vote(["y", "x", "x", "y"], [0.25] * 4)[0] == "y"
+    assert weighted_vote(["unknown", "b", "a"], [0.6, 0.2, 0.2])[0] == "b"  # abstentions do not take a rank
+    retriever = StaticRetriever(DOCS, by_query={Q: DOCS})
+    lm = ScriptedLM({"passage_answer": answer_by_passage(["Ann", "Bob", "Bob", "Ann"])})
+    with dspy.context(lm=lm):
+        pred = programs.get("replug", retriever=retriever, k=4, weighting="uniform")(question=Q)
+    assert pred.answer == "Ann" and [p.pid for p in pred.passages] == ["0", "3"]
+
+
+def test_ragzoo_methods_replug_names_what_differs_from_the_citing_paper(capsys):
+    from ragzoo.cli import main
+
+    assert main(["methods", "replug"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "differs from the paper:" in out
+    # RA-ISF describes REPLUG by its retriever fine-tuning (LSR); ragzoo ensembles answers by retrieval score
+    assert "fine-tun" in out and "not reproduced" in out and "weighted by" in out
+    assert main(["methods", "replug", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert any("fine-tun" in text for text in row["differences"])
+
+
+def test_paper_tables_names_the_replug_difference():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "paper_tables.md").read_text(encoding="utf-8")
+    row = next(line for line in doc.splitlines() if line.startswith("| REPLUG"))
+    assert "fine-tun" in row and "not reproduced" in row
