@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install test demo bench clean test-colbert
+.PHONY: install test demo bench clean test-colbert postgres
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ install: $(STAMP)
 # Two workers (the machines have two cores): the suite runs in about half the time.
 test: install
 	$(BIN)/python -m pytest -q -n 2
+
+# A PostgreSQL server on loopback for the several-machines test (tests/grid/test_grid_postgres.py), as CI runs it:
+#   export RAGZOO_TEST_POSTGRES=$(make -s postgres) && make test
+# Prints the server's URL; reuses the server already running (installs Debian's package if none, as root).
+postgres:
+	@tools/start_postgres.sh
 
 demo: install
 	$(BIN)/python examples/demo.py

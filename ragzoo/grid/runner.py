@@ -402,14 +402,27 @@ class OptunaClaims:
             from optuna.storages.journal import JournalFileBackend
 
             return JournalStorage(JournalFileBackend(url[len("journal:"):]))
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from ragzoo.secrets import redact, strip_url
+
         transient = ("already exists", "locked", "UNIQUE constraint", "Duplicate", "duplicate key")
         for attempt in range(20):  # workers started together race to create the tables: the loser retries
             try:
                 with _file_lock(url):
                     return RDBStorage(url, heartbeat_interval=self.HEARTBEAT, grace_period=self.GRACE,
                                       heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
+            except ImportError:  # SQLAlchemy found no driver for the URL's database
+                scheme = url.partition(":")[0]
+                fix = ("pip install 'ragzoo[postgres]' (the psycopg driver)" if scheme in ("postgresql",
+                       "postgresql+psycopg") else f"install the Python driver SQLAlchemy uses for {scheme}://")
+                raise ConfigError(f"--storage {strip_url(url)}: no database driver for it here; {fix}") from None
             except Exception as error:  # noqa: BLE001 - sqlalchemy's errors of a schema created twice at once
                 if attempt == 19 or not any(text in str(error) for text in transient):
+                    if isinstance(error, SQLAlchemyError):  # a server not there, a login refused, a bad URL
+                        cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+                        raise ConfigError(f"--storage {strip_url(url)}: cannot connect or set up the database: "
+                                          f"{redact(cause)}") from None
                     raise
                 time.sleep(0.1 + 0.05 * attempt)
 
