@@ -72,7 +72,13 @@ Choices where the paper is open:
   into the top-5 when they lack the answer; whether it replaces one or is added is open: it REPLACES the
   passage at a random position (seeded by the question), keeping k. Whether the top-k "contain the answer"
   is a normalized whole-token string inclusion of a gold answer (FILCO's STRINC); without `answers` the gold
-  passage is always inserted. The gold passage and answers are per-question inputs of `forward`.
+  passage is always inserted. The gold passage and answers are per-question inputs of `forward`, which an
+  evaluation passes from the dataset (`oracle_inputs`). Datasets that ship gold passages: HotPotQA's
+  distractor setting (`hotpotqa/dev_distractor`: its two supporting paragraphs, both inserted, each only if
+  not already retrieved, at distinct random positions) and SQuAD's paragraphs (`squad_open/dev_paragraphs`,
+  through the hub); the paper's NQ/TQA gold passages (DPR's positive contexts) are not shipped, so
+  `ragzoo reproduce postfusion-table1` stands HotPotQA in for them. `gold_inserted` lists the positions
+  replaced ([] when the top-k held the answer).
 - Instructions (issue 22) are our own words; the paper's prompt text is not kept in the repository. What
   each says, beside what the paper's call does:
   - `PassageQA` <- Fig. 7 (Concatenation and Post-Fusion): a task line (answer from the contexts with a short
@@ -117,28 +123,47 @@ SAMPLING_TEMPERATURE = 0.7  # §4.4's self-consistency setting
 Mode = Literal["concat", "postfusion", "concat_pf", "pf_concat", "pruning", "summary"]
 
 
-def insert_gold(question: str, passages: list[Passage], gold, answers) -> tuple[list[Passage], int | None]:
-    """Table 1's setting: if no passage contains a gold answer, the gold passage replaces the one at a random
-    position (seeded by the question, so a run is repeatable); returns the passages and that position."""
+def _gold_passage(gold, rank: int) -> Passage:
+    if isinstance(gold, Passage):
+        return gold
+    default_id = "gold" if rank == 0 else f"gold-{rank + 1}"
+    if isinstance(gold, dict):
+        return Passage(pid=str(gold.get("pid") or gold.get("id") or default_id), title=gold.get("title", ""),
+                       text=gold.get("text", ""))
+    title, _, text = str(gold).partition(" | ")
+    return Passage(pid=default_id, title=title if text else "", text=text or title)
+
+
+def _same_passage(a: Passage, b: Passage) -> bool:
+    if a.title and b.title:
+        return a.title.casefold() == b.title.casefold()
+    return " ".join(a.text.split()) == " ".join(b.text.split())
+
+
+def insert_gold(question: str, passages: list[Passage], gold, answers) -> tuple[list[Passage], list[int]]:
+    """Table 1's setting: if no passage contains a gold answer, the gold passage(s) not already retrieved replace
+    passages at random positions (seeded by the question, so a run is repeatable); returns the passages and
+    those positions. `gold` is one passage (a {"title", "text"} dict, a "Title | text" string or a `Passage`)
+    or a list of them (HotPotQA's two supporting paragraphs); at most k are inserted."""
     import random
 
     from ragzoo.programs.filco_oracle import string_inclusion
 
-    if gold is None:
+    if gold is None or (isinstance(gold, (list, tuple)) and not gold):
         raise ConfigError("post-fusion knob gold_passage=true needs the gold passage: call "
-                          "program(question=..., gold_passage=..., answers=[...])")
-    if isinstance(gold, dict):
-        gold = Passage(pid=str(gold.get("pid") or gold.get("id") or "gold"), title=gold.get("title", ""),
-                       text=gold.get("text", ""))
-    elif isinstance(gold, str):
-        title, _, text = gold.partition(" | ")
-        gold = Passage(pid="gold", title=title if text else "", text=text or title)
+                          "program(question=..., gold_passage=..., answers=[...]), or evaluate on a split that "
+                          "ships gold passages (hotpotqa dev_distractor, squad_open dev_paragraphs)")
+    golds = [_gold_passage(g, rank) for rank, g in enumerate(gold if isinstance(gold, (list, tuple)) else [gold])]
     if answers and any(string_inclusion(p.long_text, answers) for p in passages):
-        return passages, None
+        return passages, []
+    missing = [g for g in golds if not any(_same_passage(g, p) for p in passages)]
     if not passages:
-        return [gold], 0
-    position = random.Random(question).randrange(len(passages))
-    return [*passages[:position], gold, *passages[position + 1:]], position
+        return missing, list(range(len(missing)))
+    positions = random.Random(question).sample(range(len(passages)), min(len(missing), len(passages)))
+    passages = list(passages)
+    for position, passage in zip(positions, missing):
+        passages[position] = passage
+    return passages, sorted(positions)
 
 
 def numbered_passages(passages: list[Passage]) -> str:
@@ -227,7 +252,7 @@ class PostFusionFamily(RagProgram):
 
     def forward(self, question: str, gold_passage=None, answers=None) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
-        gold_inserted = None
+        gold_inserted = []
         if self.gold_passage:
             passages, gold_inserted = insert_gold(question, passages, gold_passage, answers)
         run = {

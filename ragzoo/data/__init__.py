@@ -14,7 +14,10 @@ only retrieval reads corpora.
 
 Every example has `question` (its only input), `answers` (list of gold strings), `answer` (the first gold,
 for DSPy's own metrics and labeled demos), `id`, and every other field of the file (`supporting_titles`,
-`supporting_facts`, `contexts`, `retrieved`, `answer_bool`, `type`, ...).
+`supporting_facts`, `contexts`, `retrieved`, `answer_bool`, `type`, ...). Where a dataset ships the gold
+paragraph(s) of a question (HotPotQA's supporting paragraphs in its distractor setting, SQuAD's paragraph from
+the hub split `squad_open/dev_paragraphs`), the example has `gold_passage`: a list of {"title", "text"}
+(`records.add_gold_passages`), the oracle input of Post-Fusion's "with gold passage" setting.
 
 The `n` / `seed` rule:
 - `n=None`: the whole split, in file order.
@@ -34,7 +37,7 @@ from pathlib import Path
 
 from ragzoo.data.formats import FORMATS, detect_format, iter_file
 from ragzoo.data.hub import HubSource, iter_hub
-from ragzoo.data.records import ANSWERS_KEY, QUESTION_KEY, select, to_example, to_record
+from ragzoo.data.records import ANSWERS_KEY, QUESTION_KEY, add_gold_passages, select, to_example, to_record
 from ragzoo.data.registry import (DATASETS, DEFAULTS, FILE_DEFAULTS, SPLITS, DatasetDefaults, SplitSpec, available,
                                   dataset_defaults, default_metric, default_split, default_train_split, get_spec,
                                   local_path)
@@ -63,7 +66,7 @@ def _records(items, *, source_contains: str | None = None, take: int | None = No
             continue
         if take is not None and position >= take:
             return
-        record = to_record(item, default_id=str(position), **fields)
+        record = add_gold_passages(to_record(item, default_id=str(position), **fields))
         position += 1
         if exclude and _question_key(record[QUESTION_KEY]) in exclude:
             continue

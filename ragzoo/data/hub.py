@@ -46,8 +46,11 @@ def _from_trivia_qa(row: dict) -> dict:
 
 def _from_squad(row: dict) -> dict:
     answers = row.get("answers") or {}
-    return {"id": row.get("id"), "question": row.get("question"), "answers": _dedup(answers.get("text", [])),
-            "title": row.get("title")}
+    out = {"id": row.get("id"), "question": row.get("question"), "answers": _dedup(answers.get("text", [])),
+           "title": row.get("title")}
+    if row.get("context"):  # the paragraph the question was written on: its gold passage (Post-Fusion Table 1)
+        out["gold_passage"] = [{"title": str(row.get("title") or "").replace("_", " "), "text": row["context"]}]
+    return out
 
 
 def _from_web_questions(row: dict) -> dict:

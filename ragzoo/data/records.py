@@ -195,3 +195,24 @@ def select(records: Iterable[dict], *, n: int | None, seed: int | None, ordered:
     return [records[index] for index in chosen]
 
 
+GOLD_PASSAGE_KEY = "gold_passage"
+
+
+def add_gold_passages(record: dict) -> dict:
+    """Give a record whose dataset ships its gold paragraphs a `gold_passage` field: a list of
+    {"title", "text"}, in the order of `supporting_titles` (HotPotQA's distractor setting: the supporting
+    paragraphs among its `contexts`, marked `is_supporting` or named by `supporting_titles`). A record that
+    already has the field (SQuAD's paragraph, from its hub converter) or has no supporting paragraphs is left
+    as it is. Post-Fusion's "with gold passage" setting reads it (an oracle input, never a program input)."""
+    contexts = record.get("contexts")
+    if GOLD_PASSAGE_KEY in record or not isinstance(contexts, list):
+        return record
+    titles = [str(title) for title in record.get("supporting_titles") or []]
+    supporting = [c for c in contexts if isinstance(c, dict) and (c.get("is_supporting") or c.get("title") in titles)]
+    if not supporting:
+        return record
+    order = {title: rank for rank, title in enumerate(titles)}
+    supporting.sort(key=lambda c: order.get(c.get("title"), len(order)))
+    record[GOLD_PASSAGE_KEY] = [{"title": str(c.get("title") or ""),
+                                 "text": c.get("text") or "".join(c.get("sentences") or [])} for c in supporting]
+    return record

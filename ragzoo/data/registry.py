@@ -92,6 +92,9 @@ SPLITS: dict[tuple[str, str], SplitSpec] = {
         # SQuAD open
         _spec("squad_open", "dev", "squad_open/dev.jsonl", "SQuAD v1.1 dev questions, open-domain",
               hub=HubSource("rajpurkar/squad", None, "validation", "squad")),
+        _spec("squad_open", "dev_paragraphs", None,
+              "SQuAD v1.1 dev questions with the paragraph each was written on (`gold_passage`; hub download)",
+              hub=HubSource("rajpurkar/squad", None, "validation", "squad")),
         # WebQuestions
         _spec("webquestions", "train", "webquestions/train.jsonl", "WebQuestions train (GenRead copy)"),
         _spec("webquestions", "dev", "webquestions/dev.jsonl", "WebQuestions dev carved from train (GenRead)"),

@@ -345,12 +345,12 @@ def test_gold_passage_replaces_a_random_passage_only_when_none_holds_the_answer(
         pred = program(question=Q, gold_passage={"title": "Gold", "text": "Ann wrote it."}, answers=["Ann"])
         again = program(question=Q, gold_passage={"title": "Gold", "text": "Ann wrote it."}, answers=["Ann"])
         present = program(question=Q, gold_passage="Gold | Doc 2 wrote it.", answers=["doc 2"])
-    position = pred.gold_inserted
-    assert position is not None and again.gold_inserted == position  # repeatable
+    (position,) = pred.gold_inserted
+    assert again.gold_inserted == [position]  # repeatable
     context = lm.calls[0].inputs["context"].splitlines()
     assert len(context) == 5 and context[position] == f"[{position + 1}] «Gold | Ann wrote it.»"
     assert [p.pid for p in pred.retrieved if p.pid != "gold"] == [d.pid for i, d in enumerate(docs[:5])
                                                                 if i != position]
-    assert present.gold_inserted is None and "Gold" not in lm.calls[2].inputs["context"]
+    assert present.gold_inserted == [] and "Gold" not in lm.calls[2].inputs["context"]
     with pytest.raises(ConfigError):
         run(program, ScriptedLM({"concat_answer": {"answer": "x"}}))

@@ -117,3 +117,47 @@ def test_the_passage_qa_instruction_states_the_two_replies_and_why_not_the_paper
     for phrase in ("factoid phrase", "try your best", "guess an extractive", "don't know the answer",
                    "background contexts", "one of the context"):
         assert phrase not in lowered, phrase
+
+
+# --- item 2: "with gold passage" fed by datasets that ship gold passages ---------------------------------------
+
+
+def test_every_gold_paragraph_not_retrieved_replaces_a_random_passage_when_none_holds_the_answer(retriever, docs):
+    """HotPotQA ships two supporting paragraphs per question: both go in (each at its own seeded position,
+    k kept), except one already among the top-k; none goes in when a retrieved passage holds the answer."""
+    gold = [{"title": "Bridge", "text": "Doc two was written by the author of Bridge."},
+            {"title": "Doc 3", "text": "Doc 3 is already retrieved."}]
+    lm = ScriptedLM({"concat_answer": {"answer": "Ann"}})
+    program = programs.get("concat", retriever=retriever, gold_passage=True)
+    pred = run(program, lm, gold_passage=gold, answers=["Ann Author"])
+    (position,) = pred.gold_inserted  # "Doc 3" is retrieved already: only "Bridge" goes in
+    titles = [p.title for p in pred.retrieved]
+    assert len(titles) == 5 and titles[position] == "Bridge" and "Doc 3" in titles
+    both = run(program, lm, gold_passage=[gold[0], {"title": "Elsewhere", "text": "Ann Author wrote it."}],
+               answers=["Ann Author"])
+    assert len(both.gold_inserted) == 2 and len(both.retrieved) == 5
+    assert {both.retrieved[i].title for i in both.gold_inserted} == {"Bridge", "Elsewhere"}
+    assert run(program, lm, gold_passage=gold, answers=["Doc 2"]).gold_inserted == []  # the top-k hold it
+
+
+def test_gold_passages_from_the_hotpotqa_distractor_split_reach_the_program_through_evaluate(tmp_path):
+    from ragzoo.cli import main
+
+    out = tmp_path / "run"
+    assert main(["evaluate", "--method", "concat", "--knob", "gold_passage=true", "--dataset", "hotpotqa",
+                 "--split", "dev_distractor", "-n", "3", "--seed", "0", "--lm", "dry-run", "--metric", "em",
+                 "--out", str(out)]) == 0
+    import json
+
+    from ragzoo import data
+
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [record["error"] for record in records] == [None] * 3
+    questions = {e.id: e for e in data.load("hotpotqa", "dev_distractor", n=3, seed=0)}
+    inserted = 0
+    for record in records:
+        titles = [passage["title"] for passage in record["passages"]]  # what the concatenation was given
+        assert len(titles) == 5
+        assert all(passage["title"] in titles for passage in questions[record["id"]].gold_passage)
+        inserted += sum(passage["pid"].startswith("gold") for passage in record["passages"])
+    assert inserted > 0  # some were not retrieved: they went in
