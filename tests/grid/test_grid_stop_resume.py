@@ -65,6 +65,7 @@ def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resum
     assert f"{written}/{2 * n} questions" in lines[0] and "ragzoo sweep " in lines[0] and str(out) in lines[0], err
     assert "resume" in lines[0]
     # the command it names resumes: each question once, the grid completes
+    stub_server.latency = 0.0
     assert main(list(args)) == 0
     assert _written(out) == 2 * n
     assert stub_server.requests <= 2 * n + (after_exit - written)
