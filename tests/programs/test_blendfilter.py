@@ -366,3 +366,25 @@ def test_fig5_best_of_3_is_scored_from_the_cli(tmp_path, monkeypatch, capsys):
     assert record["candidates"] == ["Mary Shelley", "Jane Austen", "Austen"]
     assert record["metrics"]["em"] == 0.0 and record["metrics"]["oracle_em"] == 1.0
     assert record["metrics"]["oracle_f1"] == 1.0 and record["lm_calls"] == 17
+
+
+def test_a_set_retrieved_empty_gets_no_filter_calls(docs):
+    # q_ex retrieves nothing: its set has no filter chain, kept and invalid ids are empty lists
+    retriever = StaticRetriever(docs, by_query={Q: docs[0:5], Q_EX: [], Q_IN: docs[6:11]})
+    lm = script()
+    pred = run(BlendFilter(retriever), lm)
+    assert lm.call_names == ["external_cot", "write_passage", *FILTER_CHAIN * 2, "answer_cot", "extract_answer"]
+    assert pred.kept_ids == {"q": [0], "q_ex": [], "q_in": [0]} and pred.invalid_ids["q_ex"] == []
+    assert [p.pid for p in pred.passages] == ["0", "6"]
+
+
+@pytest.mark.parametrize("reasoning, expected", [
+    ("Doc 0 says so. So the answer is Yes.", "yes"), ("So the answer is no, it was not.", "no"),
+    ("So the answer is perhaps.", "perhaps")])
+def test_unreadable_yes_no_extraction_reads_yes_no_from_the_reasoning(retriever, reasoning, expected):
+    from ragzoo.adapters import make_adapter
+
+    lm = script(answer_cot={"reasoning": reasoning}, extract_answer="I am not following any format here.")
+    with dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=0)):
+        pred = BlendFilter(retriever, answer_mode="yes_no")(question=Q)
+    assert pred.answer == expected and pred.candidates == [expected]

@@ -444,3 +444,15 @@ def test_strict_reading_keeps_a_refusal_as_the_answer_and_unk_does_not_count_it(
     assert pred.answer == "I don't know"
     from ragzoo.metrics import get_metric
     assert get_metric("unknown")(None, pred) == 0.0 and get_metric("unknown_lenient")(None, pred) == 1.0
+
+
+def test_defaults_are_the_papers_and_the_documented_guards(retriever):
+    """k = 5 and D_th = 3 (the paper), at most 5 sub-questions per decomposition and 30 questions per input
+    (our guards): a 7-way decomposition keeps its first 5."""
+    subs = [f"sub {i}?" for i in range(7)]
+    lm = World(known=set(subs), decompositions={ROOT: subs}).lm()
+    program = RAISF(retriever)
+    pred = run(program, lm)
+    assert (program.k, program.max_depth, program.max_subquestions, program.max_questions) == (5, 3, 5, 30)
+    assert [c["question"] for c in pred.tree["children"]] == subs[:5] and pred.tree["skipped"] == subs[5:]
+    assert retriever.queries == [(ROOT, 5)]
