@@ -65,6 +65,14 @@ Choices where the paper is open, or where an LLM predictor replaces a fine-tuned
   generator (`context="full"`) has its own signature, `AnswerFromRetrievedContext`, that says its context is
   the retrieved passages as retrieved: the paper's FULL trains and tests M_gen on `P ⊕ q`, so telling it the
   context was filtered (as FILCO's generator is told) would describe a filter that never ran.
+- Instructions are our own words (the paper prints no prompt; the official code's templates are not kept in
+  the repository). What each says, beside what the paper's model does:
+  - `FilterSentences` <- M_ctx, fine-tuned to generate the silver sentence(s) from q ⊕ P: ours shows one
+    passage's numbered sentences and asks for the index of the one that states the answer or the fact it
+    follows from (several only when needed together, none when nothing helps).
+  - `FilterPassage` <- PSG, the passage-level keep/drop decision: ours asks whether the passage helps.
+  - `AnswerFromFilteredContext` <- M_gen on t ⊕ q: ours says the context is what a filter kept, maybe empty.
+  - `AnswerFromRetrievedContext` <- FULL's M_gen on P ⊕ q: ours says the context is the retrieved passages.
 - Unreadable replies (issue 14; `ragzoo.programs.base.degrade`, recorded as a degradation in the trace): a
   `filter` reply that cannot be read for a passage keeps that whole passage (the FULL context for it:
   nothing was filtered out); `selected` records all its sentence indices (or True). The generator's
