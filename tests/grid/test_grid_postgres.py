@@ -130,6 +130,18 @@ def _machine(tmp_path: Path, name: str) -> tuple[Path, dict]:
     return home, env
 
 
+def _own_hostname_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _on_host(name: str, argv: list[str]) -> list[str]:
+    """`argv` run under a hostname of its own (a UTS namespace; the same pid: each step execs the next)."""
+    return ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', name, *argv]
+
+
 def _predictions(out: Path) -> dict[str, list[str]]:
     found = {}
     for cell in sorted((out / "cells").iterdir()):
@@ -200,10 +212,15 @@ def _timeless(value):
 
 
 @pytest.mark.slow
-def test_three_machines_on_postgresql_one_killed_mid_cell(tmp_path, database, stub, monkeypatch):
+@pytest.mark.parametrize("hosts", ["one host", "three hosts"])
+def test_three_machines_on_postgresql_one_killed_mid_cell(tmp_path, database, stub, monkeypatch, hosts):
+    """On one host the survivors see the killed worker's process gone and take its cell at once; with a hostname
+    each (as on three machines) they cannot, and take it once its heartbeat is 30 s old."""
     from optuna.trial import TrialState
     from sqlalchemy.engine import make_url
 
+    if hosts == "three hosts" and not _own_hostname_works():
+        pytest.skip("cannot give a worker a hostname of its own here (unshare --uts needs root)")
     monkeypatch.setenv("OPENAI_API_KEY", "key-single")  # the one-worker run, in this process
 
     grid = _grid(tmp_path / "machines.toml", stub.server)
@@ -215,7 +232,8 @@ def test_three_machines_on_postgresql_one_killed_mid_cell(tmp_path, database, st
     try:
         for name in ("m1", "m2", "m3"):
             home, env = _machine(tmp_path, name)
-            workers[name] = subprocess.Popen(argv, cwd=home, env=env, stdout=subprocess.PIPE,
+            command = _on_host(f"ragzoo-test-{name}", argv) if hosts == "three hosts" else argv
+            workers[name] = subprocess.Popen(command, cwd=home, env=env, stdout=subprocess.PIPE,
                                              stderr=subprocess.PIPE, text=True)
         victim, cell, written_by_victim, killed_at = _kill_one_mid_cell(workers, database, out, stub, started)
         errors = {name: worker.communicate(timeout=90)[1] for name, worker in workers.items()}
@@ -246,6 +264,13 @@ def test_three_machines_on_postgresql_one_killed_mid_cell(tmp_path, database, st
     assert any(t.params["cell"] == cell and t.state == TrialState.FAIL for t in trials)  # the dead claim
     log = (out / "cells" / cell / "log.txt").read_text(encoding="utf-8")
     assert f"resuming from {written_by_victim}/{N}" in log, log[-2000:]
+    hostnames = {str(t.user_attrs.get("worker")).rpartition(":")[0] for t in complete}
+    retried = taker.system_attrs.get("failed_trial")  # set when the claim came back by its heartbeat's expiry
+    if hosts == "three hosts":
+        assert hostnames <= {"ragzoo-test-m1", "ragzoo-test-m2", "ragzoo-test-m3"}, hostnames
+        assert retried is not None
+    else:
+        assert retried is None  # seen dead on its own machine: no heartbeat waited out
 
     # no question was answered twice (the one held when the victim died was never answered)
     shared_answers = dict(stub.answered)
@@ -261,7 +286,7 @@ def test_three_machines_on_postgresql_one_killed_mid_cell(tmp_path, database, st
         assert (out / name).read_text() == (single / name).read_text(), name
     assert _timeless(json.loads((out / "results.json").read_text())) == \
         _timeless(json.loads((single / "results.json").read_text()))
-    print(f"three workers on PostgreSQL, one killed mid-cell: {elapsed:.1f} s (the kill at {killed_at:.1f} s), "
+    print(f"three workers ({hosts}) on PostgreSQL, one killed mid-cell: {elapsed:.1f} s (the kill at {killed_at:.1f} s), "
           f"{len(shared_answers)} answers")
 
 
