@@ -43,6 +43,7 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
     several_opt = len(grid.optimizers) > 1
     several_lm = len(grid.lms) > 1
     rows: dict[str, dict] = {}
+    measured: list[str] = []
     per_row_scores: dict[tuple[str, str, str], dict[str, float]] = {}
     for cell in grid.cells():
         row_name = cell.method.label + (f" / {cell.optimizer}" if several_opt else "") + \
@@ -57,6 +58,13 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
         if reason:
             entry["status"] = reason
             continue
+        for stage in _compile_stages(cell_dir(out, cell) / "artifact"):
+            # a stage whose labels came from another measure than asked (FILCO's CXMI fallback), or that was
+            # skipped, is a difference from the paper this run made: the table says so beside the static ones
+            said = stage.get("fallback") or (f"compile stage {stage.get('stage')!r} skipped: {stage['skipped']}"
+                                             if stage.get("skipped") else None)
+            if said:
+                measured.append(f"{row_name}, {cell.dataset.label}: {said}")
         loaded = _load(cell_dir(out, cell) / "run")
         if loaded is None:
             entry["status"] = "not run"
@@ -91,7 +99,18 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
             "ci": f"95% {stats.CI_METHOD_NAME} ({resamples} resamples, seed {seed})", "test": stats.PAIRED_TEST_NAME,
             "columns": [{"label": d.label, "dataset": d.name, "split": d.split, "metrics": list(d.metrics)}
                         for d in grid.datasets],
-            "rows": list(rows.values()), "comparisons": comparisons}
+            "rows": list(rows.values()), "comparisons": comparisons, "run_differences": measured}
+
+
+def _compile_stages(artifact: Path) -> list[dict]:
+    """The `compile_stages` records of a cell's compiled program (none when it was not compiled)."""
+    import json
+
+    try:
+        manifest = json.loads((artifact / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [stage for stage in manifest.get("compile_stages") or [] if isinstance(stage, dict)]
 
 
 def _comparisons(grid: Grid, rows: dict, scores: dict, resamples: int, seed: int) -> list[dict]:
@@ -210,6 +229,8 @@ def to_markdown(table: dict) -> str:
         for difference in paper.get("differences", []):
             lines.append(f"- differs: {difference}")
         lines.append("")
+    if table.get("run_differences"):  # what this run's compiles changed (e.g. FILCO's filter measure)
+        lines += [f"- differs in this run: {difference}" for difference in table["run_differences"]] + [""]
     lines += [f"Per dataset and metric: ours [{table['ci']}], the paper's number, and Δ = ours − paper, on the "
               f"paper's scale.", "",
               "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

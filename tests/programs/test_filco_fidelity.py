@@ -199,3 +199,26 @@ def test_without_prompt_log_probabilities_the_declared_fallback_trains_the_filte
     (stage,) = manifest["compile_stages"]
     assert "skipped" in stage and "cxmi_fallback" in stage["skipped"]
     assert "note: compile stage 'filter' skipped:" in printed
+
+
+def test_the_grid_table_says_which_measure_trained_a_cells_filter_when_it_fell_back(tmp_path):
+    """A cell whose compile fell back from CXMI names it among the table's differences (the bundled grid's
+    static differences say what may happen; this says what did)."""
+    from ragzoo.grid import bundled_grids, load_grid
+    from ragzoo.grid.runner import cell_dir
+    from ragzoo.grid.table import build, to_markdown
+
+    from ragzoo.grid.spec import LMEntry
+
+    grid = load_grid(bundled_grids()["filco-table4"])
+    grid.lms = [LMEntry("openai/gpt-4o-mini")]  # what --lm sets
+    cell = next(c for c in grid.cells() if c.method.label == "FILCO (top 1)" and c.dataset.label == "HotpotQA")
+    artifact = cell_dir(tmp_path, cell) / "artifact"
+    artifact.mkdir(parents=True)
+    reason = ("CXMI labels (measure=cxmi) could not be computed: gpt-4o-mini is a hosted chat API; the filter was "
+              "trained on LEXICAL labels (cxmi_fallback=lexical)")
+    (artifact / "manifest.json").write_text(json.dumps({"compile_stages": [
+        {"stage": "filter", "measure": "lexical", "asked": "cxmi", "fallback": reason}]}))
+    table = build(grid, tmp_path, resamples=10)
+    assert table["run_differences"] == [f"FILCO (top 1), HotpotQA: {reason}"]
+    assert f"- differs in this run: FILCO (top 1), HotpotQA: {reason}" in to_markdown(table)
