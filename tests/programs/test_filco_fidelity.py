@@ -222,3 +222,23 @@ def test_the_grid_table_says_which_measure_trained_a_cells_filter_when_it_fell_b
     table = build(grid, tmp_path, resamples=10)
     assert table["run_differences"] == [f"FILCO (top 1), HotpotQA: {reason}"]
     assert f"- differs in this run: FILCO (top 1), HotpotQA: {reason}" in to_markdown(table)
+
+
+def test_the_cxmi_source_and_fallback_reason_never_show_a_key_or_url_credentials(monkeypatch):
+    from ragzoo.lm import make_lm
+    from ragzoo.programs.filco_oracle import logprob_scorer_for
+
+    class ChatOnly(Upstream):
+        serves_logprobs = False
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-abcdefghijklmnopqrstuvwxyz123456")
+    with LoopbackHTTPServer(ChatOnly) as server:
+        scorer, reason = logprob_scorer_for(make_lm("openai/loopback", api_base=server.base_url + "/v1"))
+        assert scorer is None and "HTTP 404" in reason and "sk-test" not in reason
+        # the CLI refuses a credentialed URL; a Python caller's dspy.LM may carry one: it is not shown either
+        base = server.base_url.replace("http://", "http://user:pa55word@") + "/v1"
+        scorer, reason = logprob_scorer_for(dspy.LM("openai/loopback", api_base=base))
+    assert scorer is None and "HTTP 404" in reason
+    assert "pa55word" not in reason and "user@" not in reason and "sk-test" not in reason
+    assert logprob_scorer_for(make_lm("dry-run"))[0] is None
+    assert "hosted chat API" in logprob_scorer_for(make_lm("openai/gpt-4o-mini"))[1]
