@@ -161,3 +161,15 @@ def test_gold_passages_from_the_hotpotqa_distractor_split_reach_the_program_thro
         assert all(passage["title"] in titles for passage in questions[record["id"]].gold_passage)
         inserted += sum(passage["pid"].startswith("gold") for passage in record["passages"])
     assert inserted > 0  # some were not retrieved: they went in
+
+
+def test_the_fig5_example_grid_runs_the_three_curves_with_valid_knobs():
+    from pathlib import Path
+
+    from ragzoo.grid.spec import load_grid
+
+    grid = load_grid(Path(__file__).resolve().parents[2] / "examples" / "postfusion-fig5.toml")
+    curves = {(m.id, m.knobs["samples"]) for m in grid.methods}
+    assert curves == {(method, p) for method in ("concat", "pf_concat", "concat_pf") for p in (1, 5, 10)}
+    for method in grid.methods:
+        assert programs.resolve_knobs(method.id, dict(method.knobs))["samples"] == method.knobs["samples"]
