@@ -22,8 +22,9 @@ Routes (JSON in, JSON out):
   `stop`, ..., and a `model` other than the served name) is ignored and named in the reply: the header
   `X-Ragzoo-Ignored: temperature, top_p` and `ragzoo.ignored` `{option: why}` in the JSON body. Errors in
   OpenAI's shape `{"error": {"message", "type", "code"}}`. `GET /v1/models` lists the one model.
-- `GET /health`: `{"status": "ok", "method", "model", "in_flight", "abandoned", ...}` (no path, no upstream URL,
-  no key).
+- `GET /health`: `{"status": "ok", "method", "model", "in_flight", "abandoned", "workers", "worker", ...}` (no
+  path, no upstream URL, no key; `worker` is the answering process's id: with `ragzoo serve --workers N`, each
+  connection lands on one of N processes, each with its own bounds and counts).
 
 Bounds: a request body of at most `max_body_bytes` (413), a question of at most `max_question_chars` (413),
 at most `max_concurrency` questions answered at once (each on a worker thread) and `max_queue` more waiting;

@@ -43,12 +43,12 @@ def _echo_question(messages: list[dict], body: dict | None = None) -> str:
     return render_answer(values, prompt_style(system))
 
 
-def _service(program, base_url: str, monkeypatch, **options):
+def _service(program, base_url: str, monkeypatch, *, timeout: float = 30.0, **options):
     from ragzoo.lm import make_lm
     from ragzoo.serving import ProgramService
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-stub-key-from-the-environment")
-    lm = make_lm("openai/stub", api_base=base_url + "/v1", cache=False)
+    lm = make_lm("openai/stub", api_base=base_url + "/v1", cache=False, timeout=timeout)
     return ProgramService(program, lm, name="ragzoo-rag", method="rag", **options)
 
 
@@ -88,7 +88,7 @@ def test_a_stream_sends_keep_alives_while_waiting_and_ends_with_an_error_chunk_p
     from ragzoo.serving import create_app
 
     with StubLMServer(faults=lambda index, body: "hang") as lm_server:
-        service = _service(program, lm_server.base_url, monkeypatch, deadline=0.6)
+        service = _service(program, lm_server.base_url, monkeypatch, deadline=0.6, timeout=3)
         with BackgroundServer(create_app(service, keepalive=0.1)) as server:
             client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
             with pytest.raises(openai.APIError) as failure:
@@ -214,6 +214,7 @@ def artifact(tmp_path_factory, wiki17_corpus):
     return out
 
 
+@pytest.mark.slow  # three processes each import DSPy and load the program: ~15-45 s on a shared 2-core machine
 def test_cli_workers_serves_one_program_from_several_processes(artifact, tmp_path):
     import psutil
 
@@ -250,3 +251,26 @@ def test_cli_refuses_workers_below_one(tmp_path, capsys):
     assert main(["serve", "--program", str(tmp_path), "--lm", "dry-run", "--workers", "0"]) != 0
     err = capsys.readouterr().err
     assert "--workers" in err and "Traceback" not in err
+
+
+def test_a_streaming_client_that_leaves_cancels_its_question(program, monkeypatch):
+    from ragzoo.serving import create_app
+
+    with StubLMServer(faults=lambda index, body: "hang") as lm_server:
+        # a hung LM request ends with its 3 s timeout: the test need not wait for it to stop
+        service = _service(program, lm_server.base_url, monkeypatch, deadline=30, timeout=3)
+        with BackgroundServer(create_app(service, keepalive=0.1)) as server:
+            with httpx.stream("POST", server.url + "/v1/chat/completions", timeout=30, json={
+                    "stream": True, "messages": [{"role": "user", "content": QUESTION}]}) as reply:
+                first = next(reply.iter_lines())
+                deadline = time.monotonic() + 30  # the question reached the LM (a shared machine can be slow)
+                while lm_server.requests < 1 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            left = time.monotonic()
+            while httpx.get(server.url + "/health").json()["in_flight"] and time.monotonic() - left < 5:
+                time.sleep(0.05)
+            health = httpx.get(server.url + "/health").json()
+    assert json.loads(first.removeprefix("data: "))["choices"][0]["delta"]["role"] == "assistant"
+    assert lm_server.requests == 1
+    # freed long before the 30 s deadline; the hung worker thread is abandoned, not waited for
+    assert health["in_flight"] == 0 and health["abandoned"] == 1 and time.monotonic() - left < 5
