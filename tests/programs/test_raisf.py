@@ -456,3 +456,25 @@ def test_defaults_are_the_papers_and_the_documented_guards(retriever):
     assert (program.k, program.max_depth, program.max_subquestions, program.max_questions) == (5, 3, 5, 30)
     assert [c["question"] for c in pred.tree["children"]] == subs[:5] and pred.tree["skipped"] == subs[5:]
     assert retriever.queries == [(ROOT, 5)]
+
+
+def test_an_answer_from_all_retrieved_passages_reports_them_as_used(retriever):
+    # on_empty_decomposition="passages": the node answers from its k unfiltered passages; they are the
+    # prediction's passages (none was judged relevant, so only this fallback can have put them there)
+    lm = World(decompositions={ROOT: []}).lm()
+    pred = run(RAISF(retriever, on_empty_decomposition="passages"), lm)
+    assert pred.route == "empty_decomposition:passages"
+    assert [p.pid for p in pred.passages] == [str(i) for i in range(K)]
+
+
+def test_gate_agreement_metrics_score_agreement_and_disagreement():
+    from ragzoo.programs.raisf import joint_relevance_agreement, relevance_agreement, self_knowledge_agreement
+
+    ex = dspy.Example
+    assert self_knowledge_agreement(ex(can_answer=True), dspy.Prediction(can_answer=True)) == 1.0
+    assert self_knowledge_agreement(ex(can_answer=True), dspy.Prediction(can_answer=False)) == 0.0
+    assert relevance_agreement(ex(relevant=False), dspy.Prediction(relevant=False)) == 1.0
+    assert relevance_agreement(ex(relevant=False), dspy.Prediction(relevant=True)) == 0.0
+    assert joint_relevance_agreement(ex(relevant_ids=[1, 2]), dspy.Prediction(relevant_ids=[2, 1])) == 1.0
+    assert joint_relevance_agreement(ex(relevant_ids=[1, 2]), dspy.Prediction(relevant_ids=[1])) == 0.0
+    assert joint_relevance_agreement(ex(relevant_ids=[]), dspy.Prediction(relevant_ids=None)) == 1.0
