@@ -74,6 +74,7 @@ if ! as_owner "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
         -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c max_connections=200" \
         start >/dev/null || { tail -n 20 "$DIR/server.log" >&2; fail "the server did not start (log: $DIR/server.log)"; }
 fi
+PORT=$(sed -n 4p "$DATA/postmaster.pid")  # the running server's own (it may have been started on another one)
 
 psql_su() { as_owner "$BIN/psql" -h "$DIR" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qtA "$@"; }
 if [ "$(psql_su -c "SELECT 1 FROM pg_roles WHERE rolname = 'ragzoo'")" != "1" ]; then

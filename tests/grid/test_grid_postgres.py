@@ -73,11 +73,14 @@ def database():
 
 
 class Stub:
-    """The stub LM server, counting answers per request (its messages: one cell's prompt for one question), and
-    able to hold back the next request sent with one API key (that worker's) so the worker is killed with a
-    question in flight that was never answered."""
+    """The stub LM server, counting answers per request (its messages: one cell's prompt for one question). With
+    `hold_key` set, it holds back the first request sent with that API key (that worker's) for a cell whose
+    prompt it has already answered for that worker (so a question of the cell is written: mid-cell); `drop()`
+    closes the held request unanswered (the worker was killed waiting for it)."""
 
     def __init__(self):
+        import asyncio
+
         from ragzoo.stubserver import StubLMServer, adapter_responder
 
         stub = self
@@ -85,14 +88,20 @@ class Stub:
         self.lock = threading.Lock()
         self.hold_key = None
         self.held = threading.Event()
+        self.dropped = False
+        seen = set()  # (API key, system message) answered: a worker inside that cell
 
         class Server(StubLMServer):
             async def _complete(self, writer, body, messages, keep_alive, authorization=""):
-                if stub.hold_key and authorization == f"Bearer {stub.hold_key}":
+                system = str(messages[0].get("content")) if messages else ""
+                if stub.hold_key and authorization == f"Bearer {stub.hold_key}" and (authorization, system) in seen:
                     stub.held.set()
-                    await self._wait(None)  # never answered: the worker dies waiting
-                    return False
-                return await super()._complete(writer, body, messages, keep_alive, authorization)
+                    while not stub.dropped:
+                        await asyncio.sleep(0.02)
+                    return False  # never answered: the worker died waiting
+                reply = await super()._complete(writer, body, messages, keep_alive, authorization)
+                seen.add((authorization, system))
+                return reply
 
         def responder(messages, body=None):
             with stub.lock:
@@ -100,6 +109,10 @@ class Stub:
             return adapter_responder(messages, body)
 
         self.server = Server(responder, latency=0.25)
+
+    def drop(self) -> None:
+        self.dropped = True
+        self.hold_key = None
 
 
 @pytest.fixture
@@ -132,7 +145,7 @@ def _machine(tmp_path: Path, name: str) -> tuple[Path, dict]:
 
 def _own_hostname_works() -> bool:
     try:
-        return subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=10).returncode == 0
+        return subprocess.run(_on_host("ragzoo-probe", ["true"]), capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -163,8 +176,8 @@ def _claims(storage) -> list:
 
 
 def _kill_one_mid_cell(workers: dict, database: str, out: Path, stub: Stub, started: float):
-    """SIGKILL the first worker seen inside a cell with a question written, while its next question is held at
-    the stub (sent, never answered). Returns the worker's name, the cell, the questions it wrote, when."""
+    """SIGKILL a worker inside a cell, a question of it written, while its next question is held at the stub
+    (sent, never answered). Returns the worker's name, the cell, the questions it wrote, when it was killed."""
     from optuna.storages import RDBStorage
     from optuna.trial import TrialState
 
@@ -175,25 +188,21 @@ def _kill_one_mid_cell(workers: dict, database: str, out: Path, stub: Stub, star
 
     deadline = time.monotonic() + 60
     victim = None
-    while victim is None and time.monotonic() < deadline:
-        for name, worker in workers.items():
-            for trial in claims_of(worker.pid):
-                predictions = out / "cells" / trial.params["cell"] / "run" / "predictions.jsonl"
-                if (trial.state == TrialState.RUNNING and predictions.is_file()
-                        and 1 <= len(predictions.read_text().splitlines()) < N):
-                    victim = victim or name
+    while victim is None and time.monotonic() < deadline:  # the first worker seen inside a cell
+        victim = next((name for name, worker in workers.items()
+                       if any(t.state == TrialState.RUNNING for t in claims_of(worker.pid))), None)
         time.sleep(0.05)
-    if victim is None:
+    if victim is not None:
+        stub.hold_key = f"key-{victim}"
+    if victim is None or not stub.held.wait(60):
         for worker in workers.values():
             worker.kill()
-        pytest.fail("no worker was seen inside a cell in 60 s: " + " | ".join(
+        pytest.fail("no worker was seen inside a cell: " + " | ".join(
             worker.communicate(timeout=10)[1][-1500:] for worker in workers.values()))
-    stub.hold_key = f"key-{victim}"  # its next question is never answered; the worker is killed waiting for it
-    assert stub.held.wait(30), "the victim sent no further request"
     killed_at = time.monotonic() - started
     workers[victim].send_signal(signal.SIGKILL)
     workers[victim].wait()
-    stub.hold_key = None
+    stub.drop()
     # the cell it held when it died (its claim still running, or already failed by a worker that saw it dead)
     cells = [t.params["cell"] for t in claims_of(workers[victim].pid) if t.state != TrialState.COMPLETE]
     assert len(cells) == 1, cells
