@@ -1,7 +1,8 @@
 """`make demo`: the main job, offline. Build the embedded index, compile a method with the dry-run LM, save
 it, load it back, evaluate 20 HotPotQA dev questions, print the report; then price a small grid of three
-methods and run it, ending with its table. Every step is a `ragzoo` command, so the output shows what a
-user would type.
+methods and run it, with its table, and end by writing the grid's HTML report (one page that opens from
+disk: table, cost-vs-accuracy plot, per-question drill-down) and printing its path. Every step is a `ragzoo`
+command, so the output shows what a user would type.
 
 With a real LM, replace `--lm dry-run` by e.g. `--lm openai/gpt-4o-mini` (key from the environment).
 """
@@ -55,9 +56,13 @@ def main() -> int:
          "sweep", str(grid_file), "--dry-run", "--quiet")
     step("9. run the grid with the dry-run LM (rerun the same command to resume; --lm for a real model)",
          "sweep", str(grid_file), "--lm", "dry-run", "--out", str(grid_dir), "--quiet")
+    report_html = OUT / "grid-report.html"
+    step("10. write the grid's HTML report (one self-contained page; open it in a browser)",
+         "report", str(grid_dir), "--html", str(report_html))
     print(f"\nArtifacts: {program_dir}/ (program.json, manifest.json); run: {run_dir}/ (predictions.jsonl, "
           f"summary.json); grid: {grid_dir}/ (results.md, results.csv, results.json, one run per cell). Dry-run "
           f"answers are placeholders: reports show calls, tokens and cost, not accuracy.")
+    print(f"HTML report of the grid: {report_html.resolve()}")
     return 0
 
 

@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="two runs: paired test, difference with its CI, and the questions they disagree on")
     parser.add_argument("--show", type=int, default=20, help="disagreeing questions listed by --compare")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap / permutation seed")
+    parser.add_argument("--html", metavar="OUT.html",
+                        help="write one self-contained page (opens from disk): the table, cost-vs-accuracy plot, "
+                             "attribution, stage diagnostics, per-question table with drill-down")
 
 
 def _recorded_dry_run(lm) -> bool:
@@ -595,11 +598,64 @@ def report_grid(grid_out: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def write_html(args: argparse.Namespace) -> int:
+    """`--html OUT`: the page of `ragzoo.html_report` over a grid folder (its table with the paper's numbers,
+    one method per cell) or runs (their metrics table with CIs)."""
+    from pathlib import Path
+
+    from ragzoo import html_report
+
+    html_report.check_target(args.html)  # before the work: a refused path is said at once
+    if len(args.runs) == 1 and _is_grid_folder(args.runs[0]):
+        from ragzoo.grid import table as results
+        from ragzoo.grid.runner import cell_dir
+
+        grid = results.grid_of_folder(args.runs[0])
+        built = results.build(grid, args.runs[0], seed=args.seed)
+        table = html_report.grid_table(built)
+        cells = {cell.key: cell for cell in grid.cells()}
+        several = len(built["columns"]) > 1
+        run_dirs, labels, figures = [], [], []
+        for row in built["rows"]:
+            for label, entry in row["cells"].items():
+                if "n" in entry and entry.get("key") in cells:
+                    run_dirs.append(str(cell_dir(Path(args.runs[0]), cells[entry["key"]]) / "run"))
+                    labels.append(row["row"] + (f" · {label}" if several else ""))
+                    # the plot's points are the table's figures, on the paper's scale
+                    figures.append(({name: m["ours"] for name, m in (entry.get("metrics") or {}).items()},
+                                    {name: [m["low"], m["high"]] for name, m in (entry.get("metrics") or {}).items()}))
+        if not run_dirs:
+            from ragzoo.errors import ConfigError
+
+            raise ConfigError(f"grid folder {args.runs[0]} has no evaluated cell yet; run its sweep first")
+        loaded = [_load(run_dir) for run_dir in run_dirs]
+        for run, (means, cis) in zip(loaded, figures):
+            run["means"], run["cis"] = means, cis
+    else:
+        run_dirs = [run_dir for given in args.runs
+                    for run_dir in (_cell_runs(given) if _is_grid_folder(given) else [given])]
+        table_rows = rows(run_dirs, metric=args.metric, shared=args.shared, ci=True, seed=args.seed)
+        table = html_report.runs_table(table_rows)
+        loaded = [_load(run_dir) for run_dir in run_dirs]
+        labels = _labels(loaded)
+        for run, row in zip(loaded, table_rows):  # the plot's points are the table's figures
+            run["means"], run["cis"] = row["metrics"], row["ci"]
+    names, _ = _metric_names(loaded, args.metric)
+    runs = [{"label": label, "dir": run["dir"], "dry_run": _recorded_dry_run(run["config"].get("lm")),
+             "metrics": names, "keyed": _keyed(run), "means": run.get("means"), "cis": run.get("cis")}
+            for label, run in zip(labels, loaded)]
+    path = html_report.write(args.html, table, runs, metric=names[0] if names else None, seed=args.seed)
+    print(f"html report: {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
     from ragzoo.errors import ConfigError
 
+    if getattr(args, "html", None) and not args.compare:
+        return write_html(args)
     if len(args.runs) == 1 and _is_grid_folder(args.runs[0]) and not args.compare:
         return report_grid(args.runs[0], args)
     # a grid folder among runs stands for its cells' runs
