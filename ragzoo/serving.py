@@ -375,7 +375,15 @@ class ProgramService:
             done, _ = await asyncio.wait([work] if watcher is None else [work, watcher], timeout=self.deadline,
                                          return_when=asyncio.FIRST_COMPLETED)
             if work in done:
-                result = work.result()
+                try:
+                    result = work.result()
+                except Exception as exc:
+                    # a failure that came at the deadline is the deadline's (the LM layer gives up a request
+                    # still waiting for an endpoint slot when the question's deadline passes): 504, not 502
+                    if ticket.ends is not None and time.monotonic() >= ticket.ends:
+                        self.timed_out += 1
+                        raise self._timeout() from exc
+                    raise
                 self.served += 1
                 return result
             ticket.cancelled = True
@@ -384,8 +392,7 @@ class ProgramService:
                 self.cancelled += 1
                 raise ClientGone()
             self.timed_out += 1
-            raise QuestionTimeout(f"the question did not finish within its {self.deadline:g} s deadline "
-                                  f"(ragzoo serve --deadline)")
+            raise self._timeout()
         except asyncio.CancelledError:  # the request's own task was cancelled (server shutting down)
             ticket.cancelled = True
             work.cancel()
@@ -394,6 +401,10 @@ class ProgramService:
             if watcher is not None:
                 watcher.cancel()
             self.admitted -= 1
+
+    def _timeout(self) -> QuestionTimeout:
+        return QuestionTimeout(f"the question did not finish within its {self.deadline:g} s deadline "
+                               f"(ragzoo serve --deadline)")
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
