@@ -204,7 +204,8 @@ def _kill_one_mid_cell(workers: dict, database: str, out: Path, stub: Stub, star
     workers[victim].wait()
     stub.drop()
     # the cell it held when it died (its claim still running, or already failed by a worker that saw it dead)
-    cells = [t.params["cell"] for t in claims_of(workers[victim].pid) if t.state != TrialState.COMPLETE]
+    cells = sorted({t.params["cell"] for t in claims_of(workers[victim].pid)
+                    if t.state in (TrialState.RUNNING, TrialState.FAIL)})
     assert len(cells) == 1, cells
     written = len(_predictions(out)[cells[0]])
     assert 1 <= written < N, written  # mid-cell: some of its questions written, not all
