@@ -72,7 +72,7 @@ if ! as_owner "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
     say "starting the server on 127.0.0.1:$PORT"
     as_owner "$BIN/pg_ctl" -D "$DATA" -l "$DIR/server.log" -w -t 30 \
         -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DIR -c max_connections=200" \
-        start >/dev/null || { tail -n 20 "$DIR/server.log" >&2; fail "the server did not start (log: $DIR/server.log)"; }
+        start >/dev/null || { tail -n 20 "$DIR/server.log" >&2; fail "the server did not start ($DIR/server.log)"; }
 fi
 PORT=$(sed -n 4p "$DATA/postmaster.pid")  # the running server's own (it may have been started on another one)
 

@@ -296,7 +296,8 @@ def test_three_machines_on_postgresql_one_killed_mid_cell(tmp_path, database, st
         assert (out / name).read_text() == (single / name).read_text(), name
     assert _timeless(json.loads((out / "results.json").read_text())) == \
         _timeless(json.loads((single / "results.json").read_text()))
-    print(f"three workers ({hosts}) on PostgreSQL, one killed mid-cell: {elapsed:.1f} s (the kill at {killed_at:.1f} s), "
+    print(f"three workers ({hosts}) on PostgreSQL, one killed mid-cell: {elapsed:.1f} s "
+          f"(the kill at {killed_at:.1f} s), "
           f"{len(shared_answers)} answers")
 
 
