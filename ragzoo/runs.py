@@ -470,7 +470,9 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         **usage,
         "retrievals": len(trace.retrievals),
         "lm_trace": [{"predictor": c.signature, "prompt_tokens": c.prompt_tokens,
-                      "completion_tokens": c.completion_tokens, "cached": c.cached} for c in calls],
+                      "completion_tokens": c.completion_tokens, "cached": c.cached,
+                      # `evaluate --keep-prompts`: what the call sent and got back
+                      **({"prompt": c.prompt, "reply": c.reply} if c.prompt is not None else {})} for c in calls],
         "reasks": len(trace.reasks),
         "lenient_reads": len(trace.lenient),
         "degradations": len(degradations),

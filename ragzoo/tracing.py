@@ -33,6 +33,9 @@ class LMCallRecord:
     cached_prompt_tokens: int = 0
     cached_completion_tokens: int = 0
     cached_cost: float = 0.0
+    # what was sent and what came back, kept only while `keeping_call_texts()` is on (`evaluate --keep-prompts`)
+    prompt: list[dict] | None = None  # [{"role", "content"}]
+    reply: str | None = None
 
 
 @dataclass
@@ -92,6 +95,24 @@ def trace_example() -> Iterator[ExampleTrace]:
         yield trace
     finally:
         _current.reset(token)
+
+
+_keep_texts = [0]  # process-wide: the evaluation's worker threads (and forked processes) must see it
+
+
+def texts_kept() -> bool:
+    return _keep_texts[0] > 0
+
+
+@contextlib.contextmanager
+def keeping_call_texts(on: bool = True) -> Iterator[None]:
+    """While on, each LM call's record keeps its prompt messages and reply (`LMCallRecord.prompt`, `.reply`),
+    so a run record can show what the model saw (`ragzoo evaluate --keep-prompts`, `report --html`)."""
+    _keep_texts[0] += 1 if on else 0
+    try:
+        yield
+    finally:
+        _keep_texts[0] -= 1 if on else 0
 
 
 def record_retrieval(query: str, k: int, pids: list[str], latency: float = 0.0) -> None:

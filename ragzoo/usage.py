@@ -47,7 +47,7 @@ import dspy
 from dspy.utils.callback import BaseCallback
 
 from ragzoo.errors import BudgetExceeded, ConfigError
-from ragzoo.tracing import LMCallRecord, record_lm_call
+from ragzoo.tracing import LMCallRecord, record_lm_call, texts_kept
 
 _METERS_KEY = "ragzoo_meters"
 
@@ -523,6 +523,17 @@ def measure_call(lm, inputs: dict, outputs, name: str, latency: float) -> LMCall
     return record
 
 
+def call_texts(inputs: dict, outputs) -> tuple[list[dict], str]:
+    """(prompt messages as [{"role", "content"}], reply) of one LM call, secrets redacted, for a run record."""
+    from ragzoo.secrets import redact
+
+    prompt = inputs.get("prompt")
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else inputs.get("messages") or []
+    kept = [{"role": str(m.get("role") or "?") if isinstance(m, dict) else "?",
+             "content": redact(_text_of(m.get("content") if isinstance(m, dict) else m))} for m in messages]
+    return kept, redact(_text_of(outputs))
+
+
 class UsageCallback(BaseCallback):
     """The DSPy callback behind every meter (see the module docstring). Use the singleton `USAGE_CALLBACK`."""
 
@@ -552,6 +563,8 @@ class UsageCallback(BaseCallback):
                 sink.add_failure()
             return
         record = measure_call(lm, inputs, outputs, name, time.perf_counter() - started)
+        if texts_kept():
+            record.prompt, record.reply = call_texts(inputs, outputs)
         if record.completion_tokens > _LONGEST_REPLY.get(record.model, 0):  # the next calls' cost estimates
             _LONGEST_REPLY[record.model] = record.completion_tokens
         record_lm_call(record)

@@ -14,7 +14,7 @@ DEFAULTS = {
     "program": None, "method": None, **DATA_DEFAULTS, **LM_DEFAULTS, "out": None, "threads": 1, "resume": False,
     "force": False, "metric": None, "trust_retriever": False, "deadline": 600.0, "retry_failed": False,
     "abort_failure_rate": 0.5,
-    "allow_failures": False, "refuse_leakage": False,
+    "allow_failures": False, "refuse_leakage": False, "keep_prompts": False,
 }
 EXIT_FAILURES = 4  # the run finished, and some examples failed (pass --allow-failures to exit 0)
 EXIT_ABORTED = 5  # the run stopped early: the first examples failed for the setup (LM, timeout, retriever)
@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-retriever", action="store_true", default=None,
                         help="follow the --program artifact's retriever even outside RAGZOO_DATA (a URL, an absolute "
                              "path); without it such a retriever is refused, naming what it asked for")
+    parser.add_argument("--keep-prompts", action="store_true", default=None,
+                        help="keep each LM call's prompt messages and reply in predictions.jsonl (lm_trace; "
+                             "secrets redacted), shown by report --html's drill-down; larger run files")
     parser.add_argument("--metric", help="comma-separated metrics (default: the dataset's: em,f1; "
                                          "strategyqa: acc)")
     add_lm_args(parser)
@@ -92,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
                               if k not in ("resume", "force", "retry_failed", "allow_failures")}, **description,
                            "lm": lm_description(lm)})
     deadline = config.get("deadline")
-    with dspy.context(lm=lm):
+    from ragzoo.tracing import keeping_call_texts
+
+    with dspy.context(lm=lm), keeping_call_texts(bool(config.get("keep_prompts"))):
         summary = evaluate(program, examples, config["metric"], config["out"], threads=int(config["threads"]),
                            resume=bool(config["resume"]), force=bool(config["force"]), config=run_config,
                            max_calls=config.get("max_calls"), max_cost=config.get("max_cost"),

@@ -130,6 +130,36 @@ def test_html_report_of_dry_runs_plots_cost_only(tmp_path):
     assert "n/a (dry-run)" in page and "no accuracy" in page
 
 
+def test_evaluate_keep_prompts_keeps_each_calls_prompt_and_reply_redacted_for_the_drill_down(tmp_path, monkeypatch,
+                                                                                             capsys):
+    from ragzoo.stubserver import StubLMServer
+
+    key = "keptpromptsecret0123456789"  # a key's value in a question must not reach the run record
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answers": ["a"]}) + "\n"
+                            for i, q in enumerate(["Who wrote Hamlet?", f"What is {key}?"])), encoding="utf-8")
+    argv = ["evaluate", "--method", "direct", "--data", str(data), "--lm", "openai/stub", "--allow-failures"]
+    with StubLMServer() as server:
+        base = ["--api-base", server.base_url + "/v1"]
+        assert main([*argv, *base, "--out", str(tmp_path / "kept"), "--keep-prompts"]) == 0
+        assert main([*argv, *base, "--out", str(tmp_path / "plain"), "--no-cache"]) == 0
+    kept = (tmp_path / "kept" / "predictions.jsonl").read_text()
+    assert key not in kept
+    calls = [json.loads(line)["lm_trace"] for line in kept.splitlines()]
+    assert all(len(trace) == 1 for trace in calls)
+    first = calls[0][0]
+    assert any("Who wrote Hamlet?" in m["content"] for m in first["prompt"]) and first["reply"]
+    assert json.loads((tmp_path / "kept" / "config.json").read_text())["keep_prompts"] is True
+    plain = [json.loads(line)["lm_trace"] for line in (tmp_path / "plain" / "predictions.jsonl").read_text().splitlines()]
+    assert all("prompt" not in call for trace in plain for call in trace)
+    capsys.readouterr()
+    code, out = _page(tmp_path, [str(tmp_path / "kept"), str(tmp_path / "plain")])
+    assert code == 0
+    page = out.read_text(encoding="utf-8")
+    assert "Who wrote Hamlet?" in page and key not in page
+
+
 # --- in a browser ----------------------------------------------------------------------------------------------
 
 def _chromium():
