@@ -491,7 +491,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
              progress: bool | None = None, max_calls: int | None = None, max_cost: float | None = None,
              deadline: float | None = DEFAULT_DEADLINE, retry_failed: bool = False, adapter=None,
              abort_failure_rate: float | None = 0.5, abort_min_examples: int = 10,
-             refuse_leakage: bool = False) -> dict:
+             refuse_leakage: bool = False, processes: int = 1) -> dict:
     """Evaluate `program` on `examples` with the active DSPy LM; write a run directory at `out_dir` (or keep
     everything in memory when None). Returns the summary (also in summary.json); the records of this call
     are in `summary["records"]` when `out_dir` is None.
@@ -505,7 +505,12 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     started; None disables).
 
     Leakage: a program compiled on some of `examples` (see `ragzoo.leakage`) is evaluated with a warning and
-    the overlap recorded in the run config and summary (`compiled_on`); `refuse_leakage` makes it an error."""
+    the overlap recorded in the run config and summary (`compiled_on`); `refuse_leakage` makes it an error.
+
+    `processes` > 1 splits the questions over that many forked worker processes of `threads` threads each
+    (`_run_in_processes`: one interpreter lock per process); this process keeps the run lock and writes every
+    record, the endpoints' --max-concurrency and the --max-calls/--max-cost budget are split evenly among the
+    workers, so together they never pass them."""
     import dspy
     from dspy.utils.parallelizer import ParallelExecutor
 
@@ -527,6 +532,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     metric_names = [name for name, _ in resolved]
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise RunError(f"--threads must be a positive integer, got {threads!r}")
+    _check_processes(processes)
     ids = [example_id(example, i) for i, example in enumerate(examples)]
     if len(set(ids)) != len(ids):
         raise RunError("the examples have duplicate ids; give each question a unique id (--field-map id=...)")
@@ -603,6 +609,12 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                 return None
             if closing.is_set():
                 return None
+            return accept(record)
+
+        def accept(record: dict) -> bool | None:
+            """Keep one finished record (from this process's threads or from a worker process)."""
+            if closing.is_set():
+                return None
             try:
                 written = writer.write(record) if writer is not None else True
             except OSError as error:  # a full disk or a lost folder: stop paying for examples that cannot be kept
@@ -639,9 +651,14 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         try:
             with (dspy.context(adapter=adapter) if adapter is not None else contextlib.nullcontext()), \
                     metering(max_calls, max_cost):
-                executor = ParallelExecutor(num_threads=threads, max_errors=len(todo) + 1, disable_progress_bar=True,
-                                            timeout=0)
-                if todo:
+                if todo and processes > 1:
+                    budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
+                                                    max_calls, max_cost, accept, stop)
+                    if budget_stop and not stop:
+                        stop.append(budget_stop)
+                elif todo:
+                    executor = ParallelExecutor(num_threads=threads, max_errors=len(todo) + 1,
+                                                disable_progress_bar=True, timeout=0)
                     executor.execute(work, todo)
         finally:
             closing.set()
@@ -660,7 +677,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         records = previous + new_records
         order = {identifier: i for i, identifier in enumerate(ids)}
         records.sort(key=lambda r: order.get(r["id"], len(order)))
-        extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads,
+        extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads, "processes": processes,
                  "stopped": stop[0] if stop and not aborted else None, "aborted": aborted[0] if aborted else None,
                  "resumed_from": len(previous), "adapter": run_config["adapter"]}
         summary = summarize(records, metric_names, total=len(examples), extra=extra)
@@ -673,6 +690,169 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         else:
             summary["records"] = records
     return summary
+
+
+def _check_processes(processes) -> None:
+    import multiprocessing
+
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise RunError(f"--processes must be a positive integer, got {processes!r}")
+    if processes > 1 and "fork" not in multiprocessing.get_all_start_methods():
+        raise RunError("--processes needs fork() (Linux, macOS); use --threads alone on this platform")
+
+
+def _share(total, index: int, count: int):
+    """Worker `index`'s part of `total` split evenly over `count` workers (the parts sum to `total`)."""
+    if total is None:
+        return None
+    if isinstance(total, float):
+        return total / count
+    return total // count + (1 if index < total % count else 0)
+
+
+def _run_in_processes(todo: list, processes: int, threads: int, program, metrics, deadline, max_calls, max_cost,
+                      accept: Callable[[dict], Any], stop: list) -> str | None:
+    """Run `todo` in `processes` forked workers of `threads` threads each; hand every record to `accept` here.
+
+    Fork, not spawn: a worker gets the program, retriever, LM and DSPy settings as they are (nothing to pickle or
+    rebuild); it is forked before any LM call of the run. Each worker owns every endpoint limit's and budget's
+    even share (`_share`), so the workers together stay within them without a cross-process lock on each call.
+    A worker sends each record, as JSON, over a pipe of its own (a worker killed mid-write tears only its own
+    pipe); this process writes it, so the run lock, resume and the one-writer rule stay as with threads. A worker
+    exits when this process is gone (SIGKILL), ignores Ctrl-C (this process stops the workers on the way out).
+    Returns why a worker's budget share stopped it, if one did."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    from ragzoo import endpoints
+
+    import dspy
+
+    # the active LM's endpoint (other endpoints of this process belong to other LMs, other runs)
+    name = endpoints.endpoint_of(dspy.settings.lm) if dspy.settings.lm is not None else None
+    limit = endpoints.limiter(name).limit if name else None
+    limits = {name: limit} if limit is not None else {}
+    for name, limit in limits.items():
+        if limit < processes:
+            raise RunError(f"--processes {processes} is more than --max-concurrency {limit} of {name}: each process "
+                           f"needs a request slot of its own; lower --processes or raise --max-concurrency")
+    context = multiprocessing.get_context("fork")
+    halt = context.RawValue("b", 0)  # lock-free: a killed worker cannot leave it locked
+    workers, pipes = [], {}
+    parent = os.getpid()
+    try:
+        for index in range(processes):
+            items = todo[index::processes]
+            if not items:
+                continue
+            receiver, sender = context.Pipe(duplex=False)
+            shares = {name: _share(limit, index, processes) for name, limit in limits.items()}
+            worker = context.Process(target=_process_worker, name=f"ragzoo-evaluate-{index}", daemon=True,
+                                     args=(items, threads, program, metrics, deadline, _share(max_calls, index, processes),
+                                           _share(max_cost, index, processes), shares, sender, halt, parent))
+            worker.start()
+            sender.close()  # the worker's end: EOF here once the worker is gone
+            workers.append(worker)
+            pipes[receiver] = worker
+        budget: list[str] = []
+        while pipes:
+            for receiver in wait(list(pipes)):
+                try:
+                    message = json.loads(receiver.recv_bytes())
+                except (EOFError, OSError, ValueError):  # the worker is gone (its last record may be torn)
+                    pipes.pop(receiver).join(5)
+                    receiver.close()
+                    continue
+                if message.get("record") is not None:
+                    accept(message["record"])
+                elif message.get("budget"):
+                    budget.append(message["budget"])
+            if stop:
+                halt.value = 1  # nothing more started; the questions in flight finish and are kept
+        for worker in workers:
+            if worker.exitcode not in (0, None):
+                logger.warning("evaluate: worker process %s ended with exit code %s; its unfinished questions "
+                               "are not recorded (--resume runs them)", worker.name, worker.exitcode)
+        if budget:
+            return f"{budget[0]} (each of the {processes} processes has an even share of the budget)"
+        return None
+    finally:
+        halt.value = 1
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+        for worker in workers:
+            worker.join(5)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        for receiver in pipes:
+            receiver.close()
+
+
+def _process_worker(items, threads, program, metrics, deadline, max_calls, max_cost, limits, sender, halt,
+                    parent) -> None:
+    """One worker process of `_run_in_processes`: its questions on its own threads, each record sent back."""
+    import signal
+
+    from dspy.utils.parallelizer import ParallelExecutor
+
+    from ragzoo import endpoints
+    from ragzoo.usage import metering
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
+
+    def orphaned() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)  # the parent was killed: no one would write what this worker finishes
+
+    threading.Thread(target=orphaned, name="ragzoo-orphan-watch", daemon=True).start()
+    for name, limit in limits.items():
+        endpoints.set_max_concurrency(name, limit)
+    send_lock = threading.Lock()
+
+    def send(message: dict) -> None:
+        data = json.dumps(message, ensure_ascii=False, default=str).encode()
+        with send_lock:
+            sender.send_bytes(data)
+
+    def work(item):
+        position, example = item
+        if halt.value:
+            return None
+        try:
+            record = run_example(program, example, position, metrics, deadline=deadline)
+        except BudgetExceeded as error:
+            halt_self.append(str(error))
+            send({"budget": str(error)})
+            return None
+        except BaseException as error:  # noqa: BLE001 - as the threads of `evaluate` do
+            from ragzoo.secrets import redact
+
+            logger.warning("example %s: %s", example_id(example, position), _one_line(redact(str(error)), 200))
+            return None
+        send({"record": record})
+        return True
+
+    halt_self: list[str] = []
+
+    def guarded(item):
+        return None if halt_self else work(item)
+
+    def run_all() -> None:
+        with metering(max_calls, max_cost):
+            ParallelExecutor(num_threads=threads, max_errors=len(items) + 1, disable_progress_bar=True,
+                             timeout=0).execute(guarded, items)
+
+    # off the main thread: DSPy's executor takes over SIGINT on the main thread, and Ctrl-C is the parent's
+    import contextvars
+
+    runner = threading.Thread(target=contextvars.copy_context().run, args=(run_all,), name="ragzoo-worker")
+    runner.start()
+    runner.join()
+    sender.close()
+    os._exit(0)  # no atexit of the parent's objects (its run lock, its writer) in this copy
 
 
 def _plain_progress(total: int, enabled: bool | None, bar) -> Callable[[int, int], None] | None:

@@ -13,6 +13,7 @@ from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, ad
 DEFAULTS = {
     "program": None, "method": None, **DATA_DEFAULTS, **LM_DEFAULTS, "out": None, "threads": 1, "resume": False,
     "force": False, "metric": None, "trust_retriever": False, "deadline": 600.0, "retry_failed": False,
+    "processes": 1,
     "abort_failure_rate": 0.5,
     "allow_failures": False, "refuse_leakage": False, "keep_prompts": False,
 }
@@ -33,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                      "strategyqa: train_first500; see ragzoo datasets)")
     parser.add_argument("--out", help="run directory to write")
     parser.add_argument("--threads", type=int, help="parallel examples (default 1)")
+    parser.add_argument("--processes", type=int,
+                        help="worker processes, each running --threads examples at once (default 1): past ~32 "
+                             "requests in flight one interpreter is the limit; --max-concurrency and "
+                             "--max-calls/--max-cost are split evenly among them")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="continue an interrupted run (a larger -n extends it)")
     parser.add_argument("--retry-failed", action="store_true", default=None,
@@ -104,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
                            deadline=float(deadline) if deadline else None,
                            retry_failed=bool(config.get("retry_failed")), adapter=adapter,
                            abort_failure_rate=config.get("abort_failure_rate"),
-                           refuse_leakage=bool(config.get("refuse_leakage")))
+                           refuse_leakage=bool(config.get("refuse_leakage")),
+                           processes=config["processes"])
     if is_dry_run(lm):
         metrics = "metrics n/a (dry-run: placeholder answers)"
     else:

@@ -1,0 +1,134 @@
+"""`evaluate --processes N`: the questions split over N worker processes give the same records as threads, the
+parent alone writes the run (resume, Ctrl-C and SIGKILL keep every finished question), the budget and the
+endpoint limit are shared by the workers, and bad values are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from ragzoo.stubserver import StubLMServer
+
+N = 24
+
+
+def _records(run):
+    records = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == len({r["id"] for r in records}), "an id written twice"
+    return {r["id"]: (r["prediction"], r["passages"], r["metrics"], r["lm_calls"], r["error"]) for r in records}
+
+
+def _argv(server, data, corpus, out, *extra):
+    return ["evaluate", "--method", "rag", "--knob", "k=3", "--retriever", f"bm25:{corpus}", "--data", data,
+            "--lm", "openai/stub", "--api-base", server.base_url + "/v1", "--out", out, "--no-cache", *extra]
+
+
+def test_processes_give_the_same_records_as_threads(tmp_path, cli, questions_file, small_corpus, helpers):
+    data = questions_file(N)
+    runs, requests = {}, {}
+    for name, extra in (("threads", ["--threads", "4"]), ("processes", ["--threads", "2", "--processes", "2"])):
+        with StubLMServer(responder=helpers.digest_responder, latency=0.005) as server:
+            result = cli(*_argv(server, data, small_corpus, tmp_path / name, *extra))
+            assert result.code == 0, result.err
+            requests[name] = server.requests
+        runs[name] = _records(tmp_path / name)
+    assert runs["threads"] == runs["processes"] and len(runs["processes"]) == N
+    assert requests["threads"] == requests["processes"] >= N
+    assert len({prediction for prediction, *_ in runs["processes"].values()}) > N // 2
+    summary = json.loads((tmp_path / "processes" / "summary.json").read_text())
+    assert summary["processes"] == 2 and summary["n"] == N and summary["failures"] == 0
+
+
+def test_budget_is_shared_by_the_processes_and_resume_finishes(tmp_path, cli, questions_file, small_corpus, helpers):
+    data = questions_file(N)
+    with StubLMServer(responder=helpers.digest_responder, latency=0.005) as server:
+        argv = _argv(server, data, small_corpus, tmp_path / "run", "--threads", "2", "--processes", "3")
+        stopped = cli(*argv, "--max-calls", "7")
+        assert stopped.code != 0 and "budget" in stopped.err and "Traceback" not in stopped.err
+        assert server.requests <= 7  # 3 + 2 + 2: the workers together never pass --max-calls
+        first = _records(tmp_path / "run")
+        assert 0 < len(first) <= 7
+        resumed = cli(*argv, "--resume")
+        assert resumed.code == 0, resumed.err
+    final = _records(tmp_path / "run")
+    assert sorted(final) == sorted(f"q{i}" for i in range(N))
+    assert all(final[i] == first[i] for i in first)  # resume kept, did not redo, the finished questions
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["resumed_from"] == len(first) and summary["n"] == N
+
+
+def test_endpoint_limit_is_shared_by_the_processes(tmp_path, cli, questions_file, small_corpus, helpers):
+    data = questions_file(16)
+    with StubLMServer(responder=helpers.digest_responder, latency=0.05) as server:
+        result = cli(*_argv(server, data, small_corpus, tmp_path / "run", "--threads", "4", "--processes", "2",
+                            "--max-concurrency", "3"))
+        assert result.code == 0, result.err
+        assert server.max_in_flight <= 3  # 2 + 1, not 3 per process
+
+
+def test_bad_processes_are_one_line(tmp_path, cli, questions_file, small_corpus, helpers):
+    data = questions_file(4)
+    with StubLMServer(latency=0) as server:
+        for extra, says in ((["--processes", "0"], "--processes must be a positive integer"),
+                            (["--processes", "4", "--max-concurrency", "2"], "--processes 4 is more than")):
+            result = cli(*_argv(server, data, small_corpus, tmp_path / "run", *extra))
+            assert result.code not in (0, None) and says in result.err, result.err
+            assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1, result.err
+        assert server.requests == 0
+
+
+def _start(helpers, argv):
+    return subprocess.Popen([helpers.PYTHON, "-m", "ragzoo.cli", *map(str, argv)], env=helpers.subprocess_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            # a shell's background job ignores SIGINT, and Python keeps an ignored SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_lines(path, count, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and path.read_text().count("\n") >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never reached {count} lines")
+
+
+def _workers_stopped(server):
+    time.sleep(1.5)  # the workers notice (Ctrl-C: stopped by the parent; SIGKILL: their orphan watch)
+    served = server.requests
+    time.sleep(1.0)
+    assert server.requests == served, "a worker outlived its parent and still calls the LM"
+
+
+def test_ctrl_c_and_sigkill_keep_finished_questions(tmp_path, cli, helpers, questions_file, small_corpus):
+    n = 80
+    data = questions_file(n)
+    run = tmp_path / "run"
+    with StubLMServer(responder=helpers.digest_responder, latency=0.1) as server:
+        argv = _argv(server, data, small_corpus, run, "--threads", "2", "--processes", "2")
+        process = _start(helpers, argv)
+        _wait_lines(run / "predictions.jsonl", 6)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group: parent and workers
+        process.wait(30)
+        err = process.stderr.read().decode()
+        assert process.returncode not in (0, None) and "Traceback" not in err, err[-2000:]
+        _workers_stopped(server)
+        interrupted = _records(run)
+        assert 6 <= len(interrupted) < n
+
+        process = _start(helpers, [*argv, "--resume"])
+        _wait_lines(run / "predictions.jsonl", len(interrupted) + 6)
+        os.kill(process.pid, signal.SIGKILL)  # the parent only: its workers must not go on alone
+        process.wait(30)
+        _workers_stopped(server)
+        killed = _records(run)
+        assert len(interrupted) + 6 <= len(killed) < n
+        assert all(killed[i] == interrupted[i] for i in interrupted)
+
+        resumed = cli(*argv, "--resume")
+        assert resumed.code == 0, resumed.err
+    final = _records(run)
+    assert sorted(final) == sorted(f"q{i}" for i in range(n)) and all(final[i] == killed[i] for i in killed)
