@@ -110,14 +110,21 @@ def _serve_program(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
-    service, name, method, deadline, timeout = _program_service(args)  # in the parent too: a bad setup fails here
+    # the port first: a port in use is known before the program loads
+    sockets = _listening_sockets(args.host, args.port, args.workers) if args.workers > 1 else []
+    try:
+        service, name, method, deadline, timeout = _program_service(args)  # in the parent too: a bad setup fails here
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     print(f"serving program {method} as {name!r} on http://{args.host}:{args.port} "
           f"(POST /ask, POST /v1/chat/completions, GET /v1/models, /health; {args.max_concurrency} at once, "
           f"{args.max_queue} waiting{' per worker' if args.workers > 1 else ''}, {deadline:g} s per question, "
           f"{timeout:g} s per LM request"
           f"{f', {args.workers} worker processes' if args.workers > 1 else ''})", file=sys.stderr)
     if args.workers > 1:  # the parent's service never answers (its pool starts no thread until asked)
-        return _serve_workers(args)
+        return _serve_workers(args, sockets)
     run_app(create_app(service), host=args.host, port=args.port)
     return 0
 
@@ -191,7 +198,7 @@ def _program_worker(options: dict, sock, workers: int) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _serve_workers(args: argparse.Namespace) -> int:
+def _serve_workers(args: argparse.Namespace, sockets: list) -> int:
     """Start `args.workers` spawned processes on one listening socket and wait. SIGTERM / Ctrl-C stops them all
     (each finishes its answers in flight, as uvicorn shuts down); a worker that dies stops the others and the exit
     status says so, rather than leaving a server that answers a fraction of its connections."""
@@ -200,7 +207,6 @@ def _serve_workers(args: argparse.Namespace) -> int:
     import signal
     import sys
 
-    sockets = _listening_sockets(args.host, args.port, args.workers)
     options = {key: value for key, value in vars(args).items() if isinstance(value, (str, int, float, bool, type(None)))}
     context = multiprocessing.get_context("spawn")
     children = [context.Process(target=_program_worker, args=(options, sock, args.workers), name=f"ragzoo-serve-{i}")

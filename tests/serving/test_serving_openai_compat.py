@@ -274,3 +274,17 @@ def test_a_streaming_client_that_leaves_cancels_its_question(program, monkeypatc
     assert lm_server.requests == 1
     # freed long before the 30 s deadline; the hung worker thread is abandoned, not waited for
     assert health["in_flight"] == 0 and health["abandoned"] == 1 and time.monotonic() - left < 5
+
+
+def test_cli_workers_on_a_port_in_use_is_one_line_before_loading_anything(tmp_path, capsys):
+    from ragzoo.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code = main(["serve", "--program", str(tmp_path / "not-loaded"), "--lm", "dry-run", "--port", str(port),
+                     "--workers", "2"])
+    err = capsys.readouterr().err
+    assert code != 0 and f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
