@@ -234,3 +234,50 @@ def test_oracle_rerank_is_scored_from_the_cli_over_the_four_agents(tmp_path, mon
     assert record["candidates"] == ["Bartosz Kowalski", "Robert Woods", "Matthew Lessner", "Lessner Films"]
     assert record["metrics"] == {"contains": 0.0, "oracle_contains": 1.0}
     assert record["lm_calls"] == 9 and record["retrievals"] == 1
+
+
+# --- mutants that survived tools/mutate.py over these files --------------------------------------------
+
+
+def test_select_first_returns_the_first_agent_even_against_a_majority():
+    answers = {agent: "Matthew Lessner" for agent in AGENTS} | {"associate": "Bartosz Kowalski"}
+    script = activerag_script(**{f"{agent}_nexus": {"enhanced_reasoning": "e", "answer": answer}
+                                 for agent, answer in answers.items()})
+    prediction, _ = run("activerag", script, agents="all")  # select="first" by default
+    assert prediction.winner == "associate" and prediction.answer == "Bartosz Kowalski"
+    prediction, _ = run("activerag", script, agents="all", select="vote")
+    assert prediction.winner == "anchoring" and prediction.answer == "Matthew Lessner"
+
+
+def test_an_initial_chain_of_thought_with_reasoning_but_no_answer_still_reaches_the_nexus():
+    prediction, lm = run("activerag", activerag_script(initial_cot={"reasoning": "I recall nothing firm.",
+                                                                    "answer": ""}))
+    seen = lm.calls_to("associate_nexus")[0].inputs["initial_reasoning"]
+    assert "I recall nothing firm." in seen and seen != "(none)"
+
+
+@pytest.mark.parametrize("method", ["rag", "chain_of_note", "self_rerank", "self_refine", "activerag"])
+def test_table_2s_main_setting_retrieves_the_top_5_by_default(method):
+    retriever = StaticRetriever(make_passages(12))
+    program = programs.get(method, retriever=retriever)
+    lm = ScriptedLM({}, default=lambda call: {name: ([1] if name in ("useful", "relevant") else "x")
+                                              for name in call.signature.output_fields})
+    with dspy.context(lm=lm):
+        prediction = program(question=Q)
+    assert [k for _, k in retriever.queries] == [5]
+    assert len(getattr(prediction, "retrieved", prediction.passages)) == 5
+
+
+def test_guideline_is_closed_book_and_holds_no_retriever():
+    program = programs.get("guideline")
+    assert program.retriever is None and not programs.info("guideline").uses_retrieval
+
+
+def test_the_baseline_classes_built_directly_answer_without_reasoning_unless_asked():
+    from ragzoo.programs.baselines import ClosedBookQA, RetrieveThenAnswer
+
+    assert list(ClosedBookQA().generate_answer.signature.output_fields) == ["answer"]  # `direct`
+    assert list(ClosedBookQA(chain_of_thought=True).generate_answer.signature.output_fields) == ["reasoning",
+                                                                                               "answer"]
+    rag = RetrieveThenAnswer(StaticRetriever(DOCS))
+    assert list(rag.generate_answer.signature.output_fields) == ["answer"] and rag.k == 5
