@@ -170,6 +170,7 @@ def _detail(record: dict) -> dict:
         stages.append({"name": str(name), "fields": fields})
     return {"id": record.get("id"), "question": record.get("question"), "gold": record.get("gold"),
             "prediction": record.get("prediction"), "metrics": record.get("metrics") or {},
+            "gold_passages": sorted(titles | pids),
             "attribution": _attribution(record), "error": record.get("error"), "passages": passages,
             "stages": stages, "calls": [call for call in record.get("lm_trace") or [] if isinstance(call, dict)],
             "degraded": record.get("degraded") or [], "latency": record.get("latency")}
@@ -257,7 +258,7 @@ def _figures(methods: list[dict], metric: str | None) -> dict[str, dict]:
                                   marker={"color": [_color(i) for i in range(len(methods))]}, showlegend=False),
                            row=1, col=column)
     cost.update_yaxes(title_text=f"{metric} (mean, 95% CI)" if scored else "per question", row=1, col=1)
-    cost.update_layout(height=380, margin={"t": 40, "b": 40, "l": 60, "r": 20},
+    cost.update_layout(height=400, margin={"t": 60, "b": 40, "l": 60, "r": 20},
                        title={"text": "" if scored else "dry runs: no accuracy (placeholder answers); cost only",
                               "font": {"size": 12}})
     bars = go.Figure()
@@ -330,10 +331,12 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
     for key in keys:
         found = [run["keyed"].get(key) for run in runs]
         first = next(r for r in found if r is not None)
+        # a dry run's answers are placeholders: neither right nor wrong (null)
         questions.append({"id": str(first.get("id")), "q": str(first.get("question") or "")[:200],
                           "gold": first.get("gold"),
-                          "r": [None if r is None else [1 if _right(r, metric) else 0, _attribution(r),
-                                                        bool(r.get("error"))] for r in found]})
+                          "r": [None if r is None else [None if run["dry_run"] else 1 if _right(r, metric) else 0,
+                                                        _attribution(r), bool(r.get("error"))]
+                                for r, run in zip(found, runs)]})
         details.append([None if r is None else _detail(r) for r in found])
     data = {"metric": metric, "methods": [{"label": m["label"], "dir": m["dir"], "dry_run": m["dry_run"]}
                                           for m in methods], "questions": questions}

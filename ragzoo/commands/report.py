@@ -598,6 +598,40 @@ def report_grid(grid_out: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _mark_gold(run: dict, found: dict) -> bool:
+    """Give the run's records (in memory) the titles of their gold passages, from the questions the run was
+    evaluated on (HotPotQA's supporting titles, a dataset's `gold_passage`), so the page can mark them; records
+    that carry gold titles already keep theirs. Best effort: False when the data cannot be loaded again or
+    names no gold passage. `found` caches the titles by data source (a grid's cells share their data)."""
+    import json
+
+    config = run["config"]
+    source = json.dumps([config.get(k) for k in ("dataset", "split", "data", "field_map", "n", "seed")], default=str)
+    if source not in found:
+        from ragzoo.runs import example_id
+
+        try:
+            from ragzoo.commands.common import load_examples
+
+            examples = load_examples(dict(config))
+        except Exception:  # noqa: BLE001 - the page is still worth writing without the marks (data moved, offline)
+            examples = []
+        titles = {}
+        for position, example in enumerate(examples):
+            names = example.get("supporting_titles") or [p.get("title") for p in example.get("gold_passage") or []
+                                                           if isinstance(p, dict)]
+            if names:
+                titles[example_id(example, position)] = [str(name) for name in names if name]
+        found[source] = titles or None
+    titles = found[source]
+    if titles is None:
+        return any(r.get("supporting_titles") or r.get("gold_titles") for r in _keyed(run).values())
+    run["keyed"] = {key: record if record.get("supporting_titles") or record.get("gold_titles")
+                    or str(record.get("id")) not in titles else {**record, "gold_titles": titles[str(record["id"])]}
+                    for key, record in _keyed(run).items()}
+    return True
+
+
 def write_html(args: argparse.Namespace) -> int:
     """`--html OUT`: the page of `ragzoo.html_report` over a grid folder (its table with the paper's numbers,
     one method per cell) or runs (their metrics table with CIs)."""
@@ -641,6 +675,11 @@ def write_html(args: argparse.Namespace) -> int:
         for run, row in zip(loaded, table_rows):  # the plot's points are the table's figures
             run["means"], run["cis"] = row["metrics"], row["ci"]
     names, _ = _metric_names(loaded, args.metric)
+    found: dict[str, dict | None] = {}
+    unmarked = [label for label, run in zip(labels, loaded) if not _mark_gold(run, found)]
+    if unmarked:
+        table["notes"].append(f"gold passages not marked for {', '.join(unmarked)}: the run's questions could not "
+                              f"be loaded again, or their data names no gold passage")
     runs = [{"label": label, "dir": run["dir"], "dry_run": _recorded_dry_run(run["config"].get("lm")),
              "metrics": names, "keyed": _keyed(run), "means": run.get("means"), "cis": run.get("cis")}
             for label, run in zip(labels, loaded)]

@@ -291,6 +291,10 @@ def test_html_report_of_a_grid_folder_puts_the_papers_numbers_beside_ours(tmp_pa
         assert main(["sweep", str(grid), "--out", str(tmp_path / "g"), "--quiet"]) == 0
     code, out = _page(tmp_path, [str(tmp_path / "g")])
     assert code == 0
+    page = out.read_text(encoding="utf-8")
+    # gold passages marked from the questions the cells ran (HotPotQA's supporting titles), not from the records
+    detail = json.loads(page.split('id="detail-0-0">', 1)[1].split("</script>", 1)[0].replace("<\\/", "</"))
+    assert detail["gold_passages"] and "gold passages not marked" not in page
     _open(browser, out)
     results = browser.find_element(By.ID, "results").text
     assert "41.2" in results and "30.4" in results  # the paper's EM of RAG and Direct, beside ours
