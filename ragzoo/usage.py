@@ -724,6 +724,10 @@ def budgeted(lm):
     return copy
 
 
+def _carries_usage_callback(lm) -> bool:
+    return lm is not None and any(callback is USAGE_CALLBACK for callback in getattr(lm, "callbacks", None) or [])
+
+
 @contextlib.contextmanager
 def metering(max_calls: int | None = None, max_cost: float | None = None, *,
              price_per_hour: float | None = None, budget: Budget | None = None) -> Iterator[Meter]:
@@ -748,7 +752,9 @@ def metering(max_calls: int | None = None, max_cost: float | None = None, *,
                           f"--price-per-hour USD (a server rented by the hour)")
     meter = Meter(budget, price_per_hour=price_per_hour)
     callbacks = list(dspy.settings.get("callbacks", None) or [])
-    if not any(callback is USAGE_CALLBACK for callback in callbacks):
+    # An LM that carries the callback itself (every `TrackedLM`) needs no global one: a global callback makes DSPy
+    # inspect the arguments of every module, predictor and adapter call too (~10% of the CPU of an LM call)
+    if not any(callback is USAGE_CALLBACK for callback in callbacks) and not _carries_usage_callback(active):
         callbacks.append(USAGE_CALLBACK)
     overrides: dict[str, Any] = {_METERS_KEY: [*open_meters(), meter], "callbacks": callbacks}
     if budget is not None and dspy.settings.lm is not None:

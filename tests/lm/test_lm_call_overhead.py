@@ -1,0 +1,36 @@
+"""The CPU ragzoo adds to an LM call: metering an LM that carries the usage callback (every `TrackedLM`) installs
+no global DSPy callback, so DSPy inspects the arguments of the LM call only, not of every module, predictor and
+adapter call around it; each call is still counted once."""
+
+from __future__ import annotations
+
+import inspect
+
+import dspy
+
+from ragzoo.testing import ScriptedLM
+from ragzoo.tracing import trace_example
+from ragzoo.usage import USAGE_CALLBACK, metering
+
+
+class TwoSteps(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.rewrite = dspy.Predict("question -> query")
+        self.answer = dspy.Predict("question, query -> answer")
+
+    def forward(self, question):
+        return self.answer(question=question, query=self.rewrite(question=question).query)
+
+
+def test_a_tracked_lm_is_metered_without_a_global_callback(monkeypatch):
+    lm = ScriptedLM(default={"query": "q", "answer": "a"})
+    inspected = []
+    real = inspect.getcallargs
+    monkeypatch.setattr(inspect, "getcallargs", lambda fn, *a, **k: inspected.append(fn.__qualname__) or real(fn, *a, **k))
+    with dspy.context(lm=lm), metering(max_calls=10) as meter, trace_example() as trace:
+        assert not any(callback is USAGE_CALLBACK for callback in dspy.settings.callbacks or [])
+        TwoSteps()(question="why?")
+    assert [call.signature for call in trace.lm_calls] == ["rewrite", "answer"]
+    assert meter.usage.lm_calls == 2
+    assert len(inspected) == 2, inspected  # one per LM call: no module/predictor/adapter call inspected
