@@ -248,6 +248,14 @@ def _figures(methods: list[dict], metric: str | None) -> dict[str, dict]:
                                                    "arrayminus": [mean - low]},
                                           hovertemplate=f"{m['label']}<br>%{{x:.4g}}<br>{metric} %{{y:.3f}}"
                                                         f"<extra></extra>"), row=1, col=column)
+                paper = m["paper"].get(metric)
+                if isinstance(paper, (int, float)):  # the paper's number, at our cost (papers rarely give theirs)
+                    cost.add_trace(go.Scatter(x=[m[key]], y=[paper], mode="markers", name=f"{m['label']}: paper",
+                                              legendgroup=m["label"] + " paper", showlegend=column == 1,
+                                              marker={"size": 11, "color": _color(index), "symbol": "x-thin-open",
+                                                      "line": {"width": 2, "color": _color(index)}},
+                                              hovertemplate=f"{m['label']}: paper's {metric} %{{y:.3f}}"
+                                                            f"<extra></extra>"), row=1, col=column)
             front = _pareto([(m[key], m["means"][metric]) for m in scored])
             cost.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front], mode="lines",
                                       line={"dash": "dot", "color": "#888"}, name="Pareto front",
@@ -320,6 +328,7 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
             attribution[_attribution(record)] = attribution.get(_attribution(record), 0) + 1
         tokens = sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0) for r in records)
         methods.append({"label": run["label"], "dir": run["dir"], "n": n, "dry_run": run["dry_run"],
+                        "paper": run.get("paper") or {},
                         "means": means, "cis": cis, "attribution": attribution,
                         "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / max(1, n),
                         "tokens_per_question": tokens / max(1, n),

@@ -657,14 +657,15 @@ def write_html(args: argparse.Namespace) -> int:
                     labels.append(row["row"] + (f" · {label}" if several else ""))
                     # the plot's points are the table's figures, on the paper's scale
                     figures.append(({name: m["ours"] for name, m in (entry.get("metrics") or {}).items()},
-                                    {name: [m["low"], m["high"]] for name, m in (entry.get("metrics") or {}).items()}))
+                                    {name: [m["low"], m["high"]] for name, m in (entry.get("metrics") or {}).items()},
+                                    dict(entry.get("paper") or {})))
         if not run_dirs:
             from ragzoo.errors import ConfigError
 
             raise ConfigError(f"grid folder {args.runs[0]} has no evaluated cell yet; run its sweep first")
         loaded = [_load(run_dir) for run_dir in run_dirs]
-        for run, (means, cis) in zip(loaded, figures):
-            run["means"], run["cis"] = means, cis
+        for run, (means, cis, paper) in zip(loaded, figures):
+            run["means"], run["cis"], run["paper"] = means, cis, paper
     else:
         run_dirs = [run_dir for given in args.runs
                     for run_dir in (_cell_runs(given) if _is_grid_folder(given) else [given])]
@@ -681,7 +682,8 @@ def write_html(args: argparse.Namespace) -> int:
         table["notes"].append(f"gold passages not marked for {', '.join(unmarked)}: the run's questions could not "
                               f"be loaded again, or their data names no gold passage")
     runs = [{"label": label, "dir": run["dir"], "dry_run": _recorded_dry_run(run["config"].get("lm")),
-             "metrics": names, "keyed": _keyed(run), "means": run.get("means"), "cis": run.get("cis")}
+             "metrics": names, "keyed": _keyed(run), "means": run.get("means"), "cis": run.get("cis"),
+             "paper": run.get("paper") or {}}
             for label, run in zip(labels, loaded)]
     path = html_report.write(args.html, table, runs, metric=names[0] if names else None, seed=args.seed)
     print(f"html report: {path}")
