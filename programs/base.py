@@ -57,7 +57,13 @@ class RagProgram(dspy.Module):
     """Base of retrieval-augmented programs. Subclasses declare predictors in `__init__` (after calling
     `super().__init__(retriever)`) and write the paper's control flow in `forward`. Each constructor
     argument is a knob: annotate it (the annotation is what validates it) and describe it in a "Knobs:"
-    section of the class docstring (that is what `ragzoo methods NAME` shows)."""
+    section of the class docstring (that is what `ragzoo methods NAME` shows).
+
+    Stage diagnostics (issue 23, `ragzoo.diagnostics`): `STAGES` names the method's stages in the order it runs
+    them, each with the predictors whose LM calls it makes; `forward` returns what each stage produced as the
+    prediction's `stages` ({stage: {"passages": [...], "kept": [...], "answers": [...], "decision": ...}})."""
+
+    STAGES: dict[str, tuple[str, ...]] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -52,6 +52,8 @@ class ClosedBookQA(RagProgram):
         chain_of_thought: reason step by step before answering (fixed by the id: direct=false, cot=true).
     """
 
+    STAGES = {"reader": ("generate_answer",)}
+
     def __init__(self, chain_of_thought: bool = False, answer_mode: AnswerMode = "short", retriever=None):
         super().__init__(retriever)
         # reasoning is an output of ReasonThenAnswer itself, so no ChainOfThought wrapper adds a second one
@@ -60,7 +62,8 @@ class ClosedBookQA(RagProgram):
 
     def forward(self, question: str) -> dspy.Prediction:
         result = self.generate_answer(question=question)
-        return dspy.Prediction(answer=result.answer, passages=[], reasoning=result.get("reasoning"))
+        return dspy.Prediction(answer=result.answer, passages=[], reasoning=result.get("reasoning"),
+                               stages={"reader": {"passages": []}})
 
 
 @register("rag", paper="Retrieve-then-read (Lewis et al. 2020), BlendFilter's 'Direct +R' baseline", calls="1",
@@ -79,6 +82,8 @@ class RetrieveThenAnswer(RagProgram):
         chain_of_thought: reason step by step before answering (fixed by the id: rag=false, cot_rag=true).
     """
 
+    STAGES = {"retrieval": (), "reader": ("generate_answer",)}
+
     def __init__(self, retriever, k: TopK = 5, chain_of_thought: bool = False, answer_mode: AnswerMode = "short"):
         super().__init__(retriever)
         self.k = k
@@ -87,4 +92,5 @@ class RetrieveThenAnswer(RagProgram):
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         result = self.generate_answer(context=passages_as_context(passages), question=question)
-        return dspy.Prediction(answer=result.answer, passages=passages, reasoning=result.get("reasoning"))
+        return dspy.Prediction(answer=result.answer, passages=passages, reasoning=result.get("reasoning"),
+                               stages={"retrieval": {"passages": passages}, "reader": {}})

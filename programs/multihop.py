@@ -41,6 +41,8 @@ class MultiHop(RagProgram):
         answer_mode: "short" answers in a few words; "yes_no" types the answer as yes or no (StrategyQA).
     """
 
+    STAGES = {"hops": ("generate_query",), "reader": ("generate_answer",)}
+
     def __init__(self, retriever, hops: PositiveInt = 2, k: TopK = 3, answer_mode: AnswerMode = "short"):
         super().__init__(retriever)
         self.hops = hops
@@ -58,4 +60,6 @@ class MultiHop(RagProgram):
             queries.append(query)
             context = dedup_passages(context, self.retrieve(query, self.k))
         result = self.generate_answer(context=passages_as_context(context), question=question)
-        return dspy.Prediction(answer=result.answer, passages=context, reasoning=result.reasoning, queries=queries)
+        return dspy.Prediction(answer=result.answer, passages=context, reasoning=result.reasoning, queries=queries,
+                               stages={"hops": {"passages": context, "queries": queries, "depth": len(queries)},
+                                       "reader": {}})

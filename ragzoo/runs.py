@@ -459,7 +459,13 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
             if item not in degradations:
                 degradations.append(item if isinstance(item, dict) else {"where": "?", "what": str(item)})
     answer = prediction.get("answer") if prediction is not None else None
-    return {
+    lm_trace = [{"predictor": c.signature, "prompt_tokens": c.prompt_tokens,
+                 "completion_tokens": c.completion_tokens, "cached": c.cached,
+                 # `evaluate --keep-prompts`: what the call sent and got back
+                 **({"prompt": c.prompt, "reply": c.reply} if c.prompt is not None else {})} for c in calls]
+    from ragzoo.diagnostics import attribute, stage_records
+
+    record = {
         "id": example_id(example, position),
         "question": example.get("question"),
         "gold": jsonable(_gold(example)),
@@ -469,10 +475,9 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         **_candidates(prediction),
         **usage,
         "retrievals": len(trace.retrievals),
-        "lm_trace": [{"predictor": c.signature, "prompt_tokens": c.prompt_tokens,
-                      "completion_tokens": c.completion_tokens, "cached": c.cached,
-                      # `evaluate --keep-prompts`: what the call sent and got back
-                      **({"prompt": c.prompt, "reply": c.reply} if c.prompt is not None else {})} for c in calls],
+        "lm_trace": lm_trace,
+        # issue 23: each declared stage's outputs, the evidence pids, and the error's class (ragzoo.diagnostics)
+        **stage_records(prediction, program, lm_trace, example),
         "reasks": len(trace.reasks),
         "lenient_reads": len(trace.lenient),
         "degradations": len(degradations),
@@ -481,6 +486,8 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         "latency": round(latency, 4),
         "error": error,
     }
+    record["attribution"] = attribute(record)
+    return record
 
 
 SETUP_FAILURE_KINDS = ("lm", "timeout", "retriever")
