@@ -56,7 +56,7 @@ def test_pf_concat_with_samples_samples_every_answering_call_and_distills_over_t
     (passage rank, then sample order) and is itself sampled 3 times; the final answer is its majority."""
     passage = sampled({"Doc 1": ["Ann", "unknown", "Ann"], "Doc 2": ["unknown", "Bob", "Cy"],
                        "Doc 4": ["unknown"]})
-    distilled = iter(["Bob", "Ann", "Bob"])
+    distilled = iter(["Ann", "Bob", "Bob"])  # the majority, not the first sample
     lm = ScriptedLM({"passage_answer": passage, "distill": lambda c: {"answer": next(distilled)}})
     pred = run(programs.get("pf_concat", retriever=retriever, samples=3), lm)
     assert lm.call_names == ["passage_answer"] * 15 + ["distill"] * 3
@@ -173,3 +173,34 @@ def test_the_fig5_example_grid_runs_the_three_curves_with_valid_knobs():
     assert curves == {(method, p) for method in ("concat", "pf_concat", "concat_pf") for p in (1, 5, 10)}
     for method in grid.methods:
         assert programs.resolve_knobs(method.id, dict(method.knobs))["samples"] == method.knobs["samples"]
+
+
+def test_gold_passage_forms_empty_retrieval_and_untitled_matches(retriever, docs):
+    """A "Title | text" string keeps its title; with nothing retrieved every gold passage is the context
+    (positions 0..n-1); an untitled gold passage whose text a retrieved passage has is not inserted again."""
+    lm = ScriptedLM({"concat_answer": {"answer": "Ann"}})
+    program = programs.get("concat", retriever=retriever, gold_passage=True)
+    pred = run(program, lm, gold_passage="Gold | Ann wrote it.", answers=["Ann"])
+    (position,) = pred.gold_inserted
+    assert lm.calls[-1].inputs["context"].splitlines()[position] == f"[{position + 1}] «Gold | Ann wrote it.»"
+    untitled = run(program, lm, gold_passage=[{"title": "", "text": docs[2].text}], answers=["Ann"])
+    assert untitled.gold_inserted == [] and [p.pid for p in untitled.retrieved] == [d.pid for d in docs[:5]]
+    fresh = run(program, lm, gold_passage=[{"title": "", "text": "Ann wrote doc two."}], answers=["Ann"])
+    assert len(fresh.gold_inserted) == 1 and fresh.retrieved[fresh.gold_inserted[0]].text == "Ann wrote doc two."
+    empty = programs.get("concat", retriever=StaticRetriever([], by_query={Q: []}), gold_passage=True)
+    alone = run(empty, lm, gold_passage=[{"title": "A", "text": "Ann."}, {"title": "B", "text": "Bo."}],
+                answers=["Ann"])
+    assert alone.gold_inserted == [0, 1] and [p.title for p in alone.retrieved] == ["A", "B"]
+
+
+def test_an_unreadable_distilling_sample_casts_no_vote_and_says_so(retriever):
+    from ragzoo.adapters import make_adapter
+    from ragzoo.tracing import trace_example
+
+    distilled = iter(["I am not following any format here.", "[[ ## answer ## ]]\nAnn\n\n[[ ## completed ## ]]"])
+    lm = ScriptedLM({"passage_answer": sampled({"Doc 1": ["Ann"], "Doc 2": ["Bob"]}),
+                     "distill": lambda c: next(distilled)})
+    with trace_example() as trace, dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=0)):
+        pred = programs.get("pf_concat", retriever=retriever, samples=2)(question=Q)
+    assert pred.answer == "Ann" and pred.distilled is True
+    assert [(d["where"], d["what"]) for d in trace.degradations] == [("distill", "this sample casts no vote")]
