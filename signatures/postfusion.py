@@ -55,9 +55,11 @@ class SummaryQA(dspy.Signature):
 
 
 class DistillAnswer(dspy.Signature):
-    """Each candidate answer was proposed by reading one of the background passages on its own. Using the
-    passages together, pick the single best candidate, or give a short factoid phrase from the context if
-    none fits. If the context does not let you answer, reply with exactly the word unknown."""
+    """Each candidate answer came from reading one of these passages alone; now the passages are read
+    together to settle on one answer. Reply with the candidate the passages support best, copied as
+    written. If, read together, they point to an answer no candidate states, reply with that answer in a
+    few words taken from them. Reply with the single word unknown only when they do not answer the
+    question."""
 
     context: str = dspy.InputField(desc=CONTEXT)
     question: str = dspy.InputField()
