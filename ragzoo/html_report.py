@@ -197,7 +197,28 @@ def _describe(values: list) -> str:
     return f"{len(present)} values"
 
 
+def _measure_text(stats: dict) -> str:
+    shown = []
+    for key, value in stats.items():
+        if value is None or key in ("records", "calls"):  # both have their own columns
+            continue
+        if isinstance(value, dict):
+            value = " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, float):
+            value = f"{value:.2f}"
+        shown.append(f"{key.replace('_', ' ')} {value}")
+    return "; ".join(shown) or "–"
+
+
 def _stage_rows(label: str, records: list[dict]) -> list[list[str]]:
+    """Per stage: records with it, mean calls, the papers' measures (`ragzoo.diagnostics.stage_summary`: gold
+    recall, filter precision/recall, %Unk, vote agreement, gate rates, depth) and every field described."""
+    try:
+        from ragzoo.diagnostics import stage_summary
+    except ImportError:  # a ragzoo without stage diagnostics: the fields alone
+        measures: dict = {}
+    else:
+        measures = stage_summary(records)
     by_stage: dict[str, list[dict]] = {}
     for record in records:
         stages = record.get("stages")
@@ -210,7 +231,7 @@ def _stage_rows(label: str, records: list[dict]) -> list[list[str]]:
             fields += [key for key in stage if key != "calls" and key not in fields]
         calls = [s.get("calls") for s in stages if isinstance(s.get("calls"), (int, float))]
         out.append([label, name, f"{len(stages)}/{len(records)}",
-                    f"{sum(calls) / len(calls):.2f}" if calls else "–",
+                    f"{sum(calls) / len(calls):.2f}" if calls else "–", _measure_text(measures.get(name) or {}),
                     "; ".join(f"{key}: {_describe([s.get(key) for s in stages])}" for key in fields) or "–"])
     return out
 

@@ -96,6 +96,12 @@ def test_html_report_is_one_self_contained_file_with_table_plots_and_data(tmp_pa
     detail = block("detail-0-0")
     assert detail["passages"][0]["gold"] is True and detail["passages"][1]["gold"] is False
     assert [s["name"] for s in detail["stages"]] == ["retrieve", "filter", "answer"]
+    stages = page.split('id="stages"', 1)[1].split("</table>", 1)[0]
+    assert "passages: mean length 5.00" in stages and "decision: keep: 20" in stages
+    import importlib.util
+
+    if importlib.util.find_spec("ragzoo.diagnostics"):  # the papers' measures, where ragzoo computes them
+        assert "decisions keep=1.00" in stages and "kept 2.00" in stages
 
 
 def test_html_report_of_older_runs_without_stages_or_attribution(tmp_path):
