@@ -147,12 +147,12 @@ def stage_records(prediction: Any, program: Any, lm_trace: list[dict], example: 
 
 # --- attribution ----------------------------------------------------------------------------------------------
 
-def _right(record: dict) -> bool:
+def _right(record: dict, metric: str | None = None) -> bool:
     metrics = record.get("metrics") or {}
     if not metrics:
         return False
-    first = next(iter(metrics.values()))
-    return float(first or 0.0) >= RIGHT
+    value = metrics.get(metric) if metric is not None else next(iter(metrics.values()))
+    return float(value or 0.0) >= RIGHT
 
 
 def attribute(record: dict) -> str | None:
@@ -275,13 +275,19 @@ def stage_summary(records: list[dict]) -> dict[str, dict]:
     return out
 
 
-def flips(records_a: list[dict], records_b: list[dict], key=lambda record: record["id"]) -> dict:
-    """Questions both runs answered: A right / B wrong (by B's class) and B right / A wrong (by A's class)."""
+def flips(records_a: list[dict], records_b: list[dict], key=lambda record: record["id"],
+          metric: str | None = None) -> dict:
+    """Questions both runs answered: A right / B wrong (by B's class) and B right / A wrong (by A's class);
+    "right" is `metric` (default: each record's first) >= 0.5."""
     a = {key(record): record for record in records_a}
     b = {key(record): record for record in records_b}
     shared = [k for k in a if k in b]
-    a_only = Counter(b[k].get("attribution") or "not computed" for k in shared if _right(a[k]) and not _right(b[k]))
-    b_only = Counter(a[k].get("attribution") or "not computed" for k in shared if _right(b[k]) and not _right(a[k]))
+
+    def won(x: dict, y: dict) -> bool:
+        return _right(x, metric) and not _right(y, metric)
+
+    a_only = Counter(b[k].get("attribution") or "not computed" for k in shared if won(a[k], b[k]))
+    b_only = Counter(a[k].get("attribution") or "not computed" for k in shared if won(b[k], a[k]))
     return {"shared": len(shared),
             "a_right_b_wrong": {"count": sum(a_only.values()), "by_class": dict(a_only.most_common())},
             "b_right_a_wrong": {"count": sum(b_only.values()), "by_class": dict(b_only.most_common())}}

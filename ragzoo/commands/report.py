@@ -456,7 +456,16 @@ def compare(run_a: str, run_b: str, *, metric: str | None = None, seed: int = 0,
             "n_a": sizes[0], "n_b": sizes[1], "failed_a": failed[0], "failed_b": failed[1],
             "abstained_a": abstained[0], "abstained_b": abstained[1],
             "setup_a": _setup(runs[0]["config"]), "setup_b": _setup(runs[1]["config"]), "warnings": warnings,
-            "comparison": result.to_dict(), "disagreements": disagree, "shown": disagree[:max(0, show)]}
+            "comparison": result.to_dict(), "disagreements": disagree, "shown": disagree[:max(0, show)],
+            "flips": _flips(runs, name, common)}
+
+
+def _flips(runs: list[dict], metric: str, common: set[str]) -> dict:
+    """Issue 23: the questions one run got right and the other wrong, by the loser's attribution class."""
+    from ragzoo.diagnostics import flips
+
+    shared = [[record for record in run["records"] if question_key(record) in common] for run in runs]
+    return flips(shared[0], shared[1], key=question_key, metric=metric)
 
 
 def format_compare(found: dict) -> str:
@@ -479,6 +488,10 @@ def format_compare(found: dict) -> str:
              f"[95% CI {d['low']:+.3f}, {d['high']:+.3f}] (paired bootstrap over questions, 10000 resamples)",
              f"  {c['test']}: p {p_text if p_text.startswith('<') else '= ' + p_text}",
              f"  A better on {c['a_better']}, B better on {c['b_better']}, equal on {c['ties']}"]
+    if found.get("flips"):
+        from ragzoo.diagnostics import format_flips
+
+        lines.append(format_flips(found["flips"]))
     if found["shown"]:
         lines.append(f"questions where they disagree ({len(found['disagreements'])}; first {len(found['shown'])}):")
         for item in found["shown"]:
@@ -714,10 +727,30 @@ def run(args: argparse.Namespace) -> int:
     else:
         common = len(shared_ids([{"records": _records(run)} for run in args.runs])) if len(args.runs) > 1 else None
         print(format_table(table, common=common, shared=args.shared, show_ci=args.ci))
+        print_diagnostics(args.runs)
     if args.plot:
         metric = plot(table, args.plot, args.metric)
         print(f"plot: {args.plot} ({metric} vs LM calls per question)")
     return 0
+
+
+def print_diagnostics(run_dirs: list[str]) -> None:
+    """Issue 23: per run, the attribution of its answers (counts, shares, Wilson 95% CIs) and its stage
+    diagnostics (`ragzoo.diagnostics`); runs written before stage records get one line saying so."""
+    from ragzoo.diagnostics import attribution_summary, format_attribution, format_stages, stage_summary
+
+    runs = [_load(run_dir) for run_dir in run_dirs]
+    lines = []
+    for label, run in zip(_labels(runs), runs):
+        records = run["records"]
+        if not any("attribution" in record for record in records):
+            lines.append(f"{label}: no attribution (a run written before stage records)")
+            continue
+        lines.append(format_attribution(label, attribution_summary(records)))
+        lines.extend(format_stages(label, stage_summary(records)))
+    if lines:
+        print("\nattribution (count, share [95% CI]) and stage diagnostics:")
+        print("\n".join(f"  {line}" for line in lines))
 
 
 def _records(run_dir: str) -> list[dict]:
