@@ -210,6 +210,17 @@ def _measure_text(stats: dict) -> str:
     return "; ".join(shown) or "–"
 
 
+def _attribution_line(label: str, records: list[dict]) -> str | None:
+    """The method's classes as counts and shares with their 95% Wilson CIs (`ragzoo.diagnostics`), when any
+    record has a class."""
+    try:
+        from ragzoo.diagnostics import attribution_summary, format_attribution
+    except ImportError:
+        return None
+    summary = attribution_summary(records)
+    return format_attribution(label, summary) if summary["not_computed"] < summary["n"] else None
+
+
 def _stage_rows(label: str, records: list[dict]) -> list[list[str]]:
     """Per stage: records with it, mean calls, the papers' measures (`ragzoo.diagnostics.stage_summary`: gold
     recall, filter precision/recall, %Unk, vote agreement, gate rates, depth) and every field described."""
@@ -335,7 +346,7 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
 
     names = [name for name in (runs[0]["metrics"] if runs else []) if all(name in r["metrics"] for r in runs)]
     metric = metric if metric in names else (names[0] if names else None)
-    methods, stage_rows, predictor_rows = [], [], []
+    methods, stage_rows, predictor_rows, attribution_lines = [], [], [], []
     for run in runs:
         records = [run["keyed"][key] for key in sorted(run["keyed"])]
         n = len(records)
@@ -355,6 +366,7 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
                         "tokens_per_question": tokens / max(1, n),
                         "cost_per_question": sum(float(r.get("cost") or 0) for r in records) / max(1, n)})
         stage_rows += _stage_rows(run["label"], records)
+        attribution_lines.append(_attribution_line(run["label"], records))
         predictor_rows += _predictor_rows(run["label"], records)
     keys = list(dict.fromkeys(key for run in runs for key in run["keyed"]))  # the data's order, as evaluated
     questions, details = [], []
@@ -382,6 +394,7 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
     return environment.get_template(_TEMPLATE).render(
         generator=GENERATOR, table=table, methods=methods, metric=metric, figures=block(_figures(methods, metric)),
         stage_rows=stage_rows, predictor_rows=predictor_rows,
+        attribution_lines=[line for line in attribution_lines if line],
         plotly_js=plotly.offline.get_plotlyjs(), payload=block(data), n_questions=len(keys),
         details=[(f"{q}-{m}", block(detail)) for q, row in enumerate(details) for m, detail in enumerate(row)
                  if detail is not None],

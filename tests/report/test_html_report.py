@@ -102,6 +102,8 @@ def test_html_report_is_one_self_contained_file_with_table_plots_and_data(tmp_pa
 
     if importlib.util.find_spec("ragzoo.diagnostics"):  # the papers' measures, where ragzoo computes them
         assert "decisions keep=1.00" in stages and "kept 2.00" in stages
+        shares = page.split('id="attribution-shares"', 1)[1].split("</div></div>", 1)[0]
+        assert "rag: correct" in shares and "%]" in shares  # counts, shares and their CIs
 
 
 def test_html_report_of_older_runs_without_stages_or_attribution(tmp_path):
