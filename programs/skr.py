@@ -18,11 +18,22 @@ This program:
   cosine similarity to the memory's questions, the `neighbours` (10) nearest vote; retrieve if the
   "retrieve" votes are at least half (ties retrieve); then one call, `rag_answer` over the top-k passages
   or `direct_answer` alone.
-- without a memory (not compiled, or compiled with the optimizer "none"), every question retrieves (= rag).
+- without a memory (not compiled, compiled with the optimizer "none" or "knn", or a label pass where every
+  training question was answered wrong both ways), SKR cannot decide: it needs its compile-time labels. It
+  then retrieves for every question (rag's path: the one answer that needs no labels), but never silently
+  (issue 22): each question's trace records the degradation `skr_memory` ("no compile-time labels ..."),
+  which the run records and the evaluate summary count, the prediction's `decision` is "no labels" (else
+  "neighbours"), and the program logs one warning naming how to build the labels. It does not refuse: a
+  grid run with `--optimizer none`, pricing and the call benchmarks run SKR uncompiled and need its path.
 LM calls per question: 1; retrievals: 0 or 1. Compile-time pass: 2 calls per training question.
 
-Choices where the papers are open: the neighbour count (SKR tunes it; 10 here), ties (retrieve), the
-embedder (SKR uses SimCSE / SBERT; MiniLM is the sentence-transformers model shipped here).
+Choices where the papers are open: the neighbour count (SKR tunes it; 10 here), ties (retrieve: with
+half the neighbours needing retrieval, retrieving is the cheaper mistake), a question both answers get right
+(known: the model needed no retrieval for it), the embedder (SKR uses SimCSE / SBERT; MiniLM is the
+sentence-transformers model shipped here).
+Signatures: `direct_answer` and `rag_answer` are the shared answering signatures of `signatures/common.py`
+(the same prompts as `direct` and `rag`); `memory` (`signatures/skr.py`) is never sent to an LM: its
+instruction only names what a memory record holds (<- SKR's self-knowledge label of a training question).
 Unreadable replies (issue 14): the retrieval decision makes no LM call (`memory` is never called; its demos
 are read), so it cannot be unreadable; memory demos without a readable "retrieve" label are left out, and
 with none left the question retrieves (the retrieval answer). The one answering call has no fallback.
@@ -30,6 +41,7 @@ with none left the question retrieves (the retrieval answer). The one answering 
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 import dspy
@@ -40,10 +52,15 @@ from ragzoo.programs.base import RagProgram, Stage, TopK, passages_as_context
 from ragzoo.signatures.common import AnswerQuestion, AnswerWithContext
 from ragzoo.signatures.skr import RetrievalDecision
 
+UNLABELLED = ("no compile-time labels (the program was not compiled, or its optimizer built none: compile skr "
+              "with bootstrap or labeled to label training questions); retrieved for every question, as rag does")
+
 
 @register("skr", paper="SKR_knn (Wang et al. 2023, arXiv 2310.05002), RA-ISF's baseline",
           short="SKR (Wang et al. 2023)", calls="1 (compile: 2 per training question)",
-          summary="retrieve only if the nearest training questions needed retrieval; one answering call")
+          summary="retrieve only if the nearest training questions needed retrieval; one answering call. Needs "
+                  "its compile-time labels (compile with bootstrap or labeled); without them every question "
+                  "retrieves, as rag does, and each record says so")
 class SKR(RagProgram):
     """SKR_knn: a nearest-neighbour vote over labelled training questions decides whether to retrieve.
 
@@ -60,6 +77,7 @@ class SKR(RagProgram):
         self.memory = dspy.Predict(RetrievalDecision)  # never called: its demos are the labelled questions
         object.__setattr__(self, "embed", None)  # texts -> unit vectors; MiniLM on first use
         object.__setattr__(self, "_index", None)
+        object.__setattr__(self, "_said_unlabelled", False)
 
     def compile_stages(self) -> list[Stage]:
         return [Stage(name="skr_memory", predictors=("memory",), build_trainset=self.label_questions,
@@ -100,15 +118,27 @@ class SKR(RagProgram):
         votes = [bool(memory[i]["retrieve"]) for i in order]
         return sum(votes) * 2 >= len(votes), [questions[i] for i in order]
 
+    def _unlabelled(self) -> None:
+        """No memory: say so in this question's trace, and once per program in the log."""
+        from ragzoo.tracing import record_degradation
+
+        record_degradation("skr_memory", UNLABELLED)
+        if not self._said_unlabelled:
+            object.__setattr__(self, "_said_unlabelled", True)
+            logging.getLogger(__name__).warning("skr: %s", UNLABELLED)
+
     def forward(self, question: str) -> dspy.Prediction:
         retrieve, neighbours = self.decide(question)
+        if not neighbours:
+            self._unlabelled()
         if retrieve:
             passages = self.retrieve(question, self.k)
             answer = self.rag_answer(context=passages_as_context(passages), question=question).answer
         else:
             passages = []
             answer = self.direct_answer(question=question).answer
-        return dspy.Prediction(answer=answer, passages=passages, retrieved=retrieve, neighbours=neighbours)
+        return dspy.Prediction(answer=answer, passages=passages, retrieved=retrieve, neighbours=neighbours,
+                               decision="neighbours" if neighbours else "no labels")
 
 
 def _not_scored(example, pred, trace=None) -> float:

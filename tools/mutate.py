@@ -29,7 +29,12 @@ Why a copy, and how the copy's code is the one imported (the recipe):
    start inherit PYTHONPATH, so `python -m ragzoo ...` in a test imports the copy too.
 3. PYTHONDONTWRITEBYTECODE=1 and pytest `-p no:cacheprovider`: a mutant of the same length written in the same
    second as the original could otherwise be served from a stale `.pyc`, and the copy stays clean.
-4. Checks before any mutant: `import ragzoo.programs` in the copy must come from the copy (else the script
+4. Speed (`--fork`, the default on POSIX): each copy gets one long-lived server process, started with the
+   copy's environment, that imports the slow third-party modules once (litellm alone takes ~6 s; NOT ragzoo
+   and NOT dspy, whose import fixes its disk-cache folder before the tests' conftest can choose it) and then
+   forks a fresh child per mutant that runs `pytest.main(...)` in the copy: every mutant still imports
+   ragzoo from scratch, from the mutated file. `--no-fork` runs `python -m pytest` per mutant instead.
+5. Checks before any mutant: `import ragzoo.programs` in the copy must come from the copy (else the script
    stops), and a sentinel mutant (the first file's module raising on import) must fail its tests, which shows
    the tests really import the copy.
 
@@ -329,20 +334,109 @@ def tests_for(file: str, root: Path) -> list[str]:
     return chosen
 
 
-def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[str, float, str]:
+def run_tests(copy: Path, tests: list[str], timeout: float, server: "ForkServer | None" = None
+              ) -> tuple[str, float, str]:
+    if server is not None:
+        return server.run(tests, timeout)
     started = time.perf_counter()
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-rf", *tests]
+    command = [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests]
     try:
         out = subprocess.run(command, cwd=copy, env=copy_env(copy), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout", time.perf_counter() - started, ""
-    seconds = time.perf_counter() - started
-    if out.returncode == 0:
+    return _verdict(out.returncode, False, out.stdout, time.perf_counter() - started)
+
+
+PRELOAD = ("litellm", "numpy", "pydantic", "pytest", "tiktoken", "httpx", "requests")
+PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "--no-header", "-rf"]
+
+
+def serve() -> int:
+    """The fork server of one copy (started by `ForkServer` with the copy's environment, in the copy): one JSON
+    request per stdin line, {"tests": [...], "timeout": s, "log": path}; one JSON reply per line,
+    {"code": pytest's exit code or null, "timeout": bool}."""
+    import importlib
+    import signal
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module that is not installed is simply not preloaded
+            pass
+    assert not any(name == "ragzoo" or name.startswith(("ragzoo.", "dspy")) for name in sys.modules)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the child: a fresh pytest run in this copy
+            code = 70
+            try:
+                os.setpgid(0, 0)
+                log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                import pytest
+
+                code = int(pytest.main([*PYTEST_ARGS, *request["tests"]]))
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = time.monotonic() + float(request["timeout"])
+        status, timed_out = None, False
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                _, status = os.waitpid(pid, 0)
+                break
+            time.sleep(0.05)
+        code = None if timed_out else (os.waitstatus_to_exitcode(status))
+        try:  # the child's own subprocesses, if any outlived it
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        print(json.dumps({"code": code, "timeout": timed_out}), flush=True)
+    return 0
+
+
+class ForkServer:
+    """The client side of `serve()` for one copy."""
+
+    def __init__(self, copy: Path):
+        self.copy = copy
+        self.process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve"], cwd=copy,
+                                        env=copy_env(copy), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)
+
+    def run(self, tests: list[str], timeout: float) -> tuple[str, float, str]:
+        started = time.perf_counter()
+        log = self.copy / ".mutate_site" / "pytest.log"
+        self.process.stdin.write(json.dumps({"tests": tests, "timeout": timeout, "log": str(log)}) + "\n")
+        self.process.stdin.flush()
+        reply = json.loads(self.process.stdout.readline())
+        seconds = time.perf_counter() - started
+        output = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        return _verdict(reply["code"], reply["timeout"], output, seconds)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def _verdict(code, timed_out: bool, output: str, seconds: float) -> tuple[str, float, str]:
+    if timed_out:
+        return "timeout", seconds, ""
+    if code == 0:
         return "survived", seconds, ""
-    failed = next((line[len("FAILED "):] for line in out.stdout.splitlines() if line.startswith("FAILED ")), "")
+    failed = next((line[len("FAILED "):] for line in output.splitlines() if line.startswith("FAILED ")), "")
     if not failed:
-        failed = next((line for line in out.stdout.splitlines() if line.startswith("ERROR ")), "") or \
-            f"exit {out.returncode}"
+        failed = next((line for line in output.splitlines() if line.startswith("ERROR ")), "") or f"exit {code}"
     return "killed", seconds, _one_line(failed, 160)
 
 
@@ -378,8 +472,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write every result as JSON lines here")
     parser.add_argument("--tests", nargs="+", help="run these test files for every file's mutants instead of the "
                                                    "ones chosen by name")
+    parser.add_argument("--no-fork", dest="fork", action="store_false",
+                        help="start python -m pytest per mutant instead of forking a preloaded server")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--list", action="store_true", help="print the mutants and their tests; run nothing")
     args = parser.parse_args(argv)
+    if args.serve:
+        return serve()
 
     files = [str(Path(f).resolve().relative_to(REPO)) for f in args.files] or sorted(
         str(p.relative_to(REPO)) for p in (REPO / "programs").glob("*.py")
@@ -401,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     copies = [make_copy(REPO, workdir / f"w{i}") for i in range(jobs)]
     for copy in copies:
         check_imports_copy(copy)
+    use_fork = args.fork and hasattr(os, "fork")
+    servers = {copy: ForkServer(copy) if use_fork else None for copy in copies}
     print(f"mutate: {len(plan)} mutants over {len(files)} files, {jobs} copies under {workdir} "
           f"(each imports its own ragzoo)", flush=True)
 
@@ -410,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         if not tests:
             broken[file] = "no test names it"
             continue
-        status, seconds, failed = run_tests(copies[0], tests, args.timeout * 3)
+        status, seconds, failed = run_tests(copies[0], tests, args.timeout * 3, servers[copies[0]])
         print(f"baseline {file}: {'ok' if status == 'survived' else status} ({seconds:.1f}s, {len(tests)} test files)",
               flush=True)
         if status != "survived":
@@ -421,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         original = path.read_text(encoding="utf-8")
         path.write_text('raise ImportError("tools/mutate.py sentinel")\n' + original, encoding="utf-8")
         try:
-            status, _, failed = run_tests(copies[0], by_file[sentinel_file], args.timeout)
+            status, _, failed = run_tests(copies[0], by_file[sentinel_file], args.timeout, servers[copies[0]])
         finally:
             path.write_text(original, encoding="utf-8")
         if status != "killed":
@@ -442,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         original = path.read_text(encoding="utf-8")
         try:
             path.write_text(mutant.source, encoding="utf-8")
-            status, seconds, failed = run_tests(copy, tests, args.timeout)
+            status, seconds, failed = run_tests(copy, tests, args.timeout, servers[copy])
         finally:
             path.write_text(original, encoding="utf-8")
             free.put(copy)
@@ -463,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if out is not None:
             out.close()
+        for server in servers.values():
+            if server is not None:
+                server.close()
 
     killed = [r for r in results if r.status in ("killed", "timeout")]
     survivors = [r for r in results if r.status == "survived"]
