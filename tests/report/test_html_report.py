@@ -125,6 +125,11 @@ def test_html_report_never_overwrites_a_users_file_and_bad_folder_is_one_line(tm
     assert main(["report", *runs, "--html", str(tmp_path / "missing" / "r.html")]) != 0
     err = capsys.readouterr().err.strip()
     assert "does not exist" in err and len(err.splitlines()) == 1
+    (tmp_path / "not-a-run").mkdir()
+    assert main(["report", str(tmp_path / "not-a-run"), "--html", str(tmp_path / "r2.html")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "not a ragzoo run directory" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r2.html").exists()
     # its own page is rewritten (a second report into the same path)
     code, out = _page(tmp_path, runs)
     assert code == 0 and _page(tmp_path, runs)[0] == 0
