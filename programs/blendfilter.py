@@ -253,6 +253,11 @@ class BlendFilter(RagProgram):
         self.extract_answer = (YesNoPredict(ExtractYesNo) if answer_mode == "yes_no"
                                else dspy.Predict(ExtractShortAnswer))
 
+    # Stage diagnostics (ragzoo.diagnostics): the three query retrievals of Sec. 3.1, the filter, the answer.
+    STAGES = {"original": (), "external_cot": ("external_cot",), "internal_knowledge": ("write_passage",),
+              "filter": ("filter_topic", "filter_analysis", "filter_ids"),
+              "reader": ("answer_cot", "extract_answer")}
+
     def forward(self, question: str) -> dspy.Prediction:
         q = question
         blended = {"q": q}
@@ -308,8 +313,18 @@ class BlendFilter(RagProgram):
                 where="extract_answer", what="used answer_cot's answer (its reasoning's final answer)",
                 otherwise=lambda: answer_from_reasoning(reasonings[-1], self.answer_mode)))
         answer, reasoning = answers[0], reasonings[0]
+        stages = {"original": {"passages": docs_q}} if "q" in self.queries or "q_ex" in self.queries else {}
+        for name, stage in (("q_ex", "external_cot"), ("q_in", "internal_knowledge")):
+            if name in self.queries:
+                stages[stage] = {"query": blended[name], "passages": retrieved[name]}
+        if self.filter:
+            stages["filter"] = {"passages": dedup_passages(*(docs for _, docs in sets)), "kept": knowledge,
+                                "empty": bool(filter_empty),
+                                "context_chars": sum(len(p.long_text) for p in knowledge)}
+        stages["reader"] = {"answers": answers}
         return dspy.Prediction(
             answer=answer,
+            stages=stages,
             candidates=answers,
             passages=knowledge,
             reasoning=reasoning,

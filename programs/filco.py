@@ -153,11 +153,15 @@ class Filco(RagProgram):
         """Gold fields an evaluation passes at test time: SILVER selects with the oracle (an upper bound)."""
         return ("answers",) if self.context == "silver" else ()
 
+    STAGES = {"retrieval": (), "filter": ("filter",), "generator": ("generate",)}
+
     def forward(self, question: str, answers: list[str] | str | None = None) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         if self.context == "full":
             result = self.generate(context=passages_as_context(passages), question=question)
             return dspy.Prediction(answer=result.answer, passages=passages, context=passages_as_context(passages),
+                                   stages={"retrieval": {"passages": passages},
+                                           "generator": {"context": passages_as_context(passages)}},
                                    selected=None, sentences=[], retrieved=passages, fallback=None,
                                    ignored_indices=[], kept_ids=[passage.pid for passage in passages])
         if self.context == "silver" and not answers:
@@ -202,7 +206,10 @@ class Filco(RagProgram):
             kept, context = (passages, passages_as_context(passages)) if self.on_empty == "passage" else ([], [])
 
         result = self.generate(context=context, question=question)
-        return dspy.Prediction(answer=result.answer, passages=kept, context=context, selected=selected,
+        stages = {"retrieval": {"passages": passages},
+                  "filter": {"passages": passages, "kept": kept, "fallback": fallback},
+                  "generator": {"context": context}}
+        return dspy.Prediction(answer=result.answer, passages=kept, context=context, selected=selected, stages=stages,
                                sentences=sentences_per_passage, retrieved=passages, fallback=fallback,
                                ignored_indices=ignored, kept_ids=[passage.pid for passage in kept])
 

@@ -9,6 +9,7 @@ into the typed, JSON-able dicts of a prediction record's "stages":
 - "passages" (what a retrieval fetched) and "kept" (what a filter or gate let through): pid lists, in order;
 - "gold": the pids among the stage's passages / kept that carry evidence (below), "recall": gold-title recall
   of the stage's passages (HotPotQA-style data only);
+- "context" (the texts the final call saw) is stored as "context_chars" (kept-context length);
 - method-specific fields as the method gave them: "answers" (per-passage or per-agent answers), "decision"
   (a gate's str/bool), "depth" (recursion depth), "queries", "context_chars" (kept-context length), ...
 
@@ -27,7 +28,9 @@ Attribution rule (`attribute(record)`), first match wins:
 5. "retrieval_miss": no passage any stage retrieved (or the final context) carries evidence; a closed-book
    method, which retrieves nothing, is a retrieval miss by this rule;
 6. "filtered_out": evidence was retrieved but none of it is in the passages the final call saw (the record's
-   "passages", which each method sets to its final context, filtered or gated);
+   "passages", which each method sets to its final context, filtered or gated; when a stage gives the texts
+   the final call saw as "context", e.g. FILCO's kept sentences, the record's "reached" says whether evidence
+   is in those texts, and that decides);
 7. "reader_miss": evidence reached the final call and the answer is still wrong.
 
 `stage_summary(records)` aggregates per stage what the papers measure: LM calls, passages per retrieval and
@@ -114,6 +117,7 @@ def stage_records(prediction: Any, program: Any, lm_trace: list[dict], example: 
     calls = Counter(predictor_stage(str(call.get("predictor")), declared) for call in lm_trace)
     mode, judge = _evidence_judge(example)
     gold_pids: dict[str, None] = {}
+    reached = None
     out: dict[str, dict] = {}
     order = [*declared, *(name for name in stages if name not in declared)]
     for name in order:
@@ -123,6 +127,14 @@ def stage_records(prediction: Any, program: Any, lm_trace: list[dict], example: 
         record: dict[str, Any] = {"calls": calls.get(name, 0)}
         gold: dict[str, None] = {}
         for key, value in fields.items():
+            if key == "context" and isinstance(value, (list, tuple)):
+                # the texts the final call saw (e.g. FILCO's kept sentences): stored as their length; whether
+                # evidence survived in them is judged on the texts, not on the passages they came from
+                texts = [str(text) for text in value]
+                record["context_chars"] = sum(len(text) for text in texts)
+                if judge is not None:
+                    reached = any(judge(text) for text in texts)
+                continue
             if key in PASSAGE_FIELDS or _is_passage_list(value):
                 items = list(value or [])
                 record[key] = [_pid(item) for item in items]
@@ -142,7 +154,8 @@ def stage_records(prediction: Any, program: Any, lm_trace: list[dict], example: 
         for passage in prediction.get("passages") or []:
             if hasattr(passage, "pid") and judge(passage):
                 gold_pids[str(passage.pid)] = None
-    return {"stages": out, "gold_pids": list(gold_pids) if mode else None, "evidence": mode}
+    return {"stages": out, "gold_pids": list(gold_pids) if mode else None, "evidence": mode,
+            **({"reached": reached} if reached is not None else {})}
 
 
 # --- attribution ----------------------------------------------------------------------------------------------
@@ -170,6 +183,8 @@ def attribute(record: dict) -> str | None:
     gold = {str(pid) for pid in record.get("gold_pids") or []}
     if not gold:
         return "retrieval_miss"
+    if isinstance(record.get("reached"), bool):
+        return "reader_miss" if record["reached"] else "filtered_out"
     final = {str(p.get("pid")) for p in record.get("passages") or [] if isinstance(p, dict)}
     return "reader_miss" if gold & final else "filtered_out"
 
