@@ -250,6 +250,10 @@ class PostFusionFamily(RagProgram):
         """Gold fields an evaluation passes at test time: Table 1's "with gold passage" setting."""
         return ("gold_passage", "answers") if self.gold_passage else ()
 
+    # Stage diagnostics (ragzoo.diagnostics), in run order; a strategy records only the stages it runs.
+    STAGES = {"retrieval": (), "concat": ("concat_answer",), "rationale": ("pruning_answer", "summary_answer"),
+              "fallback": (), "passage_answers": ("passage_answer",), "vote": (), "distill": ("distill",)}
+
     def forward(self, question: str, gold_passage=None, answers=None) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         gold_inserted = []
@@ -270,7 +274,25 @@ class PostFusionFamily(RagProgram):
         fields["candidates"] = distinct_candidates(fields.pop("sampled", None) or [fields["answer"]],
                                                    self.lenient_unknown)
         return dspy.Prediction(retrieved=passages, unknown=is_unknown(fields["answer"], self.lenient_unknown),
-                               gold_inserted=gold_inserted, **fields)
+                               gold_inserted=gold_inserted, stages=self._stages(passages, fields), **fields)
+
+    def _stages(self, passages: list[Passage], fields: dict) -> dict:
+        """What each stage this strategy ran produced. The vote (or pf_concat's dropping of "unknown"
+        passages) is the filter: "kept" = the passages the final answer rests on."""
+        stages: dict = {"retrieval": {"passages": passages}}
+        if self.mode in ("concat", "concat_pf"):
+            stages["concat"] = {"answer": fields["concat_answer"]}
+        if self.mode in ("pruning", "summary"):
+            stages["rationale"] = {"answer": fields["answer"]}
+        if self.mode == "concat_pf":  # the concatenation said "unknown": fall back to the per-passage vote
+            stages["fallback"] = {"decision": bool(fields["fallback"])}
+        if fields.get("votes") is not None:
+            stages["passage_answers"] = {"answers": list(fields["votes"])}
+            stages["vote"] = {"passages": passages, "kept": list(fields["passages"]),
+                              "counts": fields.get("vote_counts")}
+        if self.mode == "pf_concat":
+            stages["distill"] = {"decision": bool(fields["distilled"])}
+        return stages
 
     # Strategies. Each returns the prediction fields it determines.
 
