@@ -31,6 +31,7 @@ from pathlib import Path
 GENERATOR = "ragzoo report --html"
 ATTRIBUTION_CLASSES = ("correct", "retrieval_miss", "filtered_out", "reader_miss", "abstained", "failed")
 NOT_COMPUTED = "not computed"
+DRY_RUN = "n/a (dry-run)"  # a placeholder answer has no cause to attribute
 RIGHT = 0.5  # a first-metric score at or above this is "right" for the flip filter
 COSTS = (("lm_calls_per_question", "LM calls / question"), ("tokens_per_question", "tokens / question"),
          ("cost_per_question", "$ / question"))
@@ -302,7 +303,7 @@ def _figures(methods: list[dict], metric: str | None) -> dict[str, dict]:
                        title={"text": "" if scored else "dry runs: no accuracy (placeholder answers); cost only",
                               "font": {"size": 12}})
     bars = go.Figure()
-    for klass in (*ATTRIBUTION_CLASSES, NOT_COMPUTED):
+    for klass in (*ATTRIBUTION_CLASSES, NOT_COMPUTED, DRY_RUN):
         counts = [m["attribution"].get(klass, 0) for m in methods]
         if any(counts):
             bars.add_trace(go.Bar(y=[m["label"] for m in methods], x=counts, name=klass, orientation="h",
@@ -315,7 +316,8 @@ def _figures(methods: list[dict], metric: str | None) -> dict[str, dict]:
 
 
 _CLASS_COLORS = {"correct": "#2e7d32", "retrieval_miss": "#c62828", "filtered_out": "#ef6c00",
-                 "reader_miss": "#6a1b9a", "abstained": "#757575", "failed": "#212121", NOT_COMPUTED: "#cfd8dc"}
+                 "reader_miss": "#6a1b9a", "abstained": "#757575", "failed": "#212121", NOT_COMPUTED: "#cfd8dc",
+                 DRY_RUN: "#eceff1"}
 
 
 def _color(index: int) -> str:
@@ -347,6 +349,8 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
     names = [name for name in (runs[0]["metrics"] if runs else []) if all(name in r["metrics"] for r in runs)]
     metric = metric if metric in names else (names[0] if names else None)
     methods, stage_rows, predictor_rows, attribution_lines = [], [], [], []
+    runs = [{**run, "keyed": {key: {**record, "attribution": DRY_RUN} for key, record in run["keyed"].items()}}
+            if run["dry_run"] else run for run in runs]
     for run in runs:
         records = [run["keyed"][key] for key in sorted(run["keyed"])]
         n = len(records)
@@ -398,8 +402,8 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
         plotly_js=plotly.offline.get_plotlyjs(), payload=block(data), n_questions=len(keys),
         details=[(f"{q}-{m}", block(detail)) for q, row in enumerate(details) for m, detail in enumerate(row)
                  if detail is not None],
-        classes=[*ATTRIBUTION_CLASSES, NOT_COMPUTED], has_attribution=any(
-            set(m["attribution"]) - {NOT_COMPUTED} for m in methods))
+        classes=[*ATTRIBUTION_CLASSES, NOT_COMPUTED, DRY_RUN], has_attribution=any(
+            set(m["attribution"]) - {NOT_COMPUTED, DRY_RUN} for m in methods), dry=any(m["dry_run"] for m in methods))
 
 
 def write(path: str, table: dict, runs: list[dict], *, metric: str | None = None, seed: int = 0) -> Path:

@@ -141,6 +141,10 @@ def test_html_report_of_dry_runs_plots_cost_only(tmp_path):
     assert code == 0
     page = out.read_text(encoding="utf-8")
     assert "n/a (dry-run)" in page and "no accuracy" in page
+    # a placeholder answer has no cause: its record's class is not shown as the method's
+    detail = json.loads(page.split('id="detail-0-0">', 1)[1].split("</script>", 1)[0].replace("<\\/", "</"))
+    assert detail["attribution"] == "n/a (dry-run)"
+    assert 'id="attribution-shares"' not in page
 
 
 def test_evaluate_keep_prompts_keeps_each_calls_prompt_and_reply_redacted_for_the_drill_down(tmp_path, monkeypatch,
