@@ -242,3 +242,13 @@ def test_the_cxmi_source_and_fallback_reason_never_show_a_key_or_url_credentials
     assert "pa55word" not in reason and "user@" not in reason and "sk-test" not in reason
     assert logprob_scorer_for(make_lm("dry-run"))[0] is None
     assert "hosted chat API" in logprob_scorer_for(make_lm("openai/gpt-4o-mini"))[1]
+
+
+def test_an_unreadable_filter_reply_keeps_every_sentence_of_its_passage_and_ignores_none():
+    from ragzoo.adapters import make_adapter
+
+    lm = ScriptedLM({"filter": "I am not following any format here.", "generate": {"answer": "Seine"}})
+    with dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=0)):
+        prediction = make(k=1)(question=QUESTION)
+    assert prediction.selected == [[0, 1, 2]] and prediction.ignored_indices == []
+    assert prediction.context == [PARIS.long_text]  # "Title | all its sentences"

@@ -204,3 +204,10 @@ def test_an_unreadable_distilling_sample_casts_no_vote_and_says_so(retriever):
         pred = programs.get("pf_concat", retriever=retriever, samples=2)(question=Q)
     assert pred.answer == "Ann" and pred.distilled is True
     assert [(d["where"], d["what"]) for d in trace.degradations] == [("distill", "this sample casts no vote")]
+
+
+def test_distinct_candidates_keep_refusal_phrasings_unless_lenient():
+    from ragzoo.programs.voting import distinct_candidates
+
+    assert distinct_candidates(["not enough context", "Ann", "unknown"]) == ["not enough context", "Ann"]
+    assert distinct_candidates(["not enough context", "Ann", "unknown"], lenient=True) == ["Ann"]
