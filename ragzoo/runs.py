@@ -15,8 +15,8 @@ with only complete lines, and skips every id already there. Examples run inside
 missed `deadline`) is recorded in one line and scored 0 and the run goes on; re-asks, lenient reads and
 degradations are counted per example (`reasks`, `lenient_reads`, `degradations` + `degraded`) and in the
 summary. `retry_failed=True` runs again exactly the failed examples; a run whose first examples fail for
-the setup (LM, timeout, retriever) stops early (`summary["aborted"]`). `threads > 1` uses DSPy's `ParallelExecutor`, which copies the
-caller's DSPy settings (`dspy.context(lm=...)`, adapter, callbacks) into each worker thread.
+the setup (LM, timeout, retriever) stops early (`summary["aborted"]`). `threads > 1` runs examples on threads (`run_threads`), each under the
+caller's DSPy settings (`dspy.context(lm=...)`, adapter, callbacks), as DSPy's `ParallelExecutor` copies them.
 """
 
 from __future__ import annotations
@@ -519,7 +519,6 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     record, the endpoints' --max-concurrency and the --max-calls/--max-cost budget are split evenly among the
     workers, so together they never pass them."""
     import dspy
-    from dspy.utils.parallelizer import ParallelExecutor
 
     from ragzoo.adapters import adapter_name, make_adapter
     from ragzoo.metrics.scoring import resolve_metrics, safe_metric
@@ -664,9 +663,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
-                    executor = ParallelExecutor(num_threads=threads, max_errors=len(todo) + 1,
-                                                disable_progress_bar=True, timeout=0)
-                    executor.execute(work, todo)
+                    run_threads(work, todo, threads)
         finally:
             closing.set()
             if writer is not None:
@@ -697,6 +694,51 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         else:
             summary["records"] = records
     return summary
+
+
+def run_threads(work: Callable[[Any], Any], items: list, threads: int) -> None:
+    """`work(item)` for every item on `threads` threads, each under the caller's DSPy settings (as DSPy's
+    `ParallelExecutor` copies them). Not that executor: its main thread waits on every pending future at each
+    completion and scans every result, O(questions) per question, which made the CPU of a question grow with
+    the run's size (~1 ms per LM call at 1,280 questions). `work` must not raise; Ctrl-C reaches the caller
+    (the threads then take no new item once `work` sees the run closing)."""
+    import copy
+
+    from dspy.dsp.utils.settings import thread_local_overrides
+
+    if threads <= 1 or len(items) <= 1:
+        for item in items:
+            work(item)
+        return
+    parent = thread_local_overrides.get().copy()
+    queue = iter(items)
+    take = threading.Lock()
+
+    def loop() -> None:
+        overrides = {**thread_local_overrides.get(), **parent.copy()}
+        if overrides.get("usage_tracker"):  # as DSPy: each thread tracks its own usage
+            overrides["usage_tracker"] = copy.deepcopy(overrides["usage_tracker"])
+        token = thread_local_overrides.set(overrides)
+        try:
+            while True:
+                with take:
+                    item = next(queue, _DONE)
+                if item is _DONE:
+                    return
+                work(item)
+        finally:
+            thread_local_overrides.reset(token)
+
+    pool = [threading.Thread(target=loop, name=f"ragzoo-evaluate-{i}", daemon=True)
+            for i in range(min(threads, len(items)))]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        while thread.is_alive():
+            thread.join(0.5)  # a timed wait: Ctrl-C is raised here, in the main thread
+
+
+_DONE = object()
 
 
 def _check_processes(processes) -> None:
@@ -747,6 +789,11 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
     halt = context.RawValue("b", 0)  # lock-free: a killed worker cannot leave it locked
     workers, pipes = [], {}
     parent = os.getpid()
+    import gc
+
+    # the objects made so far (program, retriever index, modules) go to a generation no collection visits: a
+    # worker's collections would otherwise write to every object and copy the whole parent, page by page
+    gc.freeze()
     try:
         for index in range(processes):
             items = todo[index::processes]
@@ -784,6 +831,7 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
             return f"{budget[0]} (each of the {processes} processes has an even share of the budget)"
         return None
     finally:
+        gc.unfreeze()
         halt.value = 1
         for worker in workers:
             if worker.is_alive():
@@ -801,8 +849,6 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
                     parent) -> None:
     """One worker process of `_run_in_processes`: its questions on its own threads, each record sent back."""
     import signal
-
-    from dspy.utils.parallelizer import ParallelExecutor
 
     from ragzoo import endpoints
     from ragzoo.usage import metering
@@ -849,10 +895,9 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
 
     def run_all() -> None:
         with metering(max_calls, max_cost):
-            ParallelExecutor(num_threads=threads, max_errors=len(items) + 1, disable_progress_bar=True,
-                             timeout=0).execute(guarded, items)
+            run_threads(guarded, items, threads)
 
-    # off the main thread: DSPy's executor takes over SIGINT on the main thread, and Ctrl-C is the parent's
+    # off the main thread: a Ctrl-C is the parent's to handle, never this process's
     import contextvars
 
     runner = threading.Thread(target=contextvars.copy_context().run, args=(run_all,), name="ragzoo-worker")
