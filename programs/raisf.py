@@ -146,6 +146,9 @@ class _SolveState:
     depth_reached: int = 0
     solved: dict[str, str] = field(default_factory=dict)
     used_passages: list[Passage] = field(default_factory=list)
+    retrieved: list[Passage] = field(default_factory=list)  # every node's retrieval (stage diagnostics)
+    relevant: list[Passage] = field(default_factory=list)  # what the relevance gate let through
+    gate: list[bool] = field(default_factory=list)  # the self-knowledge gate's decision at each node asked
 
 
 @register(
@@ -227,6 +230,10 @@ class RAISF(RagProgram):
         self.passages_answer = dspy.Predict(RelevantPassagesAnswer)
         self.synthesize = dspy.Predict(SynthesizeAnswer)
 
+    # Stage diagnostics (ragzoo.diagnostics): the three gates over the whole tree, then the answering calls.
+    STAGES = {"self_knowledge": ("self_knowledge",), "relevance": ("relevance_judge", "relevance_joint"),
+              "decomposition": ("decompose",), "answer": ("direct_answer", "passages_answer", "synthesize")}
+
     # ----------------------------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
         state = _SolveState()
@@ -238,6 +245,7 @@ class RAISF(RagProgram):
         return dspy.Prediction(
             answer=answer,
             passages=dedup_passages(state.used_passages),
+            stages=self._stages(root, state),
             route=root["route"],
             tree=root,
             depth_reached=state.depth_reached,
@@ -268,6 +276,22 @@ class RAISF(RagProgram):
                                 build_trainset=self.relevance_trainset,
                                 metric=joint_relevance_agreement if joint else relevance_agreement,
                                 labels=f"relevant = the passage contains a gold answer (top-{self.k} per question)"))
+        return stages
+
+    def _stages(self, root: dict, state: _SolveState) -> dict:
+        """Each gate's decisions over the tree. The root's self-knowledge "decision" carries its closed-book
+        "answer" when it said yes, so the report can score the gate (App. A.1's label: was that answer right)."""
+        stages: dict = {}
+        if self.use_self_knowledge and state.gate:
+            stages["self_knowledge"] = {"decision": state.gate[0], "yes": sum(state.gate), "asked": len(state.gate),
+                                        **({"answer": root["answer"]} if root["route"] == "self_knowledge" else {})}
+        if self.use_relevance:
+            stages["relevance"] = {"passages": dedup_passages(state.retrieved), "kept": dedup_passages(state.relevant)}
+        if self.use_decomposition:
+            stages["decomposition"] = {"sub_questions": [child["question"] for node in _walk(root)
+                                                         for child in node["children"]],
+                                       "depth": state.depth_reached}
+        stages["answer"] = {"route": root["route"]}
         return stages
 
     def self_knowledge_trainset(self, examples) -> list[dspy.Example]:
@@ -319,9 +343,11 @@ class RAISF(RagProgram):
         state.questions += 1
         state.depth_reached = max(state.depth_reached, depth)
 
-        if self.use_self_knowledge and degrade(
+        if self.use_self_knowledge:
+            state.gate.append(bool(degrade(
                 lambda: self._call(self.self_knowledge, state, question=question).can_answer, False,
-                "self_knowledge", "treated as cannot answer: retrieve"):
+                "self_knowledge", "treated as cannot answer: retrieve")))
+        if self.use_self_knowledge and state.gate[-1]:
             answer = self._call(self.direct_answer, state, question=question).answer
             return self._solved(node, "self_knowledge", answer, state)
 
@@ -330,6 +356,8 @@ class RAISF(RagProgram):
             retrieved = self.retrieve(question, self.k)
             state.retrievals += 1
             relevant = self._judge(question, retrieved, state)
+            state.retrieved.extend(retrieved)
+            state.relevant.extend(relevant)
             node["retrieved_ids"] = [p.pid for p in retrieved]
             node["relevant_ids"] = [p.pid for p in relevant]
             if relevant:
