@@ -51,7 +51,8 @@ SPLITS: dict[tuple[str, str], SplitSpec] = {
               "also in dev_distractor", take=500, ordered=True, gold_from="hotpotqa/dev_distractor.jsonl",
               hub=HubSource("hotpotqa/hotpot_qa", "distractor", "validation", "hotpot_qa", take=500)),
         _spec("hotpotqa", "dev_distractor", "hotpotqa/dev_distractor.jsonl",
-              "dev questions with their 10 distractor paragraphs, supporting titles and facts"),
+              "dev questions with their 10 distractor paragraphs, supporting titles and facts; the supporting "
+              "paragraphs as `gold_passage`"),
         _spec("hotpotqa", "dev_ircot500", "hotpotqa/dev_ircot500.jsonl",
               "IRCoT's 500-question dev subsample, with paragraphs and supporting titles", ordered=True),
         _spec("hotpotqa", "train", "hotpotqa/train.jsonl",
