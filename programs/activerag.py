@@ -154,6 +154,12 @@ class ActiveRag(RagProgram):
         for agent in self.agents:
             setattr(self, f"{agent}_nexus", dspy.Predict(nexus_signatures[agent]))
 
+    # Stage diagnostics (ragzoo.diagnostics): retrieval, the initial CoT, the knowledge-constructing agents, the
+    # cognitive nexus (one call per agent, then the answer chosen among theirs).
+    STAGES = {"retrieval": (), "initial_cot": ("initial_cot",),
+              "agents": (*(f"{agent}_kc" for agent in (*AGENTS, "notes")),),
+              "nexus": (*(f"{agent}_nexus" for agent in (*AGENTS, "passages", "notes")),)}
+
     def _construct(self, agent: str, question: str, context: list[str]) -> str:
         if agent == "passages":
             return "\n".join(context) or "(none)"
@@ -180,7 +186,11 @@ class ActiveRag(RagProgram):
                  for agent in agents}
         answers = {agent: result.answer for agent, result in nexus.items()}
         winner = pick_winner(agents, answers, self.select)
+        stages = {"retrieval": {"passages": passages}, "initial_cot": {"answer": initial.answer},
+                  "agents": {"agents": list(agents), "knowledge_chars": {a: len(str(knowledge[a])) for a in agents}},
+                  "nexus": {"answers": [answers[agent] for agent in agents], "decision": winner}}
         return dspy.Prediction(answer=answers[winner], passages=passages, reasoning=nexus[winner].enhanced_reasoning,
+                               stages=stages,
                                winner=winner, agent_answers=answers,
                                candidates=[answers[agent] for agent in agents],
                                agent_reasoning={agent: result.enhanced_reasoning for agent, result in nexus.items()},
