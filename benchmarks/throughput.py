@@ -8,7 +8,7 @@ ratio = measured / ideal; CPU ms per LM call = ragzoo's process CPU time (this p
 `os.times()`, user + system) / LM calls, the figure a busy machine changes least. The 1-minute load average is
 printed with the table: on a shared machine, read the ratios beside it.
 
-    python -m benchmarks.throughput [--latency 0.2] [--settings 1x1,32x1,64x1,64x2,128x2,256x4] [--rounds 5]
+    python -m benchmarks.throughput [--latency 0.2] [--settings 1x1,32x1,64x1,128x1,256x1,32x2,64x2,128x2] [--rounds 5]
 
 A setting is THREADSxPROCESSES (`evaluate --threads T --processes P`); each runs `--rounds` questions per request
 in flight (at least `--min-examples`), so it stops by itself.
@@ -100,7 +100,7 @@ def parse_settings(text: str) -> list[tuple[int, int]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, default=0.2, help="stub LM latency per call, seconds")
-    parser.add_argument("--settings", default="1x1,32x1,64x1,32x2,64x2,128x2,256x4",
+    parser.add_argument("--settings", default="1x1,32x1,64x1,128x1,256x1,32x2,64x2,128x2",
                         help="THREADSxPROCESSES, comma-separated")
     parser.add_argument("--methods", default="rag")
     parser.add_argument("--rounds", type=int, default=5, help="questions per request in flight in each setting")

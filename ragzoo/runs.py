@@ -375,10 +375,55 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
     return summary
 
 
+class _Runners:
+    """Daemon threads that run examples under a deadline, reused from one example to the next: a thread made per
+    example cost ~15% of evaluate's CPU at 256 threads. An example past its deadline keeps its thread until it
+    ends (its LM requests end with their own timeout); a thread idle for `IDLE` seconds exits."""
+
+    IDLE = 30.0
+
+    def __init__(self) -> None:
+        import queue
+
+        self._tasks: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a task, less the tasks queued for them
+
+    def submit(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle == 0:
+                threading.Thread(target=self._loop, name="ragzoo-example", daemon=True).start()
+                self._idle += 1
+            self._idle -= 1
+            self._tasks.put(task)  # under the lock: an idle thread deciding to exit sees it
+
+    def _loop(self) -> None:
+        import queue
+
+        while True:
+            try:
+                task = self._tasks.get(timeout=self.IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._tasks.empty():
+                        self._idle -= 1
+                        return
+                continue
+            task()
+            del task
+            with self._lock:
+                self._idle += 1
+
+
+_RUNNERS = _Runners()
+if hasattr(os, "register_at_fork"):  # a forked child has none of these threads (`evaluate --processes`)
+    os.register_at_fork(after_in_child=_RUNNERS.__init__)
+
+
 def call_with_deadline(fn: Callable[[], Any], deadline: float | None) -> Any:
     """`fn()` in this thread's context, or `ExampleTimeout` after `deadline` seconds (None/0: no deadline). The
-    call runs in a daemon thread that is left behind on a timeout: its result, if it ever comes, is dropped
-    (its LM requests end with their own per-call timeout)."""
+    call runs in a daemon thread (`_RUNNERS`, reused) that is left behind on a timeout: its result, if it ever
+    comes, is dropped (its LM requests end with their own per-call timeout)."""
     import contextvars
 
     from ragzoo.endpoints import start_question_deadline
@@ -398,7 +443,7 @@ def call_with_deadline(fn: Callable[[], Any], deadline: float | None) -> Any:
         finally:
             done.set()
 
-    threading.Thread(target=target, name="ragzoo-example", daemon=True).start()
+    _RUNNERS.submit(target)
     if not done.wait(deadline):
         raise ExampleTimeout(f"the example did not finish within its {deadline:g} s deadline (--deadline)")
     if "error" in outcome:
@@ -557,6 +602,9 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     run_config = dict(config or {})
     run_config.setdefault("n", len(examples))
     run_config["metrics"] = metric_names
+    from ragzoo.metrics.judge import judge_config, judge_summary
+
+    run_config.update(judge_config(resolved))  # an LM-judged metric: its prompts and judge LM, no secret
     run_config["compiled_on"] = leaked
     run_config["adapter"] = adapter_name(adapter)
     run_config["lenient"] = getattr(adapter, "max_reasks", None) is not None
@@ -686,6 +734,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                  "resumed_from": len(previous), "adapter": run_config["adapter"]}
         summary = summarize(records, metric_names, total=len(examples), extra=extra)
         summary["compiled_on"] = leaked
+        summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
         for key in ("method", "program", "dataset", "split", "lm"):
             if key in run_config:
                 summary[key] = run_config[key]
