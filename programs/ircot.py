@@ -56,8 +56,12 @@ class IRCoT(RagProgram):
         self.reason = dspy.Predict(NextReasoningSentence)
         self.read = answer_predictor(AnswerFromReasoning, answer_mode)
 
+    # Stage diagnostics (ragzoo.diagnostics): the reason/retrieve hops, then the reader.
+    STAGES = {"hops": ("reason",), "reader": ("read",)}
+
     def forward(self, question: str) -> dspy.Prediction:
-        gathered = self.retrieve(question, self.k)[: self.max_passages]
+        retrieved, queries = self.retrieve(question, self.k), [question]
+        gathered = retrieved[: self.max_passages]
         sentences: list[str] = []
         finished = False
         stop_reason = "max_steps"
@@ -74,8 +78,14 @@ class IRCoT(RagProgram):
             if step.done or not sentence:
                 finished = True
                 break
-            gathered = dedup_passages(gathered, self.retrieve(sentence, self.k))[: self.max_passages]
+            found = self.retrieve(sentence, self.k)
+            queries.append(sentence)
+            retrieved = dedup_passages(retrieved, found)
+            gathered = dedup_passages(gathered, found)[: self.max_passages]
         reasoning = " ".join(sentences)
         answer = self.read(context=passages_as_context(gathered), question=question, reasoning=reasoning).answer
+        stages = {"hops": {"passages": retrieved, "kept": gathered, "queries": queries,
+                           "depth": len(sentences), "decision": "done" if finished else stop_reason},
+                  "reader": {}}
         return dspy.Prediction(answer=answer, passages=gathered, reasoning=reasoning, steps=sentences,
-                               stop_reason="done" if finished else stop_reason)
+                               stop_reason="done" if finished else stop_reason, stages=stages)

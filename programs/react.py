@@ -58,6 +58,9 @@ class ReAct(RagProgram):
         self.step = dspy.Predict(ReActStep)
         self.finish = dspy.Predict(ReActFinish)
 
+    # Stage diagnostics (ragzoo.diagnostics): the think/search steps, then the forced answer when no finish came.
+    STAGES = {"hops": ("step",), "finish": ("finish",)}
+
     def forward(self, question: str) -> dspy.Prediction:
         trajectory: list[str] = []
         gathered: list = []
@@ -86,5 +89,9 @@ class ReAct(RagProgram):
             answer = self.finish(question=question, trajectory=trajectory).answer
         if self.answer_mode == "yes_no":
             answer = read_yes_no(answer) or answer
+        stages = {"hops": {"passages": gathered, "queries": searches, "depth": len(searches),
+                           "decision": stop_reason}}
+        if stop_reason != "finish":
+            stages["finish"] = {}
         return dspy.Prediction(answer=answer, passages=gathered, trajectory=trajectory, searches=searches,
-                               stop_reason=stop_reason)
+                               stop_reason=stop_reason, stages=stages)
