@@ -9,6 +9,7 @@ object (a failed parse recorded by the evaluator) scores 0.0 and never raises. A
                  `ragzoo.metrics.oracle`); recall, precision, s_precision, all_gold (retrieved titles vs
                  `example.supporting_titles`, from `pred.passages`)
     DIAGNOSTICS  lower is better: unknown (%Unk), unknown_lenient (%Unk with refusal phrasings), vote_miss (%NM)
+    JUDGED       by an LM (`--judge-lm`, `ragzoo.metrics.judge`): judge (SemanticF1-style), judge_faithful
     get_metric(name_or_callable) -> the metric function (ConfigError listing valid names otherwise)
 
 A dataset's default metric (StrategyQA: acc, the others: em) is data, not a metric: it lives with the
@@ -75,6 +76,10 @@ DIAGNOSTICS: dict[str, Metric] = {
     "vote_miss": vote_miss_metric,
 }
 
+# LM-judged (`ragzoo.metrics.judge`, needs --judge-lm): SemanticF1-style answer overlap, support by the passages
+JUDGED = ("judge", "judge_faithful")
+
+
 def get_metric(name_or_callable: str | Metric) -> Metric:
     """A metric by name (METRICS or DIAGNOSTICS), a "package.module:function" path, or a callable as is."""
     if callable(name_or_callable):
@@ -86,6 +91,10 @@ def get_metric(name_or_callable: str | Metric) -> Metric:
         return METRICS[name]
     if name in DIAGNOSTICS:
         return DIAGNOSTICS[name]
+    if name in JUDGED:  # judged by an LM (`ragzoo.metrics.judge`): bound to the configured --judge-lm
+        from ragzoo.metrics.judge import judge_metric
+
+        return judge_metric(name)
     if ":" in name:
         module_name, _, attribute = name.partition(":")
         try:
@@ -95,7 +104,7 @@ def get_metric(name_or_callable: str | Metric) -> Metric:
         if not callable(metric):
             raise ConfigError(f"metric {name!r} is not callable")
         return metric
-    valid = ", ".join([*METRICS, *DIAGNOSTICS])
+    valid = ", ".join([*METRICS, *DIAGNOSTICS, *JUDGED])
     raise ConfigError(f"unknown metric {name!r}; choose one of: {valid} (or module:function)")
 
 

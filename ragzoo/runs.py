@@ -605,6 +605,9 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     from ragzoo.metrics.judge import judge_config, judge_summary
 
     run_config.update(judge_config(resolved))  # an LM-judged metric: its prompts and judge LM, no secret
+    from ragzoo.metrics.judge import judge_config, judge_summary
+
+    run_config.update(judge_config(resolved))  # an LM-judged metric: its prompts and judge LM, no secret
     run_config["compiled_on"] = leaked
     run_config["adapter"] = adapter_name(adapter)
     run_config["lenient"] = getattr(adapter, "max_reasks", None) is not None
@@ -734,6 +737,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                  "resumed_from": len(previous), "adapter": run_config["adapter"]}
         summary = summarize(records, metric_names, total=len(examples), extra=extra)
         summary["compiled_on"] = leaked
+        summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
         summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
         for key in ("method", "program", "dataset", "split", "lm"):
             if key in run_config:

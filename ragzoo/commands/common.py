@@ -26,7 +26,7 @@ EXIT_STOPPED = 3  # a run or compile stopped by --max-calls / --max-cost (finish
 LM_DEFAULTS: dict[str, Any] = {"lm": None, "api_base": None, "retriever": None, "knob": [], "no_cache": False,
                                "max_calls": None, "max_cost": None, "seed": 0, "adapter": "chat", "max_reasks": 2,
                                "max_concurrency": 8, "timeout": 120.0, "price": None,
-                               "price_per_hour": None}
+                               "price_per_hour": None, "judge_lm": None, "judge_api_base": None}
 # flags of `add_data_args`; split and metric stay None unless given, so the dataset's defaults can apply
 DATA_DEFAULTS: dict[str, Any] = {"dataset": None, "split": None, "data": None, "field_map": None, "n": None,
                                  "preset": None}
@@ -57,6 +57,10 @@ def add_lm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-concurrency", type=int,
                         help="LM requests in flight per endpoint, shared by all threads (default 8)")
     parser.add_argument("--timeout", type=float, help="seconds per LM request (default 120)")
+    parser.add_argument("--judge-lm", metavar="SPEC",
+                        help="LM that judges --metric judge / judge_faithful (a LiteLLM model; key in the "
+                             "environment); its calls are counted and priced apart and bound by no budget")
+    parser.add_argument("--judge-api-base", help="URL of an OpenAI-compatible server for --judge-lm")
     parser.add_argument("--config", help="TOML/YAML file of options; flags win")
     add_secret_trap(parser)
 
@@ -194,10 +198,16 @@ def say_defaults(command: str, config: dict) -> None:
         print(line, file=sys.stderr)
 
 
-def check_metrics(names: str) -> None:
-    """Unknown metric names fail before any work (and before any other line is printed)."""
-    from ragzoo.metrics import get_metric
+def check_metrics(names: str, config: dict | None = None) -> None:
+    """Unknown metric names fail before any work (and before any other line is printed). With `config`, an
+    LM-judged metric gets its judge from `--judge-lm` / `--judge-api-base` first (`ragzoo.metrics.judge`)."""
+    from ragzoo.metrics import JUDGED, get_metric
 
+    if config is not None and any(name.strip() in JUDGED for name in str(names).split(",")):
+        from ragzoo.metrics.judge import configure_judge
+
+        options = {"cache": False} if config.get("no_cache") else {}
+        configure_judge(config.get("judge_lm"), config.get("judge_api_base"), **options)
     for name in str(names).split(","):
         if name.strip():
             get_metric(name.strip())

@@ -333,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     for name in optimizers:
         get_preset(name)
     apply_dataset_defaults(config, split_kind="train", metric_kind="headline")
-    check_metrics(config["metric"])
+    check_metrics(config["metric"], config)  # and builds an LM judge for --metric judge
     info = programs.info(config["method"])
     knobs = knob_dict(config.get("knob"))
     resolved = programs.resolve_knobs(config["method"], knobs)  # unknown/mistyped knobs fail before any work

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no --out given; name the run directory to write, e.g. --out runs/rag-hotpotqa")
     check_question_source(config)
     apply_dataset_defaults(config, split_kind="eval", metric_kind="eval")
-    check_metrics(config["metric"])
+    check_metrics(config["metric"], config)  # and builds an LM judge for --metric judge
     from ragzoo.config import check_out_writable
 
     check_out_writable(config["out"])  # before any LM call (and the endpoint check): results must be keepable
