@@ -48,7 +48,10 @@ class ChainOfNote(RagProgram):
         self.k = k
         self.read = dspy.Predict(NotesThenAnswer)
 
+    STAGES = {"retrieval": (), "notes_reader": ("read",)}  # stage diagnostics (ragzoo.diagnostics)
+
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         result = self.read(passages=numbered(passages), question=question)
-        return dspy.Prediction(answer=result.answer, notes=result.notes, passages=passages)
+        return dspy.Prediction(answer=result.answer, notes=result.notes, passages=passages,
+                               stages={"retrieval": {"passages": passages}, "notes_reader": {}})

@@ -31,7 +31,8 @@ from __future__ import annotations
 import dspy
 
 from ragzoo.programs import register
-from ragzoo.programs.base import PositiveInt, RagProgram, TopK, answer_predictor, degrade, passages_as_context
+from ragzoo.programs.base import (PositiveInt, RagProgram, TopK, answer_predictor, dedup_passages, degrade,
+                                  passages_as_context)
 from ragzoo.signatures.common import AnswerMode, AnswerWithContext
 
 
@@ -59,8 +60,12 @@ class IterRetGen(RagProgram):
         self.k = k
         self.generate = answer_predictor(AnswerWithContext, answer_mode, chain_of_thought=True)
 
+    # Stage diagnostics (ragzoo.diagnostics): the retrieve-generate rounds; the answer sees the last round's.
+    STAGES = {"rounds": ("generate",)}
+
     def forward(self, question: str) -> dspy.Prediction:
         queries: list[str] = []
+        seen: list = []
         generations: list[str] = []
         passages: list = []
         result = None
@@ -68,6 +73,7 @@ class IterRetGen(RagProgram):
         for _ in range(self.T):
             query = question if result is None else f"{generation_text(result)} {question}"
             found = self.retrieve(query, self.k)
+            seen = dedup_passages(seen, found)
             if result is None:  # round 1: the answer call, no earlier generation to fall back on
                 new = self.generate(context=passages_as_context(found), question=question)
             else:
@@ -79,5 +85,7 @@ class IterRetGen(RagProgram):
                 break
             result, passages = new, found
             generations.append(generation_text(result))
+        stages = {"rounds": {"passages": seen, "kept": passages, "queries": queries, "depth": len(generations),
+                             "decision": "stopped_early" if stopped_early else "all_rounds"}}
         return dspy.Prediction(answer=result.answer, passages=passages, reasoning=result.reasoning,
-                               queries=queries, generations=generations, stopped_early=stopped_early)
+                               queries=queries, generations=generations, stopped_early=stopped_early, stages=stages)

@@ -63,8 +63,13 @@ class SelfAsk(RagProgram):
         self.answer_follow_up = dspy.Predict(AnswerWithContext)
         self.final_answer = dspy.Predict(SelfAskFinalAnswer)
 
+    # Stage diagnostics (ragzoo.diagnostics): the follow-up loop (step, retrieval, intermediate answer), then
+    # the final answer call when the loop did not end with one.
+    STAGES = {"follow_ups": ("next_step", "answer_follow_up"), "final": ("final_answer",)}
+
     def forward(self, question: str) -> dspy.Prediction:
         context: list = []
+        intermediates: list[str] = []
         steps: list[str] = []
         follow_ups: list[str] = []
         stop_reason = "max_steps"
@@ -91,9 +96,13 @@ class SelfAsk(RagProgram):
                                                                  question=follow_up).answer,
                                    "unknown", "answer_follow_up", "answered the follow-up with unknown")
             follow_ups.append(follow_up)
+            intermediates.append(intermediate)
             steps.append(step_text(follow_up, intermediate))
             context = dedup_passages(context, found)
+        stages = {"follow_ups": {"passages": context, "queries": follow_ups, "answers": intermediates,
+                                 "depth": len(follow_ups), "decision": stop_reason}}
         if answer is None:
             answer = self.final_answer(context=passages_as_context(context), question=question, steps=steps).answer
+            stages["final"] = {}
         return dspy.Prediction(answer=answer, passages=context, steps=steps, follow_ups=follow_ups,
-                               stop_reason=stop_reason)
+                               stop_reason=stop_reason, stages=stages)

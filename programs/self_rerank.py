@@ -57,6 +57,8 @@ class SelfRerank(RagProgram):
         self.tag = dspy.Predict(TagPassages)
         self.answer = dspy.Predict(AnswerWithContext)  # Vanilla RAG's answering prompt, as Table 8 says
 
+    STAGES = {"retrieval": (), "tag": ("tag",), "reader": ("answer",)}  # stage diagnostics (ragzoo.diagnostics)
+
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         every = list(range(1, len(passages) + 1))
@@ -69,4 +71,6 @@ class SelfRerank(RagProgram):
         kept = [passage for i, passage in enumerate(passages, start=1) if i in chosen]
         result = self.answer(context=passages_as_context(kept), question=question)
         return dspy.Prediction(answer=result.answer, passages=kept, retrieved=passages, reasons=tags.reasons,
+                               stages={"retrieval": {"passages": passages},
+                                       "tag": {"passages": passages, "kept": kept}, "reader": {}},
                                useful=sorted(useful), relevant=sorted(relevant))
