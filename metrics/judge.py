@@ -2,14 +2,14 @@
 `judge_faithful` (is the answer supported by the passages the final call saw?), scored by a judge LM apart from
 the program's LM.
 
-- Configure once per process with `configure_judge(spec, api_base)` (the CLI's `--judge-lm` /
-  `--judge-api-base`; keys only from the environment, as for `--lm`). `get_metric("judge")` without a
+- Configured once per process (`use_judge`; the CLI builds it from `--judge-lm` / `--judge-api-base` with
+  `ragzoo.lm.make_lm`, keys only from the environment, as for `--lm`). `get_metric("judge")` without a
   configured judge is a `ConfigError` naming the flag.
-- Counted apart: every judge call runs under the judge's own meter (`ragzoo.usage.Meter`) and outside the
+- Counted apart: every judge call runs under the judge's own meter (`ragzoo.usage.Meter.apart`) and outside the
   example's trace, so it never appears in a record's `lm_calls`/tokens/cost, the program's totals or an open
   meter of the run; `summary.json` carries them under "judge". Budgets (`--max-calls`, `--max-cost`) bound the
   program only: the judge's calls do not count against them (its cost is shown apart instead).
-- Cached: the judge LM is built by `ragzoo.lm.make_lm`, so DSPy's cache answers a repeated verdict (a cache
+- Cached: the CLI's judge LM is built by `ragzoo.lm.make_lm`, so DSPy's cache answers a repeated verdict (a cache
   hit costs nothing and is counted as cached).
 - Recorded: `judge_config(metrics)` is what config.json stores (each judge signature's instructions, the judge
   LM's description without secrets).
@@ -95,30 +95,22 @@ def _example_id(example: Any) -> str:
 class Judge:
     """The judge LM, its own meter and its failures. One per process (`configure_judge`), shared by threads."""
 
-    def __init__(self, lm, spec: str):
-        from ragzoo.usage import Meter
-
+    def __init__(self, lm, spec: str, meter, description: dict | None = None):
         self.lm = lm
         self.spec = spec
-        self.meter = Meter()
+        self.meter = meter  # a `ragzoo.usage.Meter` of its own (this room imports no LM or usage code)
+        self.description = description or {"model": getattr(lm, "model", type(lm).__name__)}
         self.failed_ids: list[str] = []
         self._lock = threading.Lock()
 
     def ask(self, signature: type[dspy.Signature], **inputs) -> dspy.Prediction:
         """One verdict: the judge LM under its own meter only (no open meter, budget or example trace of the
         program sees it) and DSPy's plain chat format (the program's lenient adapter is the program's)."""
-        from ragzoo.tracing import _current
-
-        token = _current.set(None)
         try:
-            with dspy.context(lm=self.lm, adapter=dspy.ChatAdapter(), ragzoo_meters=[self.meter]):
+            with self.meter.apart(), dspy.context(lm=self.lm, adapter=dspy.ChatAdapter()):
                 return dspy.Predict(signature)(**inputs)
-        except JudgeFailed:
-            raise
         except Exception as error:  # LM error after retries, unreadable reply: this question's verdict fails
             raise JudgeFailed(f"judge call failed: {type(error).__name__}: {error}") from error
-        finally:
-            _current.reset(token)
 
     def fail(self, example: Any) -> None:
         with self._lock:
@@ -136,24 +128,17 @@ class Judge:
 _JUDGE: Judge | None = None
 
 
-def configure_judge(spec: str | None, api_base: str | None = None, **options) -> Judge | None:
-    """Build the judge LM of `spec` (a LiteLLM model string, or dry-run; keys from the environment) and make it
-    the process's judge; None clears it."""
+def use_judge(lm, spec: str, meter, description: dict | None = None) -> Judge:
+    """Make `lm` (built from `spec`, counted on `meter`, described without secrets by `description`) the
+    process's judge; `ragzoo.commands.common.check_metrics` builds it from --judge-lm."""
     global _JUDGE
-    if not spec:
-        _JUDGE = None
-        return None
-    from ragzoo.lm import make_lm
-
-    _JUDGE = Judge(make_lm(spec, api_base=api_base, **options), spec)
+    _JUDGE = Judge(lm, spec, meter, description)
     return _JUDGE
 
 
-def use_judge(lm, spec: str = "custom") -> Judge:
-    """Make an already built LM (a test's scripted LM) the process's judge."""
+def clear_judge() -> None:
     global _JUDGE
-    _JUDGE = Judge(lm, spec)
-    return _JUDGE
+    _JUDGE = None
 
 
 def current_judge() -> Judge | None:
@@ -221,11 +206,10 @@ def judge_config(metrics) -> dict:
     found = _judge_metrics(metrics)
     if not found:
         return {}
-    from ragzoo.lm import describe_lm
     from ragzoo.secrets import storable
 
     judge = found[0].judge
-    return {"judge": storable({"lm": describe_lm(judge.lm),
+    return {"judge": storable({"lm": judge.description,
                                "metrics": {m.__name__: {"signature": m.signature.__name__,
                                                         "instructions": m.signature.instructions,
                                                         "fields": list(m.signature.fields)} for m in found}})}

@@ -434,6 +434,20 @@ class Meter:
     def exceeded(self) -> str | None:
         return self.budget.exceeded if self.budget is not None else None
 
+    @contextlib.contextmanager
+    def apart(self) -> Iterator["Meter"]:
+        """LM calls made inside count on this meter alone: not on the caller's open meters (nor their budgets),
+        nor in the current example's trace. For calls that are not the program's: an LM judge's
+        (`ragzoo.metrics.judge`)."""
+        from ragzoo.tracing import _current
+
+        token = _current.set(None)
+        try:
+            with dspy.context(**{_METERS_KEY: [self]}):
+                yield self
+        finally:
+            _current.reset(token)
+
     def record(self, record: LMCallRecord) -> None:
         self.usage.add(record)
         self.update_server_cost()

@@ -204,10 +204,15 @@ def check_metrics(names: str, config: dict | None = None) -> None:
     from ragzoo.metrics import JUDGED, get_metric
 
     if config is not None and any(name.strip() in JUDGED for name in str(names).split(",")):
-        from ragzoo.metrics.judge import configure_judge
+        from ragzoo.lm import describe_lm, make_lm
+        from ragzoo.metrics.judge import clear_judge, use_judge
+        from ragzoo.usage import Meter
 
-        options = {"cache": False} if config.get("no_cache") else {}
-        configure_judge(config.get("judge_lm"), config.get("judge_api_base"), **options)
+        clear_judge()
+        if config.get("judge_lm"):
+            lm = make_lm(config["judge_lm"], api_base=config.get("judge_api_base"),
+                         **({"cache": False} if config.get("no_cache") else {}))
+            use_judge(lm, config["judge_lm"], Meter(), describe_lm(lm))
     for name in str(names).split(","):
         if name.strip():
             get_metric(name.strip())

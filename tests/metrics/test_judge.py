@@ -14,6 +14,7 @@ from ragzoo.metrics import get_metric
 from ragzoo.metrics import judge as judge_module
 from ragzoo.runs import evaluate
 from ragzoo.testing import ScriptedLM, make_passages
+from ragzoo.usage import Meter
 
 
 class Answerer(dspy.Module):
@@ -36,11 +37,11 @@ def _examples(n=3):
 @pytest.fixture(autouse=True)
 def _no_judge():
     yield
-    judge_module.configure_judge(None)
+    judge_module.clear_judge()
 
 
 def test_judge_without_judge_lm_is_a_config_error():
-    judge_module.configure_judge(None)
+    judge_module.clear_judge()
     with pytest.raises(ConfigError, match="--judge-lm"):
         get_metric("judge")
 
@@ -48,7 +49,7 @@ def test_judge_without_judge_lm_is_a_config_error():
 def test_judge_calls_are_counted_apart_from_the_programs_and_bound_by_no_budget(tmp_path):
     program_lm = ScriptedLM(default={"answer": "Paris is the capital"})
     judge_lm = ScriptedLM({"AnswerOverlap": {"recall": 1.0, "precision": 0.5}})
-    judge_module.use_judge(judge_lm, "scripted/judge")
+    judge_module.use_judge(judge_lm, "scripted/judge", Meter())
     with dspy.context(lm=program_lm):
         # a budget of exactly the program's calls: the judge's 3 calls on top must not stop the run
         summary = evaluate(Answerer(), _examples(3), "em,judge", tmp_path / "run", max_calls=3)
@@ -68,7 +69,7 @@ def test_judge_calls_are_counted_apart_from_the_programs_and_bound_by_no_budget(
 
 def test_faithfulness_judge_sees_the_passages_of_the_final_call():
     judge_lm = ScriptedLM({"AnswerSupport": {"supported": 0.25}})
-    judge_module.use_judge(judge_lm)
+    judge_module.use_judge(judge_lm, "scripted", Meter())
     metric = get_metric("judge_faithful")
     example = _examples(1)[0]
     pred = dspy.Prediction(answer="Paris", passages=make_passages(2, prefix="Doc"))
@@ -87,7 +88,7 @@ def test_a_failing_verdict_fails_the_metric_for_that_question_only(tmp_path):
             return {"recall": 7.0, "precision": 1.0}  # not a fraction: unreadable verdict
         return {"recall": 1.0, "precision": 1.0}
 
-    judge_module.use_judge(ScriptedLM({"AnswerOverlap": verdict}))
+    judge_module.use_judge(ScriptedLM({"AnswerOverlap": verdict}), "scripted", Meter())
     with dspy.context(lm=program_lm):
         summary = evaluate(Answerer(), _examples(3), "em,judge", tmp_path / "run")
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "run" / "predictions.jsonl").read_text().splitlines())}
