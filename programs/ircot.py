@@ -23,6 +23,13 @@ Choices where the papers are open:
   the passages and sentences so far (stop_reason "unreadable_step"). The reader has no fallback: its
   unreadable reply fails the question.
 - `answer_mode="yes_no"`: the reader's answer is typed yes/no and read leniently (StrategyQA).
+
+Signatures (`signatures/decomposition.py`; our instruction <- what the paper's call does):
+- `reason` (NextReasoningSentence: the next sentence of the reasoning from the passages so far, and whether it
+  reaches the answer) <- IRCoT's "reason" step: the CoT prompt continued by one sentence over the collected
+  paragraphs, whose sentence is then the "retrieve" step's query.
+- `read` (AnswerFromReasoning: a short answer from the passages and the finished reasoning) <- IRCoT's
+  reader over the collected paragraphs (its CoT reader option).
 """
 
 from __future__ import annotations

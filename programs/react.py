@@ -27,6 +27,14 @@ Choices where the papers are open:
   question.
 - Not `dspy.ReAct`: its tool-calling signature and extract step are generic; here every call is typed and
   named so the trajectory, calls and retrievals are the ones BlendFilter describes.
+
+Signatures (`signatures/react.py`, instructions in our own words; our instruction <- what the paper's call does):
+- `step` (ReActStep: take one step toward the answer, a thought about what is still missing, then search for
+  it or finish) <- ReAct's few-shot prompt that continues the interleaved Thought / Action / Observation
+  trajectory, with Search[entity] / Lookup[keyword] / Finish[answer] actions (Lookup dropped, see above).
+- `finish` (ReActFinish: the budget is spent, answer from what was gathered) <- no call of ReAct's own: the
+  original ends such a trajectory without an answer (or backs off to CoT-SC in its ReAct -> CoT-SC variant);
+  here one call answers from the trajectory, so every question gets an answer.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ Choices where the papers are open:
   so it is a knob; `weighting="uniform"` gives every passage the same weight (plain majority).
 - "unknown" answers (`ragzoo.metrics.rates.is_unknown`) do not vote; if every passage abstains, the answer is
   "unknown".
+- Signature: `passage_answer` is `AnswerWithContext` (`signatures/common.py`, the shared answering prompt of
+  `rag`) given ONE passage <- REPLUG's LM call on the passage prepended to the input, d ⊕ x.
 - Unreadable replies (issue 14): a per-passage answer (`passage_answer`) whose reply cannot be read
   counts as "unknown" and casts no vote (`ragzoo.programs.base.degrade`, recorded as a degradation in the
   trace); if no passage's answer can be read, the answer is "unknown".

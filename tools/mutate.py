@@ -226,13 +226,13 @@ def _with_test(node, test):
     return ast.While(test=test, body=node.body, orelse=node.orelse)
 
 
-def mutants_of(path: Path) -> list[Mutant]:
+def mutants_of(path: Path, root: Path = REPO) -> list[Mutant]:
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
     original = ast.dump(tree)
     starts = _offsets(source)
     lines = source.splitlines(keepends=True)
-    rel = str(path.resolve().relative_to(REPO))
+    rel = str(path.resolve().relative_to(root.resolve()))
     found: list[Mutant] = []
     seen_sources: set[str] = set()
     for node, new_node, operator in _candidates(tree):
@@ -483,11 +483,12 @@ def main(argv: list[str] | None = None) -> int:
     files = [str(Path(f).resolve().relative_to(REPO)) for f in args.files] or sorted(
         str(p.relative_to(REPO)) for p in (REPO / "programs").glob("*.py")
         if p.name not in ("__init__.py", "base.py"))
-    by_file = {file: list(args.tests) if args.tests else tests_for(file, REPO) for file in files}
-    plan: list[tuple[Mutant, list[str]]] = []
-    for file, tests in by_file.items():
-        for mutant in select(mutants_of(REPO / file), args.per_file, args.seed):
-            plan.append((mutant, tests))
+    def make_plan(root: Path) -> tuple[dict, list[tuple[Mutant, list[str]]]]:
+        tests_of = {file: list(args.tests) if args.tests else tests_for(file, root) for file in files}
+        return tests_of, [(mutant, tests_of[file]) for file in files
+                          for mutant in select(mutants_of(root / file, root), args.per_file, args.seed)]
+
+    by_file, plan = make_plan(REPO)
     if args.list:
         for mutant, tests in plan:
             print(f"{mutant.id:<22} {mutant.file}:{mutant.line:<5} {mutant.operator:<26} {mutant.change}")
@@ -500,22 +501,36 @@ def main(argv: list[str] | None = None) -> int:
     copies = [make_copy(REPO, workdir / f"w{i}") for i in range(jobs)]
     for copy in copies:
         check_imports_copy(copy)
-    use_fork = args.fork and hasattr(os, "fork")
-    servers = {copy: ForkServer(copy) if use_fork else None for copy in copies}
+    by_file, plan = make_plan(copies[0])  # from the copy's text: the checkout may have changed meanwhile
     print(f"mutate: {len(plan)} mutants over {len(files)} files, {jobs} copies under {workdir} "
           f"(each imports its own ragzoo)", flush=True)
+    use_fork = args.fork and hasattr(os, "fork")
+    servers = {copy: ForkServer(copy) if use_fork else None for copy in copies}
 
-    # baseline per file, and the sentinel: the first file's module raising on import must fail its tests
-    broken: dict[str, str] = {}
-    for file, tests in by_file.items():
-        if not tests:
-            broken[file] = "no test names it"
-            continue
-        status, seconds, failed = run_tests(copies[0], tests, args.timeout * 3, servers[copies[0]])
-        print(f"baseline {file}: {'ok' if status == 'survived' else status} ({seconds:.1f}s, {len(tests)} test files)",
-              flush=True)
-        if status != "survived":
-            broken[file] = f"its tests fail unmutated: {failed}"
+    free: queue.Queue = queue.Queue()
+    for copy in copies:
+        free.put(copy)
+
+    def on_a_copy(run):
+        copy = free.get()
+        try:
+            return run(copy)
+        finally:
+            free.put(copy)
+
+    # baseline per file (on both copies at once), then the sentinel: the first file's module raising on
+    # import must fail its tests
+    broken: dict[str, str] = {file: "no test names it" for file, tests in by_file.items() if not tests}
+
+    def baseline(file):
+        return file, on_a_copy(lambda copy: run_tests(copy, by_file[file], args.timeout * 3, servers[copy]))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for file, (status, seconds, failed) in pool.map(baseline, [f for f in files if f not in broken]):
+            print(f"baseline {file}: {'ok' if status == 'survived' else status} ({seconds:.1f}s, "
+                  f"{len(by_file[file])} test files)", flush=True)
+            if status != "survived":
+                broken[file] = f"its tests fail unmutated: {failed}"
     sentinel_file = next((f for f in files if f not in broken), None)
     if sentinel_file is not None:
         path = copies[0] / sentinel_file
@@ -531,9 +546,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sentinel: {sentinel_file} raising on import fails its tests in the copy ({failed})", flush=True)
 
     pending = [(m, t) for m, t in plan if m.file not in broken]
-    free: queue.Queue = queue.Queue()
-    for copy in copies:
-        free.put(copy)
     results: list[Result] = []
 
     def run_one(item) -> Result:

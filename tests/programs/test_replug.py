@@ -78,3 +78,32 @@ def test_paper_tables_names_the_replug_difference():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "paper_tables.md").read_text(encoding="utf-8")
     row = next(line for line in doc.splitlines() if line.startswith("| REPLUG"))
     assert "fine-tun" in row and "not reproduced" in row
+
+
+def test_the_passages_returned_are_those_whose_answer_won_after_normalisation():
+    retriever = StaticRetriever(DOCS, by_query={Q: DOCS})
+    lm = ScriptedLM({"passage_answer": answer_by_passage(["The Beatles.", "beatles", "Stones", "unknown"])})
+    with dspy.context(lm=lm):
+        pred = programs.get("replug", retriever=retriever, k=4, weighting="uniform")(question=Q)
+    assert pred.answer == "The Beatles." and [p.pid for p in pred.passages] == ["0", "1"]
+    assert pred.votes == ["The Beatles.", "beatles", "Stones", "unknown"] and [p.pid for p in pred.retrieved] == \
+        ["0", "1", "2", "3"]
+
+
+def test_float_sums_that_tie_are_a_tie():
+    # 0.1 + 0.2 is 0.30000000000000004: the later passages' answer must not beat the top passage's 0.3 by rounding
+    assert weighted_vote(["a", "b", "b"], [0.3, 0.1, 0.2])[0] == "a"
+
+
+def test_no_passage_retrieved_answers_unknown_with_no_call():
+    retriever = StaticRetriever([], by_query={Q: []})
+    lm = ScriptedLM({})
+    with dspy.context(lm=lm):
+        pred = programs.get("replug", retriever=retriever)(question=Q)
+    assert lm.call_names == [] and pred.answer == "unknown" and pred.weights == [] and pred.passages == []
+    assert replug_weights([]) == []
+
+
+def test_replug_defaults_are_the_documented_values():
+    knobs = programs.info("replug").knobs
+    assert (knobs["k"], knobs["temperature"], knobs["weighting"]) == (5, 1.0, "softmax")
