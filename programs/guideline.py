@@ -53,6 +53,9 @@ class Guideline(RagProgram):
         self.guide = dspy.Predict(GuidingAnalysis)
         self.merge = dspy.Predict(MergeReasoning)
 
+    # Stage diagnostics (ragzoo.diagnostics): the CoT reply, the guiding analysis, their merge (no retrieval).
+    STAGES = {"cot": ("cot",), "guide": ("guide",), "merge": ("merge",)}
+
     def forward(self, question: str) -> dspy.Prediction:
         first = self.cot(question=question)
         analysis = degrade(lambda: self.guide(question=question).analysis, None, "guide",
@@ -60,4 +63,6 @@ class Guideline(RagProgram):
         result = self.merge(question=question, analysis="(none)" if analysis is None else analysis,
                             other_reasoning=initial_reply(first.reasoning, first.answer))
         return dspy.Prediction(answer=result.answer, reasoning=result.reasoning, analysis=analysis,
-                               cot_answer=first.answer, passages=[])
+                               cot_answer=first.answer, passages=[],
+                               stages={"cot": {"answer": first.answer}, "guide": {"decision": analysis is not None},
+                                       "merge": {}})

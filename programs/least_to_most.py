@@ -53,6 +53,9 @@ class LeastToMost(RagProgram):
         self.solve_step = dspy.Predict(AnswerWithSolvedSteps)
         self.final_answer = answer_predictor(AnswerWithSolvedSteps, answer_mode)
 
+    # Stage diagnostics (ragzoo.diagnostics): reduce, solve each sub-question, answer (no retrieval).
+    STAGES = {"reduce": ("reduce",), "solve": ("solve_step",), "final": ("final_answer",)}
+
     def forward(self, question: str) -> dspy.Prediction:
         proposed = degrade(lambda: self.reduce(question=question).sub_questions, [], "reduce",
                            "solved the question directly, without sub-questions")
@@ -68,4 +71,7 @@ class LeastToMost(RagProgram):
                 continue
             solved.append(solved_text(sub, answer))
         answer = self.final_answer(solved=solved, question=question).answer
-        return dspy.Prediction(answer=answer, passages=[], sub_questions=subs, solved=solved, skipped=skipped)
+        stages = {"reduce": {"sub_questions": subs, "depth": 1 if subs else 0},
+                  "solve": {"skipped": len(skipped)}, "final": {}}
+        return dspy.Prediction(answer=answer, passages=[], sub_questions=subs, solved=solved, skipped=skipped,
+                               stages=stages)

@@ -55,6 +55,10 @@ class SelfRefine(RagProgram):
         self.summarize = dspy.Predict(SummarizePassages)
         self.answer = dspy.Predict(AnswerWithContext)  # Vanilla RAG's answering prompt, as Table 8 says
 
+    # Stage diagnostics (ragzoo.diagnostics): the answer reads the summary's texts, so they decide whether
+    # the evidence reached it.
+    STAGES = {"retrieval": (), "summarize": ("summarize",), "reader": ("answer",)}
+
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         summary = degrade(lambda: self.summarize(passages=numbered(passages), question=question).summary, None,
@@ -65,4 +69,7 @@ class SelfRefine(RagProgram):
             texts = [summary] + (passages_as_context(passages) if self.answer_sees == "summary_and_passages"
                                  else [])
         result = self.answer(context=texts, question=question)
-        return dspy.Prediction(answer=result.answer, summary=summary, passages=passages)
+        return dspy.Prediction(answer=result.answer, summary=summary, passages=passages,
+                               stages={"retrieval": {"passages": passages},
+                                       "summarize": {"decision": summary is not None, "context": texts},
+                                       "reader": {}})

@@ -127,6 +127,9 @@ class SKR(RagProgram):
             object.__setattr__(self, "_said_unlabelled", True)
             logging.getLogger(__name__).warning("skr: %s", UNLABELLED)
 
+    # Stage diagnostics (ragzoo.diagnostics): the memory's retrieve-or-not decision (no LM call), then one answer.
+    STAGES = {"decision": (), "retrieval": (), "reader": ("rag_answer", "direct_answer")}
+
     def forward(self, question: str) -> dspy.Prediction:
         retrieve, neighbours = self.decide(question)
         if not neighbours:
@@ -137,8 +140,12 @@ class SKR(RagProgram):
         else:
             passages = []
             answer = self.direct_answer(question=question).answer
+        stages = {"decision": {"decision": "retrieve" if retrieve else "closed_book"}}
+        if retrieve:
+            stages["retrieval"] = {"passages": passages}
+        stages["reader"] = {}
         return dspy.Prediction(answer=answer, passages=passages, retrieved=retrieve, neighbours=neighbours,
-                               decision="neighbours" if neighbours else "no labels")
+                               decision="neighbours" if neighbours else "no labels", stages=stages)
 
 
 def _not_scored(example, pred, trace=None) -> float:

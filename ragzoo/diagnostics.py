@@ -29,8 +29,8 @@ Attribution rule (`attribute(record)`), first match wins:
    method, which retrieves nothing, is a retrieval miss by this rule;
 6. "filtered_out": evidence was retrieved but none of it is in the passages the final call saw (the record's
    "passages", which each method sets to its final context, filtered or gated; when a stage gives the texts
-   the final call saw as "context", e.g. FILCO's kept sentences, the record's "reached" says whether evidence
-   is in those texts, and that decides);
+   the final call saw as "context", e.g. FILCO's kept sentences or Self-Refine's summary, the record's
+   "reached" says whether an answer string is in those texts, and that decides; with gold titles the pids do);
 7. "reader_miss": evidence reached the final call and the answer is still wrong.
 
 `stage_summary(records)` aggregates per stage what the papers measure: LM calls, passages per retrieval and
@@ -132,7 +132,7 @@ def stage_records(prediction: Any, program: Any, lm_trace: list[dict], example: 
                 # evidence survived in them is judged on the texts, not on the passages they came from
                 texts = [str(text) for text in value]
                 record["context_chars"] = sum(len(text) for text in texts)
-                if judge is not None:
+                if mode == "answer":  # a title cannot be read off a summary: titles mode goes by the pids
                     reached = any(judge(text) for text in texts)
                 continue
             if key in PASSAGE_FIELDS or _is_passage_list(value):
