@@ -496,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(plan)} mutants over {len(files)} files")
         return 0
 
+    started = time.perf_counter()
     workdir = Path(args.workdir)
     jobs = max(1, args.jobs)
     copies = [make_copy(REPO, workdir / f"w{i}") for i in range(jobs)]
@@ -584,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     survivors = [r for r in results if r.status == "survived"]
     timeouts = sum(r.status == "timeout" for r in results)
     print(f"\n{len(killed)}/{len(results)} mutants killed ({100 * len(killed) / max(1, len(results)):.1f}%)"
-          + (f", {timeouts} of them by the timeout" if timeouts else ""))
+          + (f", {timeouts} of them by the timeout" if timeouts else "")
+          + f"; {len(files)} files, {(time.perf_counter() - started) / 60:.1f} min")
     for file, why in broken.items():
         print(f"not run: {file}: {why}")
     if survivors:
