@@ -105,6 +105,10 @@ class Replug(RagProgram):
         self.k, self.temperature, self.weighting = k, temperature, weighting
         self.passage_answer = dspy.Predict(AnswerWithContext)
 
+    # Stage diagnostics (ragzoo.diagnostics): one answer per passage, then the weighted vote (the passages the
+    # winning answer rests on are what it "kept").
+    STAGES = {"retrieval": (), "passage_answers": ("passage_answer",), "vote": ()}
+
     def forward(self, question: str) -> dspy.Prediction:
         passages = self.retrieve(question, self.k)
         answers = [degrade(lambda passage=passage: self.passage_answer(context=[passage.long_text],
@@ -116,5 +120,7 @@ class Replug(RagProgram):
         answer, totals = weighted_vote(answers, weights)
         key = normalize_answer(answer) or answer.lower()
         supporters = [p for p, a in zip(passages, answers) if (normalize_answer(a) or a.strip().lower()) == key]
-        return dspy.Prediction(answer=answer, passages=supporters, votes=answers, weights=weights,
+        stages = {"retrieval": {"passages": passages}, "passage_answers": {"answers": answers},
+                  "vote": {"passages": passages, "kept": supporters}}
+        return dspy.Prediction(answer=answer, passages=supporters, votes=answers, weights=weights, stages=stages,
                                answer_weights=totals, retrieved=passages)

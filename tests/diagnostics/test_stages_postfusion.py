@@ -1,4 +1,4 @@
-"""Post-Fusion's stage records (concatenation, fallback, per-passage answers, vote, distill) and attribution on
+"""Post-Fusion's and REPLUG's stage records (concatenation, fallback, per-passage answers, vote, distill) and attribution on
 scripted runs: the gold passage outvoted by distractors is dropped by the vote ("filtered_out")."""
 
 from __future__ import annotations
@@ -56,3 +56,11 @@ def test_pf_concat_drops_unknown_passages_then_distills():
     assert list(stages) == ["retrieval", "passage_answers", "vote", "distill"]
     assert stages["vote"]["kept"] == ["d0", "d1"] and stages["distill"] == {"calls": 1, "decision": True}
     assert record["attribution"] == "filtered_out"
+
+
+def test_replug_weighted_vote_outvoting_the_gold_passage_is_filtered_out():
+    record = _run("replug", {"passage_answer": [{"answer": "Paris"}, {"answer": "Lyon"}, {"answer": "Lyon"}]})
+    stages = record["stages"]
+    assert list(stages) == ["retrieval", "passage_answers", "vote"]
+    assert stages["passage_answers"] == {"calls": 3, "answers": ["Paris", "Lyon", "Lyon"]}
+    assert stages["vote"]["kept"] == ["d0", "d1"] and record["attribution"] == "filtered_out"
