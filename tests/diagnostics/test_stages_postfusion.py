@@ -1,5 +1,5 @@
-"""Post-Fusion's and REPLUG's stage records (concatenation, fallback, per-passage answers, vote, distill) and attribution on
-scripted runs: the gold passage outvoted by distractors is dropped by the vote ("filtered_out")."""
+"""Post-Fusion's and REPLUG's stage records (concatenation, fallback, per-passage answers, vote, distill) and
+attribution on scripted runs: the gold passage outvoted by distractors is dropped by the vote ("filtered_out")."""
 
 from __future__ import annotations
 
