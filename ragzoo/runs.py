@@ -605,9 +605,6 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     from ragzoo.metrics.judge import judge_config, judge_summary
 
     run_config.update(judge_config(resolved))  # an LM-judged metric: its prompts and judge LM, no secret
-    from ragzoo.metrics.judge import judge_config, judge_summary
-
-    run_config.update(judge_config(resolved))  # an LM-judged metric: its prompts and judge LM, no secret
     run_config["compiled_on"] = leaked
     run_config["adapter"] = adapter_name(adapter)
     run_config["lenient"] = getattr(adapter, "max_reasks", None) is not None
@@ -738,7 +735,6 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         summary = summarize(records, metric_names, total=len(examples), extra=extra)
         summary["compiled_on"] = leaked
         summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
-        summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
         for key in ("method", "program", "dataset", "split", "lm"):
             if key in run_config:
                 summary[key] = run_config[key]
@@ -854,9 +850,11 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
                 continue
             receiver, sender = context.Pipe(duplex=False)
             shares = {name: _share(limit, index, processes) for name, limit in limits.items()}
+            calls = _share(max_calls, index, processes)
+            cost = _share(None if max_cost is None else float(max_cost), index, processes)
             worker = context.Process(target=_process_worker, name=f"ragzoo-evaluate-{index}", daemon=True,
-                                     args=(items, threads, program, metrics, deadline, _share(max_calls, index, processes),
-                                           _share(max_cost, index, processes), shares, sender, halt, parent))
+                                     args=(items, threads, program, metrics, deadline, calls, cost, shares, sender,
+                                           halt, parent))
             worker.start()
             sender.close()  # the worker's end: EOF here once the worker is gone
             workers.append(worker)
@@ -880,8 +878,14 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
             if worker.exitcode not in (0, None):
                 logger.warning("evaluate: worker process %s ended with exit code %s; its unfinished questions "
                                "are not recorded (--resume runs them)", worker.name, worker.exitcode)
-        if budget:
-            return f"{budget[0]} (each of the {processes} processes has an even share of the budget)"
+        if budget:  # a worker names its own share: the user's figure is the whole budget
+            if budget[0].startswith("LM call budget") and max_calls is not None:
+                return (f"LM call budget reached (--max-calls {max_calls}, split evenly over the {processes} "
+                        f"processes); raise --max-calls to continue")
+            if budget[0].startswith("LM cost budget") and max_cost is not None:
+                return (f"LM cost budget reached (--max-cost {max_cost:g}, split evenly over the {processes} "
+                        f"processes); raise --max-cost to continue")
+            return budget[0]
         return None
     finally:
         gc.unfreeze()

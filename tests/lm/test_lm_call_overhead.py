@@ -27,7 +27,8 @@ def test_a_tracked_lm_is_metered_without_a_global_callback(monkeypatch):
     lm = ScriptedLM(default={"query": "q", "answer": "a"})
     inspected = []
     real = inspect.getcallargs
-    monkeypatch.setattr(inspect, "getcallargs", lambda fn, *a, **k: inspected.append(fn.__qualname__) or real(fn, *a, **k))
+    monkeypatch.setattr(inspect, "getcallargs",
+                        lambda fn, *a, **k: inspected.append(fn.__qualname__) or real(fn, *a, **k))
     with dspy.context(lm=lm), metering(max_calls=10) as meter, trace_example() as trace:
         assert not any(callback is USAGE_CALLBACK for callback in dspy.settings.callbacks or [])
         TwoSteps()(question="why?")
