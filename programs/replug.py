@@ -25,6 +25,8 @@ Choices where the papers are open:
   so it is a knob; `weighting="uniform"` gives every passage the same weight (plain majority).
 - "unknown" answers (`ragzoo.metrics.rates.is_unknown`) do not vote; if every passage abstains, the answer is
   "unknown".
+- `candidates` (the shared convention for methods with several answers): every passage's answer, in the
+  passages' retrieval rank order, "unknown" where a passage abstained or its reply could not be read.
 - Signature: `passage_answer` is `AnswerWithContext` (`signatures/common.py`, the shared answering prompt of
   `rag`) given ONE passage <- REPLUG's LM call on the passage prepended to the input, d ⊕ x.
 - Unreadable replies (issue 14): a per-passage answer (`passage_answer`) whose reply cannot be read
@@ -122,5 +124,6 @@ class Replug(RagProgram):
         supporters = [p for p, a in zip(passages, answers) if (normalize_answer(a) or a.strip().lower()) == key]
         stages = {"retrieval": {"passages": passages}, "passage_answers": {"answers": answers},
                   "vote": {"passages": passages, "kept": supporters}}
-        return dspy.Prediction(answer=answer, passages=supporters, votes=answers, weights=weights, stages=stages,
+        return dspy.Prediction(answer=answer, passages=supporters, votes=answers, candidates=answers,
+                               weights=weights, stages=stages,
                                answer_weights=totals, retrieved=passages)

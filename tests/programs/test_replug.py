@@ -107,3 +107,11 @@ def test_no_passage_retrieved_answers_unknown_with_no_call():
 def test_replug_defaults_are_the_documented_values():
     knobs = programs.info("replug").knobs
     assert (knobs["k"], knobs["temperature"], knobs["weighting"]) == (5, 1.0, "softmax")
+
+
+def test_every_passage_s_answer_is_a_candidate_in_rank_order():
+    retriever = StaticRetriever(DOCS, by_query={Q: DOCS})
+    lm = ScriptedLM({"passage_answer": answer_by_passage(["Ann", "Bob", "bob.", "unknown"])})
+    with dspy.context(lm=lm):
+        pred = programs.get("replug", retriever=retriever, k=4)(question=Q)
+    assert pred.candidates == ["Ann", "Bob", "bob.", "unknown"]  # one per retrieved passage, best rank first
