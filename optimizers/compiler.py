@@ -363,7 +363,10 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
         options.setdefault("reflection_lm", dspy.settings.lm)
         if checkpoint is not None:
             options.setdefault("log_dir", str(checkpoint.folder("gepa")))  # GEPA resumes from its own state
-        return tp.GEPA(metric=metric, num_threads=threads, seed=seed, **options)
+        from ragzoo.optimizers.feedback import feedback_metric
+
+        # GEPA's reflection reads why an answer was wrong (EM/F1 and the stage records), not only its score
+        return tp.GEPA(metric=feedback_metric(metric), num_threads=threads, seed=seed, **options)
     if name == "SIMBA":
         options = dict(settings)
         options["bsize"] = max(1, min(int(options.get("bsize", 32)), len(trainset)))
