@@ -78,6 +78,7 @@ def test_bad_processes_are_one_line(tmp_path, cli, questions_file, small_corpus,
             result = cli(*_argv(server, data, small_corpus, tmp_path / "run", *extra))
             assert result.code not in (0, None) and says in result.err, result.err
             assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1, result.err
+            assert not (tmp_path / "run").exists()
         assert server.requests == 0
 
 
