@@ -592,6 +592,7 @@ def report_grid(grid_out: str, args: argparse.Namespace) -> int:
 
     from ragzoo.grid import table as results
     from ragzoo.grid.runner import cell_dir
+    from ragzoo.runs import CONFIG_FILE
 
     grid = results.grid_of_folder(grid_out)
     built = results.build(grid, grid_out, seed=args.seed)
@@ -605,6 +606,10 @@ def report_grid(grid_out: str, args: argparse.Namespace) -> int:
             entry = entries.get(cell.key, {})
             done = f"{entry['n']}/{entry['n_asked']}, " if "n" in entry else ""
             print(f"  {cell.describe()}: {cell_dir(Path(grid_out), cell) / 'run'} ({done}{entry.get('status', '?')})")
+        started = [(cell.describe(), str(cell_dir(Path(grid_out), cell) / "run")) for cell in grid.cells()]
+        started = [(label, run_dir) for label, run_dir in started if (Path(run_dir) / CONFIG_FILE).is_file()]
+        if started:
+            print_diagnostics([run_dir for _, run_dir in started], labels=[label for label, _ in started])
     if args.plot:
         results.plot(built, args.plot, args.metric)
         print(f"plot: {args.plot}")
@@ -734,14 +739,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_diagnostics(run_dirs: list[str]) -> None:
+def print_diagnostics(run_dirs: list[str], labels: list[str] | None = None) -> None:
     """Issue 23: per run, the attribution of its answers (counts, shares, Wilson 95% CIs) and its stage
     diagnostics (`ragzoo.diagnostics`); runs written before stage records get one line saying so."""
     from ragzoo.diagnostics import attribution_summary, format_attribution, format_stages, stage_summary
 
     runs = [_load(run_dir) for run_dir in run_dirs]
     lines = []
-    for label, run in zip(_labels(runs), runs):
+    for label, run in zip(labels or _labels(runs), runs):
         records = run["records"]
         if not any("attribution" in record for record in records):
             lines.append(f"{label}: no attribution (a run written before stage records)")

@@ -60,3 +60,55 @@ def test_a_run_written_before_stage_records_still_reports(tmp_path, capsys):
     assert "old: no attribution (a run written before stage records)" in capsys.readouterr().out
     assert main(["report", "--compare", old, old]) == 0
     assert "A right, B wrong: 0" in capsys.readouterr().out
+
+
+GRID = """
+[grid]
+name = "diag"
+n = 4
+lms = [{ spec = "openai/stub", api_base = "http://127.0.0.1:9/v1" }]
+main = "rag"
+
+[[datasets]]
+name = "hotpotqa"
+split = "dev_first500"
+metrics = ["em"]
+
+[[methods]]
+id = "direct"
+
+[[methods]]
+id = "rag"
+"""
+
+
+def test_report_of_a_grid_folder_shows_each_cells_attribution(tmp_path, capsys):
+    from ragzoo.grid.runner import cell_dir, write_grid_file
+    from ragzoo.grid.spec import load_grid
+
+    spec = tmp_path / "diag.toml"
+    spec.write_text(GRID, encoding="utf-8")
+    grid = load_grid(spec)
+    out = tmp_path / "g"
+    write_grid_file(grid, out, grid.cells())
+    classes = {"direct": ["correct", "retrieval_miss", "retrieval_miss", "abstained"],
+               "rag": ["correct", "correct", "filtered_out", "reader_miss"]}
+    for cell in grid.cells():
+        run_dir = cell_dir(out, cell) / "run"
+        run_dir.mkdir(parents=True)
+        config = {"method": cell.method.id, "knobs": {}, "metrics": ["em"], "n": 4, "dataset": "hotpotqa",
+                  "split": "dev_first500", "adapter": "chat", "lm": {"model": "openai/stub", "dry_run": False}}
+        (run_dir / "config.json").write_text(json.dumps(config))
+        records = [{"id": str(i), "question": f"q{i}", "gold": ["a"], "prediction": "a" if klass == "correct" else "b",
+                    "metrics": {"em": float(klass == "correct")}, "lm_calls": 1, "prompt_tokens": 1,
+                    "completion_tokens": 1, "cost": 0.0, "latency": 0.1, "error": None, "attribution": klass,
+                    "stages": {"reader": {"calls": 1}}}
+                   for i, klass in enumerate(classes[cell.method.id])]
+        (run_dir / PREDICTIONS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+        (run_dir / "summary.json").write_text(json.dumps({"n": 4, "n_expected": 4, "complete": True}))
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    direct, rag = (cell.describe() for cell in grid.cells())
+    assert f"{direct}: correct 1 (25% [" in text and "retrieval miss 2 (50% [" in text
+    assert f"{rag}: correct 2 (50% [" in text and "filtered out 1 (25% [" in text
+    assert f"{rag} / reader: records 4, calls 1.00" in text
