@@ -106,7 +106,19 @@ def predictor_stage(predictor: str, declared: dict) -> str | None:
 
 def stage_records(prediction: Any, program: Any, lm_trace: list[dict], example: Any = None) -> dict:
     """{"stages": ..., "gold_pids": ..., "evidence": ...} for a prediction record; {} when the method records no
-    stages (older methods, failed questions)."""
+    stages (older methods, failed questions). A diagnostics error never costs the question its paid answer: the
+    record gets "stages_error" (and no attribution beyond failed / correct / abstained) and a warning is logged."""
+    try:
+        return _stage_records(prediction, program, lm_trace, example)
+    except Exception as error:  # noqa: BLE001 - the answer was paid for; its diagnostics are extra
+        import logging
+
+        message = f"{type(error).__name__}: {error}"[:300]
+        logging.getLogger(__name__).warning("stage diagnostics of a question could not be built (%s)", message)
+        return {"stages_error": message}
+
+
+def _stage_records(prediction: Any, program: Any, lm_trace: list[dict], example: Any = None) -> dict:
     from ragzoo.files import jsonable
     from ragzoo.metrics.retrieval import gold_titles, title_recall
 

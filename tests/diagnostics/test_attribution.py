@@ -88,3 +88,23 @@ def test_stage_summary_filter_precision_recall_votes_gates_depth():
     gate = summary["self_knowledge"]
     assert gate["decisions"] == {"True": 1.0} and gate["decision_accuracy"] == 0.5
     assert summary["decompose"]["depth"] == {1: 2}
+
+
+def test_a_diagnostics_error_keeps_the_paid_answer_and_says_so(monkeypatch, caplog):
+    import ragzoo.diagnostics as diagnostics
+    from ragzoo.programs import get
+    from ragzoo.testing import ScriptedLM, StaticRetriever
+
+    from .helpers import PARIS, example, run
+
+    def broken(example):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(diagnostics, "_evidence_judge", broken)
+    lm = ScriptedLM({"generate_answer": {"answer": "Lyon"}})
+    with caplog.at_level("WARNING"):
+        (record,) = run(get("rag", retriever=StaticRetriever([PARIS]), k=1), lm, [example()])
+    assert record["prediction"] == "Lyon" and record["error"] is None
+    assert record["stages_error"] == "KeyError: 'boom'" and "stages" not in record
+    assert record["attribution"] is None
+    assert any("stage diagnostics" in r.getMessage() for r in caplog.records)
