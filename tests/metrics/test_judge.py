@@ -110,7 +110,39 @@ def test_cli_judge_metric_needs_judge_lm_and_records_it(tmp_path, capsys):
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     records = [json.loads(line) for line in (tmp_path / "b" / "predictions.jsonl").read_text().splitlines()]
     assert summary["judge"]["lm_calls"] == 2
+    assert summary["judge"]["cost"] > 0  # the dry-run judge is priced (at its default model), apart
     assert summary["usage"]["lm_calls"] == sum(r["lm_calls"] for r in records)
     config = json.loads((tmp_path / "b" / "config.json").read_text())
     assert config["judge_lm"] == "dry-run"
     assert "supported by the passages" in config["judge"]["metrics"]["judge_faithful"]["instructions"]
+
+
+def test_cli_judge_over_http_a_garbled_verdict_fails_one_question_and_no_key_is_kept(tmp_path, monkeypatch):
+    """A real judge endpoint (the stub server): its calls are counted apart, a verdict that cannot be read fails
+    the metric for that one question only, and the key never reaches the run folder."""
+    from ragzoo import data
+    from ragzoo.cli import main
+    from ragzoo.stubserver import StubLMServer
+
+    key = "sk-judge-secret-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    first = data.load("hotpotqa", "dev_distractor", n=2, seed=0)[0]
+
+    def garble_first(index, body):
+        return "garbage" if first.question in json.dumps(body) else None
+
+    out = tmp_path / "run"
+    with StubLMServer(faults=garble_first) as server:
+        code = main(["evaluate", "--method", "concat", "--knob", "gold_passage=true", "--dataset", "hotpotqa",
+                     "--split", "dev_distractor", "-n", "2", "--seed", "0", "--lm", "dry-run",
+                     "--metric", "em,judge", "--judge-lm", "openai/stub-judge",
+                     "--judge-api-base", server.base_url + "/v1", "--out", str(out)])
+        judged = server.requests
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["judge"]["failed_ids"] == [first.id]
+    assert summary["judge"]["lm_calls"] + summary["judge"]["failed_calls"] <= judged
+    assert summary["judge"]["lm_calls"] >= 1  # the other question's verdict
+    assert summary["usage"]["lm_calls"] == 2  # the program's two dry-run calls only
+    for name in ("config.json", "summary.json", "predictions.jsonl"):
+        assert key not in (out / name).read_text()
