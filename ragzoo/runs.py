@@ -797,6 +797,21 @@ def _check_processes(processes) -> None:
         raise RunError(f"--processes must be a positive integer, got {processes!r}")
     if processes > 1 and "fork" not in multiprocessing.get_all_start_methods():
         raise RunError("--processes needs fork() (Linux, macOS); use --threads alone on this platform")
+    for name, limit in _endpoint_limits().items():  # before the run folder is made
+        if limit < processes:
+            raise RunError(f"--processes {processes} is more than --max-concurrency {limit} of {name}: each process "
+                           f"needs a request slot of its own; lower --processes or raise --max-concurrency")
+
+
+def _endpoint_limits() -> dict:
+    """{endpoint: --max-concurrency} of the active LM (other endpoints of this process are other LMs' runs)."""
+    import dspy
+
+    from ragzoo import endpoints
+
+    name = endpoints.endpoint_of(dspy.settings.lm) if dspy.settings.lm is not None else None
+    limit = endpoints.limiter(name).limit if name else None
+    return {name: limit} if limit is not None else {}
 
 
 def _share(total, index: int, count: int):
@@ -824,16 +839,7 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
 
     from ragzoo import endpoints
 
-    import dspy
-
-    # the active LM's endpoint (other endpoints of this process belong to other LMs, other runs)
-    name = endpoints.endpoint_of(dspy.settings.lm) if dspy.settings.lm is not None else None
-    limit = endpoints.limiter(name).limit if name else None
-    limits = {name: limit} if limit is not None else {}
-    for name, limit in limits.items():
-        if limit < processes:
-            raise RunError(f"--processes {processes} is more than --max-concurrency {limit} of {name}: each process "
-                           f"needs a request slot of its own; lower --processes or raise --max-concurrency")
+    limits = _endpoint_limits()
     context = multiprocessing.get_context("fork")
     halt = context.RawValue("b", 0)  # lock-free: a killed worker cannot leave it locked
     workers, pipes = [], {}
