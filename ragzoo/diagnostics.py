@@ -35,9 +35,10 @@ Attribution rule (`attribute(record)`), first match wins:
 
 `stage_summary(records)` aggregates per stage what the papers measure: LM calls, passages per retrieval and
 gold recall@k (title recall, or the share of questions with an answer-bearing passage), filter precision and
-recall against the evidence passages, kept-context length, %Unk and vote agreement of per-passage answers,
-gate decision rates (and accuracy where the stage gives a label: RA-ISF's self-knowledge gate against whether
-its closed-book answer was right), depth distribution. `attribution_summary` counts classes with Wilson CIs
+recall against the evidence passages, kept-context length, %Unk, vote agreement and vote miss (%NM: a gold
+answer in the pool, the final answer wrong) of per-passage answers, gate decision rates (and accuracy where
+the stage gives a label: RA-ISF's self-knowledge gate against whether its closed-book answer was right),
+depth distribution. `attribution_summary` counts classes with Wilson CIs
 (`ragzoo.stats`), and `flips` counts, between two runs, the questions one got right and the other wrong, by
 the loser's class.
 """
@@ -235,7 +236,7 @@ def stage_summary(records: list[dict]) -> dict[str, dict]:
     """Per stage (in first-seen order): how many records have it and the papers' measures (module docstring);
     a measure is present only when some record carries what it needs."""
     from ragzoo.metrics.answer import exact_match
-    from ragzoo.metrics.rates import is_unknown
+    from ragzoo.metrics.rates import is_unknown, vote_miss
 
     by_stage: dict[str, list[tuple[dict, dict]]] = {}
     for record in records:
@@ -285,6 +286,11 @@ def stage_summary(records: list[dict]) -> dict[str, dict]:
                                           for answers in answer_lists) if share is not None]
             if shares:
                 stats["vote_agreement"] = _mean(shares)
+            # Post-Fusion's %NM: a gold answer was in the pool, the final answer is still wrong
+            pools = [(r, s["answers"]) for r, s in pairs if isinstance(s.get("answers"), list) and r.get("gold")]
+            if pools:
+                stats["vote_miss"] = _mean(vote_miss(r.get("prediction"), [str(a) for a in answers], r["gold"])
+                                           for r, answers in pools)
         decisions = [s["decision"] for _, s in pairs if "decision" in s and s["decision"] is not None]
         if decisions:
             counts = Counter(str(d) for d in decisions)
