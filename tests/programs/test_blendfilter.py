@@ -388,3 +388,19 @@ def test_unreadable_yes_no_extraction_reads_yes_no_from_the_reasoning(retriever,
     with dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=0)):
         pred = BlendFilter(retriever, answer_mode="yes_no")(question=Q)
     assert pred.answer == expected and pred.candidates == [expected]
+
+
+def test_answer_read_from_a_reasoning_without_a_final_sentence_is_the_whole_reasoning():
+    from ragzoo.programs.blendfilter import answer_from_reasoning
+
+    assert answer_from_reasoning("Doc 0 names Paris ") == "Doc 0 names Paris"
+    assert answer_from_reasoning("Doc 0 names Paris. So the answer is Paris.") == "Paris"
+    assert answer_from_reasoning(None) == "" and answer_from_reasoning(None, "yes_no") == ""
+
+
+def test_knobs_are_kept_as_given_and_filter_empty_only_when_nothing_was_kept(retriever):
+    program = BlendFilter(retriever, augmentations=("internal",))
+    assert program.augmentations == ("internal",) and program.queries == ("q", "q_in")
+    assert BlendFilter(retriever).augmentations == ("external", "internal")
+    pred = run(BlendFilter(retriever), script())
+    assert pred.filter_empty is False and [p.pid for p in pred.passages] == ["0", "3", "6"]
