@@ -751,7 +751,10 @@ def print_diagnostics(run_dirs: list[str], labels: list[str] | None = None) -> N
         if not any("attribution" in record for record in records):
             lines.append(f"{label}: no attribution (a run written before stage records)")
             continue
-        lines.append(format_attribution(label, attribution_summary(records)))
+        if _recorded_dry_run(run["config"].get("lm")):  # retrieval and calls are real, the answers placeholders
+            lines.append(f"{label}: no attribution (dry run: placeholder answers); its stages:")
+        else:
+            lines.append(format_attribution(label, attribution_summary(records)))
         lines.extend(format_stages(label, stage_summary(records)))
     if lines:
         print("\nattribution (count, share [95% CI]) and stage diagnostics:")

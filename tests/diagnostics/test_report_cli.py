@@ -112,3 +112,19 @@ def test_report_of_a_grid_folder_shows_each_cells_attribution(tmp_path, capsys):
     assert f"{direct}: correct 1 (25% [" in text and "retrieval miss 2 (50% [" in text
     assert f"{rag}: correct 2 (50% [" in text and "filtered out 1 (25% [" in text
     assert f"{rag} / reader: records 4, calls 1.00" in text
+
+
+def test_a_dry_run_shows_its_stages_but_no_attribution(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "dry"
+    assert main(["evaluate", "--method", "blendfilter", "--dataset", "hotpotqa", "-n", "2", "--lm", "dry-run",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "blendfilter: no attribution (dry run: placeholder answers); its stages:" in text
+    assert "correct 0" not in text
+    # the calls of BlendFilter's 13 per question, by stage (Appendix B's filter chain: 3 sets x 3 calls)
+    for stage, calls in (("original", 0), ("external_cot", 1), ("internal_knowledge", 1), ("filter", 9),
+                         ("reader", 2)):
+        assert f"blendfilter / {stage}: records 2, calls {calls}.00" in text
