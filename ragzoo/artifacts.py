@@ -33,7 +33,7 @@ from ragzoo.errors import ArtifactError, ConfigError
 from ragzoo.leakage import restore as restore_seen
 from ragzoo.leakage import seen_by
 from ragzoo.secrets import storable, strip_spec
-from ragzoo.files import atomic_write_bytes, atomic_write_json, discard_dir, fsync_dir, jsonable, staging_dir
+from ragzoo.files import is_transient_dir, atomic_write_bytes, atomic_write_json, discard_dir, fsync_dir, jsonable, staging_dir
 from ragzoo.ownership import claim, replace
 
 FORMAT_VERSION = 1
@@ -445,6 +445,9 @@ def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: st
                   method: str | None = None, knobs: dict | None = None, trust_retriever: bool = False):
     """`load`, returning `(program, manifest)`."""
     path = Path(path)
+    if is_transient_dir(path):  # a compile killed between its last write and the swap leaves a complete-looking copy
+        raise ArtifactError(f"{path} is the unfinished build or the backup of a compile, not an artifact; load the "
+                            f"folder the compile was writing (its --out)")
     manifest = read_manifest(path)
     try:
         return _load_checked(path, manifest, retriever=retriever, retriever_spec=retriever_spec, method=method,

@@ -110,6 +110,14 @@ def jsonable(value: Any) -> Any:
 
 
 STAGING_MARK = ".building-"
+BACKUP_MARK = ".old-"
+
+
+def is_transient_dir(path: str | os.PathLike) -> bool:
+    """True for a folder named as `staging_dir` or `replace_dir` name theirs (`.NAME.building-...`,
+    `.NAME.old-...`): a build a kill interrupted or a backup not yet removed, never a finished folder."""
+    name = Path(path).name
+    return name.startswith(".") and (STAGING_MARK in name or BACKUP_MARK in name)
 
 
 def staging_dir(final: str | os.PathLike) -> Path:
@@ -134,7 +142,7 @@ def replace_dir(staging: str | os.PathLike, final: str | os.PathLike,
     staging, final = Path(staging), Path(final)
     backup = None
     if final.exists() or final.is_symlink():
-        backup = final.with_name(f".{final.name}.old-{os.getpid()}-{time.time_ns()}")
+        backup = final.with_name(f".{final.name}{BACKUP_MARK}{os.getpid()}-{time.time_ns()}")
         os.replace(final, backup)
     try:
         os.replace(staging, final)

@@ -107,3 +107,16 @@ def test_save_refuses_existing_and_leaves_no_partial_dir(artifact, tiny_retrieve
     assert load(artifact, retriever=tiny_retriever).answer.demos == []
     assert sorted(p.name for p in artifact.parent.iterdir()) == ["art"]
     assert sorted(p.name for p in artifact.iterdir()) == [".ragzoo-folder.json", "manifest.json", "program.json"]
+
+
+@pytest.mark.parametrize("name", [".art.building-123-456-abc", ".art.old-123-456"])
+def test_a_complete_copy_left_by_a_killed_swap_is_not_loaded(artifact, tiny_retriever, tmp_path, name):
+    # a compile killed after writing manifest.json into its staging folder (or before dropping the backup of the
+    # artifact it replaced) leaves a folder whose files are complete: it still must not pass for the artifact
+    import shutil
+
+    copy = tmp_path / name
+    shutil.copytree(artifact, copy)
+    load(artifact, retriever=tiny_retriever)  # the original loads
+    with pytest.raises(ArtifactError, match="unfinished build or the backup"):
+        load(copy, retriever=tiny_retriever)

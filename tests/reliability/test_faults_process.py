@@ -83,7 +83,7 @@ def _artifact_state(out: Path) -> str:
 
     if not out.exists():
         return "absent"
-    assert sorted(p.name for p in out.iterdir()) >= ["manifest.json", "program.json"], list(out.iterdir())
+    assert {p.name for p in out.iterdir()} >= {"manifest.json", "program.json"}, list(out.iterdir())
     try:
         load(out, retriever_spec=None)
     except ArtifactError as error:  # pragma: no cover - the failure we guard against

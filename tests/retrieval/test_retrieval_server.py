@@ -190,7 +190,7 @@ def test_serve_help_shows_defaults_and_takes_the_query_limit(monkeypatch, capsys
     served = {}
     monkeypatch.setattr(server_module, "serve", lambda retriever, **options: served.update(options))
     assert main(["serve", "--retriever", "fixed", "--max-query-chars", "0"]) == 2
-    assert "--max-query-chars must be a positive" in capsys.readouterr().err
+    assert "--max-query-chars 0: expected an integer with --max-query-chars >= 1" in capsys.readouterr().err
     monkeypatch.setattr("ragzoo.retrieval.specs.make_retriever", lambda spec: object())
     assert main(["serve", "--max-query-chars", "12345", "--port", "9999"]) == 0
     assert served["max_query_chars"] == 12345 and served["port"] == 9999 and served["host"] == "127.0.0.1"
