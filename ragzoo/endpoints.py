@@ -257,6 +257,33 @@ def _give_up(error) -> None:
     raise error
 
 
+class _Retry:
+    """One managed call's 429 handling, the same for the sync and the async attempt (only the waiting differs)."""
+
+    def __init__(self, lm):
+        self.gate, self.tries, self.first_429 = limiter(endpoint_of(lm)), 0, None
+
+    def rate_limited(self, error, ticket, state):
+        """Give the slot back for a 429 and return it to retry; one that came after output started is raised."""
+        if state.emitted or state.completed:
+            raise error
+        self.gate.rate_limited_once(ticket)
+        return error
+
+    def answered(self, result):
+        self.gate.answered()
+        return result
+
+    def delay(self, error) -> float:
+        """Seconds to wait before the next try; gives up (raises `error`, final) past the deadline."""
+        self.first_429 = self.first_429 or time.monotonic()
+        delay = _wait_before_retry(error, self.tries, self.first_429)
+        if delay is None:
+            _give_up(error)
+        self.tries += 1
+        return delay
+
+
 _backoff_installed = False
 _backoff_lock = threading.Lock()
 
@@ -281,50 +308,32 @@ def install_rate_limit_backoff() -> None:
         def _attempt(lm, call, backend, request, provider, state, results):
             if not ours(lm, call):
                 return attempt_once(lm, call, backend, request, provider, state, results)
-            gate, tries, first_429 = limiter(endpoint_of(lm)), 0, None
+            retry = _Retry(lm)
             while True:
-                with gate.slot(_DEADLINE.get()) as ticket:
+                with retry.gate.slot(_DEADLINE.get()) as ticket:
                     try:
                         with error_boundary(lm.model, provider=provider, unexpected=True):
                             result = attempt_once(lm, call, backend, request, provider, state, results)
                     except LMRateLimitError as error:
-                        if state.emitted or state.completed:
-                            raise
-                        gate.rate_limited_once(ticket)
-                        failed = error
+                        failed = retry.rate_limited(error, ticket, state)
                     else:
-                        gate.answered()
-                        return result
-                first_429 = first_429 or time.monotonic()
-                delay = _wait_before_retry(failed, tries, first_429)
-                if delay is None:
-                    _give_up(failed)
-                time.sleep(delay)
-                tries += 1
+                        return retry.answered(result)
+                time.sleep(retry.delay(failed))
 
         async def _aattempt(lm, call, backend, request, provider, state, results):
             if not ours(lm, call):
                 return await aattempt_once(lm, call, backend, request, provider, state, results)
-            gate, tries, first_429 = limiter(endpoint_of(lm)), 0, None
+            retry = _Retry(lm)
             while True:
-                async with gate.aslot(_DEADLINE.get()) as ticket:
+                async with retry.gate.aslot(_DEADLINE.get()) as ticket:
                     try:
                         with error_boundary(lm.model, provider=provider, unexpected=True):
                             result = await aattempt_once(lm, call, backend, request, provider, state, results)
                     except LMRateLimitError as error:
-                        if state.emitted or state.completed:
-                            raise
-                        gate.rate_limited_once(ticket)
-                        failed = error
+                        failed = retry.rate_limited(error, ticket, state)
                     else:
-                        gate.answered()
-                        return result
-                first_429 = first_429 or time.monotonic()
-                delay = _wait_before_retry(failed, tries, first_429)
-                if delay is None:
-                    _give_up(failed)
-                await asyncio.sleep(delay)
-                tries += 1
+                        return retry.answered(result)
+                await asyncio.sleep(retry.delay(failed))
 
         def _retryable(state, exc, attempt, retries):
             return not getattr(exc, "ragzoo_rate_limit_final", False) and retryable(state, exc, attempt, retries)
