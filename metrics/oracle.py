@@ -33,25 +33,25 @@ def best_of(score: Callable[[str], float], pred) -> float:
     return max((score(answer) for answer in candidate_pool(pred)), default=0.0)
 
 
+def _best_against(score, gold, pred) -> float:
+    return best_of(lambda answer: score(answer, gold), pred)
+
+
 def oracle_em(example, pred, trace=None) -> float:
     """1.0 when any candidate answer exactly matches a gold answer (BlendFilter Fig. 5's best-of-3 EM)."""
-    golds = gold_answers(example)
-    return best_of(lambda answer: exact_match(answer, golds), pred)
+    return _best_against(exact_match, gold_answers(example), pred)
 
 
 def oracle_f1(example, pred, trace=None) -> float:
     """The highest token F1 of any candidate answer (BlendFilter Fig. 5's best-of-3 F1)."""
-    golds = gold_answers(example)
-    return best_of(lambda answer: f1(answer, golds), pred)
+    return _best_against(f1, gold_answers(example), pred)
 
 
 def oracle_acc(example, pred, trace=None) -> float:
     """Yes/no accuracy of the best candidate (StrategyQA)."""
-    gold = gold_yes_no(example)
-    return best_of(lambda answer: accuracy(answer, gold), pred)
+    return _best_against(accuracy, gold_yes_no(example), pred)
 
 
 def oracle_contains(example, pred, trace=None) -> float:
     """A gold answer occurs in some candidate (ActiveRAG's "acc" under Oracle Rerank)."""
-    golds = gold_answers(example)
-    return best_of(lambda answer: contains(answer, golds), pred)
+    return _best_against(contains, gold_answers(example), pred)
