@@ -61,3 +61,17 @@ def test_defaults_are_the_documented_values():
     retriever = StaticRetriever(make_passages(30))
     run(programs.get("ircot", retriever=retriever), lm)
     assert lm.call_names == ["reason"] * 5 + ["read"] and {k for _, k in retriever.queries} == {5}
+
+
+def test_the_stage_record_names_every_query_what_was_kept_and_why_it_stopped():
+    docs = make_passages(12)
+    retriever = StaticRetriever(docs, by_query={Q: docs[0:4], "step one.": docs[4:8], "step two.": docs[8:12]})
+    lm = ScriptedLM({"reason": reasoning("step one.", "step two.", "done."), "read": {"answer": "x"}})
+    pred = run(programs.get("ircot", retriever=retriever, k=4, max_passages=3), lm)
+    hops = pred.stages["hops"]
+    assert hops["queries"] == [Q, "step one.", "step two."] and hops["decision"] == "done" and hops["depth"] == 3
+    assert [p.pid for p in hops["passages"]] == [str(i) for i in range(12)]  # all retrieved, before the cap
+    assert [p.pid for p in hops["kept"]] == ["0", "1", "2"] and set(pred.stages) == {"hops", "reader"}
+    lm = ScriptedLM({"reason": reasoning("a.", "b.", done_last=False), "read": {"answer": "x"}})
+    budget = run(programs.get("ircot", retriever=retriever, max_steps=2), lm)
+    assert budget.stages["hops"]["decision"] == "max_steps" == budget.stop_reason

@@ -69,3 +69,18 @@ def test_each_observation_is_what_that_search_returned_not_everything_gathered()
 def test_defaults_are_the_documented_values():
     knobs = programs.info("react").knobs
     assert (knobs["k"], knobs["max_steps"]) == (5, 5)
+
+
+def test_the_stage_record_names_the_searches_and_why_the_loop_ended():
+    docs = make_passages(6)
+    retriever = StaticRetriever(docs, by_query={"first": docs[0:2], "second": docs[1:3]})
+    lm = ScriptedLM({"step": [{"thought": "a", "action": "search", "argument": "first"},
+                              {"thought": "b", "action": "search", "argument": "second"},
+                              {"thought": "d", "action": "finish", "argument": "Doc 2"}]})
+    pred = run(programs.get("react", retriever=retriever, k=2), lm)
+    hops = pred.stages["hops"]
+    assert hops["queries"] == ["first", "second"] and hops["depth"] == 2 and hops["decision"] == "finish"
+    assert [p.pid for p in hops["passages"]] == ["0", "1", "2"] and set(pred.stages) == {"hops"}
+    lm = ScriptedLM({"step": {"thought": "t", "action": "search", "argument": "first"}, "finish": {"answer": "x"}})
+    forced = run(programs.get("react", retriever=retriever, k=2, max_steps=2), lm)
+    assert forced.stages["hops"]["decision"] == "max_steps" and set(forced.stages) == {"hops", "finish"}
