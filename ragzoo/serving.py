@@ -133,23 +133,17 @@ class _CancellableCalls:
         self.__dict__["model"] = value
 
 
-_CANCELLABLE_CLASSES: dict[type, type] = {}
-
-
 def _cancellable(lm):
     """A shallow copy of `lm` (same engine, clients, usage callback and totals) whose calls stop for an abandoned
     question; an LM without a `model` in its instance dict is served as it is."""
     import copy
 
+    from ragzoo.usage import mixed_class
+
     if lm is None or "model" not in getattr(lm, "__dict__", {}):
         return lm
-    base = type(lm)
-    cls = _CANCELLABLE_CLASSES.get(base)
-    if cls is None:
-        cls = _CANCELLABLE_CLASSES[base] = type(f"Cancellable{base.__name__}", (_CancellableCalls, base),
-                                                {"__module__": base.__module__})
     served = copy.copy(lm)
-    served.__class__ = cls
+    served.__class__ = mixed_class(_CancellableCalls, type(lm), "Cancellable")
     return served
 
 

@@ -720,7 +720,17 @@ class TrackedLM(BudgetedCalls, dspy.LM):
         return state
 
 
-_BUDGETED_CLASSES: dict[type, type] = {}
+_MIXED_CLASSES: dict[tuple[type, type], type] = {}
+
+
+def mixed_class(mixin: type, base: type, prefix: str) -> type:
+    """`base` with `mixin`'s call behaviour in front, made once per (mixin, base) so that every wrapped LM of a
+    class shares one class (isinstance checks and copies keep working)."""
+    cls = _MIXED_CLASSES.get((mixin, base))
+    if cls is None:
+        cls = _MIXED_CLASSES[(mixin, base)] = type(f"{prefix}{base.__name__}", (mixin, base),
+                                                   {"__module__": base.__module__})
+    return cls
 
 
 def budgeted(lm):
@@ -728,13 +738,8 @@ def budgeted(lm):
     later, e.g. by optimizers, keep the class and so the check)."""
     if isinstance(lm, BudgetedCalls):
         return lm
-    base = type(lm)
-    cls = _BUDGETED_CLASSES.get(base)
-    if cls is None:
-        cls = _BUDGETED_CLASSES[base] = type(f"Budgeted{base.__name__}", (BudgetedCalls, base),
-                                             {"__module__": base.__module__})
     copy = lm.copy() if hasattr(lm, "copy") else lm
-    copy.__class__ = cls
+    copy.__class__ = mixed_class(BudgetedCalls, type(lm), "Budgeted")
     return copy
 
 
