@@ -13,11 +13,8 @@ DRY = ["--lm", "dry-run"]
 
 
 @pytest.fixture
-def questions(tmp_path):
-    path = tmp_path / "q.jsonl"
-    path.write_text("".join(json.dumps({"id": str(i), "question": f"who {i}?", "answers": ["x"]}) + "\n"
-                            for i in range(2)))
-    return str(path)
+def questions(questions_file):
+    return str(questions_file(2))
 
 
 def _refused(argv: list[str], capsys, flag: str) -> str:

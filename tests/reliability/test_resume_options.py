@@ -4,8 +4,6 @@ two setups end up under one label (issue 20 §6: `evaluate --resume --adapter js
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ragzoo.cli import main
@@ -14,11 +12,8 @@ DRY = ["--lm", "dry-run"]
 
 
 @pytest.fixture
-def questions(tmp_path):
-    path = tmp_path / "q.jsonl"
-    path.write_text("".join(json.dumps({"id": str(i), "question": f"who {i}?", "answers": ["x"]}) + "\n"
-                            for i in range(4)))
-    return str(path)
+def questions(questions_file):
+    return str(questions_file(4))
 
 
 @pytest.fixture
