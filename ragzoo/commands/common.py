@@ -80,6 +80,16 @@ def add_budget_args(parser: argparse.ArgumentParser, *, scope: str = "") -> None
                              "adds wall time x rate, shown apart from token cost, and --max-cost binds on it")
 
 
+def add_tracking_args(parser: argparse.ArgumentParser) -> None:
+    """--mlflow URI, --mlflow-traces: one definition for `compile`, `evaluate`, `sweep` and `reproduce`
+    (read by `ragzoo.tracking.from_args`, not by the commands' config: nothing of them reaches a run folder)."""
+    parser.add_argument("--mlflow", metavar="URI",
+                        help="log this run to MLflow: a tracking server (http://host:port) or a local store "
+                             "(sqlite:///mlflow.db); default $RAGZOO_MLFLOW; needs pip install 'ragzoo[mlflow]'")
+    parser.add_argument("--mlflow-traces", action="store_true", default=None,
+                        help="with --mlflow: also log DSPy's trace of every LM call (mlflow.dspy.autolog)")
+
+
 def add_data_args(parser: argparse.ArgumentParser, *, split_help: str, n: bool = True) -> None:
     parser.add_argument("--dataset", help="dataset name (see ragzoo datasets)")
     parser.add_argument("--split", help=split_help)

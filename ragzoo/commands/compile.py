@@ -22,7 +22,7 @@ import argparse
 import contextlib
 import sys
 
-from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, add_lm_args
+from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, add_lm_args, add_tracking_args
 
 DEFAULTS = {
     "method": None, **{k: v for k, v in DATA_DEFAULTS.items() if k != "n"}, "dev_split": None, "train_n": 50,
@@ -86,6 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "demos so far, GEPA's state); refused if the method, knobs, optimizer, data, seed, "
                              "LM or adapter differ")
     add_lm_args(parser)
+    add_tracking_args(parser)
 
 
 def _fingerprint(config: dict, knobs: dict, train: list, dev: list, lm: dict | None = None) -> dict:
@@ -199,7 +200,7 @@ def search_space(pairs: list[str]) -> dict[str, list[str]]:
 
 
 def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict, optimizers: list[str],
-                dry_run: bool) -> int:
+                dry_run: bool, track=None) -> int:
     from pathlib import Path
 
     import dspy
@@ -276,6 +277,8 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
                       "best_recompiled": found.recompiled_best},
          defaults_used=config.get("defaults_used"), stopped=stopped,
          config={k: v for k, v in config.items() if k not in ("force",)})
+    if track is not None:
+        track.finish(config["out"])
     print(f"saved {config['out']}: {config['method']} with {best}")
     say_defaults("compile", config)
     if stopped:
@@ -316,6 +319,10 @@ def run(args: argparse.Namespace) -> int:
     dry_run = bool(config["dry_run"]) or (is_dry_run_spec(config.get("lm")) and not config.get("out"))
     if not dry_run and not config.get("out"):
         raise ConfigError("no --out given; name the artifact directory to write (or use --dry-run)")
+    from ragzoo import tracking
+
+    # an estimate saves nothing: there is no run to track
+    track = tracking.from_args(args, "compile") if not dry_run else tracking.Tracker(None, "compile")
     if not dry_run:  # before any LM call: a result that cannot be saved must not be paid for
         from ragzoo.artifacts import check_replaceable
         from ragzoo.config import check_out_writable
@@ -352,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
     retriever = build_retriever(config.get("retriever"), examples=[*train, *dev]) if info.uses_retrieval else None
     if config.get("search"):
         try:
-            return _run_search(config, lm, retriever, train, dev, knobs, optimizers, dry_run)
+            return _run_search(config, lm, retriever, train, dev, knobs, optimizers, dry_run, track)
         except Exception as error:
             budget = find_budget_error(error)
             if budget is None:
@@ -371,7 +378,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"ragzoo compile: resuming from {checkpoint.kept()}", file=sys.stderr)
     INTERRUPTED.checkpoint = checkpoint  # Ctrl-C from here on says what the checkpoint kept
     try:
-        with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr):  # optimizers print
+        with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr), \
+                track.working(config.get("out")):  # optimizers print
             result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
                                      metric=config["metric"], seed=int(config["seed"]),
                                      threads=int(config["threads"]), settings=_settings(config.get("optimizer_setting")),
@@ -406,6 +414,7 @@ def run(args: argparse.Namespace) -> int:
          stopped=result.stopped, notes=result.notes, compile_stages=result.staged,
          adapter=adapter_name(adapter), max_reasks=getattr(adapter, "max_reasks", None),
          config={k: v for k, v in config.items() if k not in ("force",)})
+    track.finish(config["out"])
     score = "n/a" if result.score is None else f"{result.score:.3f}"
     if is_dry_run(lm):
         score = "n/a (dry-run: placeholder answers)"

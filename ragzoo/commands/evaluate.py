@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, add_lm_args
+from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, add_lm_args, add_tracking_args
 
 DEFAULTS = {
     "program": None, "method": None, **DATA_DEFAULTS, **LM_DEFAULTS, "out": None, "threads": 1, "resume": False,
@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", help="comma-separated metrics (default: the dataset's: em,f1; "
                                          "strategyqa: acc)")
     add_lm_args(parser)
+    add_tracking_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     config = resolve(args, DEFAULTS)
     if not config.get("out"):
         raise ConfigError("no --out given; name the run directory to write, e.g. --out runs/rag-hotpotqa")
+    from ragzoo import tracking
+
+    track = tracking.from_args(args, "evaluate")
     check_question_source(config)
     apply_dataset_defaults(config, split_kind="eval", metric_kind="eval")
     check_metrics(config["metric"], config)  # and builds an LM judge for --metric judge
@@ -102,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     deadline = config.get("deadline")
     from ragzoo.tracing import keeping_call_texts
 
-    with dspy.context(lm=lm), keeping_call_texts(bool(config.get("keep_prompts"))):
+    with dspy.context(lm=lm), keeping_call_texts(bool(config.get("keep_prompts"))), \
+            track.working(config["out"]):
         summary = evaluate(program, examples, config["metric"], config["out"], threads=int(config["threads"]),
                            resume=bool(config["resume"]), force=bool(config["force"]), config=run_config,
                            max_calls=config.get("max_calls"), max_cost=config.get("max_cost"),
@@ -111,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                            abort_failure_rate=config.get("abort_failure_rate"),
                            refuse_leakage=bool(config.get("refuse_leakage")),
                            processes=config["processes"])
+    track.finish(config["out"])
     if is_dry_run(lm):
         metrics = "metrics n/a (dry-run: placeholder answers)"
     else:

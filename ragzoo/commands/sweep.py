@@ -41,6 +41,9 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
                                                          "postgresql://..., journal:PATH): each cell claimed once")
     parser.add_argument("--plot", metavar="PNG", help="also draw metric vs LM calls per dataset with CIs")
     parser.add_argument("--quiet", action="store_true", help="no progress view")
+    from ragzoo.commands.common import add_tracking_args
+
+    add_tracking_args(parser)
 
 
 # What an interrupted run keeps (the CLI prints it on Ctrl-C).
@@ -175,6 +178,9 @@ def run_grid(grid, args: argparse.Namespace) -> int:
         print(format_prices(prices, args.price_as or "each cell's LM"))
         return 0
     out = Path(args.out or Path("runs") / "grids" / grid.name)
+    from ragzoo import tracking
+
+    track = tracking.from_args(args, "sweep")
     view = ProgressView(enabled=not args.quiet)
 
     def say(line: str) -> None:
@@ -184,15 +190,17 @@ def run_grid(grid, args: argparse.Namespace) -> int:
     try:
         result = sweep(grid, out, parallel=args.parallel, max_cost=args.max_cost, storage=args.storage,
                        progress=view, max_calls=args.max_calls, price=args.price, price_per_hour=args.price_per_hour,
-                       say=say)
+                       say=say, track=track)
     finally:
         view.close()
     if result.interrupted:
+        tracking.finish_grid(track, out, result.states, status="KILLED")
         print(f"ragzoo {args.command}: interrupted; {kept_line(result)}; resume with: {resume_command(args)}",
               file=sys.stderr)
         return 130
     built = results.build(grid, out)
     paths = results.write(built, out)
+    tracking.finish_grid(track, out, result.states, status="FAILED" if result.failed else "FINISHED")
     print(results.to_markdown(built))
     print(f"written: {', '.join(str(p) for p in paths.values())}")
     if args.plot:

@@ -629,7 +629,7 @@ def _lines_of(path: Path, seen: dict) -> int:
 def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: float | None = None,
           storage: str | None = None, progress=None, quiet_cells: bool = True, max_calls: int | None = None,
           price: str | None = None, price_per_hour: float | None = None, say=None,
-          tick: float = 0.5) -> SweepResult:
+          tick: float = 0.5, track=None) -> SweepResult:
     """Run the grid's cells (see the module docstring). `progress(snapshot)` is called at the start, every
     `tick` seconds while cells run (the running cells' questions done / total, calls, spend; the grid's ETA) and
     after each cell; `say(line)` gets one-line notices (where a resume starts). Ctrl-C (SIGINT, when run from the
@@ -651,6 +651,11 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
 
         register_url(storage, paths=False)  # a database password is hidden from every output and record too
     write_grid_file(grid, out, cells)
+    from ragzoo import tracking
+
+    track = track or tracking.Tracker(None, "sweep")  # MLflow: the grid's run, one nested run per cell ran
+    if track.enabled:
+        track.start(track.name_of(out), tags={"ragzoo.grid": grid.name})
     result = SweepResult()
     todo = []
     for cell in cells:
@@ -753,8 +758,10 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
 
             beater = threading.Thread(target=heartbeat, daemon=True)
             beater.start()
+            cell_track = track.child("cell") if track.enabled else track
             try:
-                with _cell_log(routers, cell_dir(out, cell) / "log.txt"), metering(budget=budget) as meter:
+                with _cell_log(routers, cell_dir(out, cell) / "log.txt"), metering(budget=budget) as meter, \
+                        tracking.grid_cells(track), cell_track.working(cell_dir(out, cell)):
                     with lock:
                         running[key] = {"meter": meter, "prior": cell_state(out, cell), "seen": {}}
                     claims.heartbeat(token)
@@ -767,6 +774,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             finally:
                 beat.set()
             ok = state.get("status") == "done"
+            cell_track.finish(cell_dir(out, cell), name=cell.key, status="FINISHED" if ok else "FAILED")
             with lock:
                 running.pop(key, None)
                 result.states[key] = state

@@ -1,0 +1,224 @@
+"""`--mlflow URI` against a real `mlflow server` (SQLite backend, loopback, artifacts in tmp_path), read back
+through MLflow's own client: one run per evaluation, per compile and per grid cell (nested under the grid's
+run), with params, metrics and the run folder's files as artifacts; and no key anywhere in what MLflow
+stored (its database and artifact store, grepped byte-wise)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ragzoo.cli import main
+
+FAKE_KEY = "sk-fake-" + "Zq7mRk2Lw9" * 3  # the environment's key: sent to the stub LM, never to MLflow
+OTHER_SECRET = "tok-" + "Pq8nXv3Jd6" * 3  # any *_TOKEN of the environment is a secret too
+
+GRID = """
+[grid]
+name = "tiny-mlflow"
+n = 2
+lms = ["dry-run"]
+
+[[datasets]]
+name = "nq_open"
+split = "dev_activerag500"
+retriever = "fixed"
+metrics = ["em", "f1"]
+label = "NQ"
+
+[[methods]]
+id = "direct"
+label = "Direct"
+
+[[methods]]
+id = "rag"
+label = "RAG"
+knobs = { k = 2 }
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'ragzoo[mlflow]')")
+    root = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    env.pop("OPENAI_API_KEY", None)  # the server never sees the key either way; it must not hold it by accident
+    log = open(root / "server.log", "wb")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts"),
+         "--workers", "1"], cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    import urllib.request
+
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    break
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text(errors='replace')[-2000:]}")
+        time.sleep(0.3)
+    try:
+        yield {"uri": uri, "root": root}
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+@pytest.fixture
+def env(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", OTHER_SECRET)
+    monkeypatch.delenv("RAGZOO_MLFLOW", raising=False)
+
+
+@pytest.fixture
+def stub():
+    from ragzoo.stubserver import StubLMServer
+
+    with StubLMServer() as server:
+        yield server
+
+
+def _client(server):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=server["uri"])
+
+
+def _run_of(client, folder: Path):
+    experiment = client.get_experiment_by_name("ragzoo")
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`ragzoo.folder` = '{folder.resolve()}'")
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    return runs[0]
+
+
+def _artifacts(client, run_id: str, path: str | None = None) -> set[str]:
+    found = set()
+    for entry in client.list_artifacts(run_id, path):
+        found |= _artifacts(client, run_id, entry.path) if entry.is_dir else {entry.path}
+    return found
+
+
+def test_evaluate_logs_one_run_with_params_metrics_and_the_run_folder(mlflow_server, env, stub, tmp_path):
+    out = tmp_path / "run-rag"
+    code = main(["evaluate", "--method", "rag", "--knob", "k=3", "--dataset", "nq_open", "--split", "dev_activerag500",
+                 "--retriever", "fixed", "-n", "3",
+                 "--lm", "openai/stub", "--api-base", f"{stub.base_url}/v1", "--seed", "7",
+                 "--out", str(out), "--mlflow", mlflow_server["uri"]])
+    assert code == 0
+    client = _client(mlflow_server)
+    run = _run_of(client, out)
+    assert run.info.status == "FINISHED" and run.info.run_name == "evaluate run-rag"
+    params = run.data.params
+    assert params["method"] == "rag" and params["knob.k"] == "3" and params["seed"] == "7"
+    assert params["lm"] == "openai/stub" and params["endpoint"] == f"{stub.base_url}/v1"
+    assert params["dataset"] == "nq_open" and params["split"] == "dev_activerag500"
+    assert params["adapter"] == "chat" and params["retriever"] == "fixed"
+    metrics = run.data.metrics
+    assert {"em", "f1", "cost", "lm_calls", "prompt_tokens", "failures"} <= set(metrics)
+    assert metrics["lm_calls"] == 3 and metrics["n"] == 3 and metrics["failures"] == 0
+    if any(name.startswith("stage.") for name in metrics):  # records with stage records: their diagnostics too
+        assert any(name.startswith("attribution.") for name in metrics)
+    assert {"config.json", "predictions.jsonl", "summary.json"} <= _artifacts(client, run.info.run_id)
+
+
+def test_compile_logs_its_artifact(mlflow_server, env, tmp_path):
+    out = tmp_path / "art"
+    code = main(["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0",
+                 "--optimizer", "none", "--lm", "dry-run", "--out", str(out), "--mlflow", mlflow_server["uri"]])
+    assert code == 0
+    client = _client(mlflow_server)
+    run = _run_of(client, out)
+    assert run.info.status == "FINISHED" and run.data.tags["ragzoo.command"] == "compile"
+    assert run.data.params["method"] == "direct" and run.data.params["optimizer"] == "none"
+    assert "manifest.json" in _artifacts(client, run.info.run_id)
+
+
+def test_sweep_logs_a_parent_run_with_one_nested_run_per_cell(mlflow_server, env, tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID, encoding="utf-8")
+    out = tmp_path / "grid-out"
+    code = main(["sweep", str(grid), "--out", str(out), "--quiet", "--mlflow", mlflow_server["uri"]])
+    assert code == 0
+    client = _client(mlflow_server)
+    experiment = client.get_experiment_by_name("ragzoo")
+    parents = client.search_runs([experiment.experiment_id], filter_string="tags.`ragzoo.grid` = 'tiny-mlflow'")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.data.metrics["cells_done"] == 2
+    assert {"grid.json", "results.md", "results.csv", "results.json"} <= _artifacts(client, parent.info.run_id)
+    children = client.search_runs([experiment.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert sorted(child.data.params["method"] for child in children) == ["direct", "rag"]
+    for child in children:
+        assert child.info.status == "FINISHED" and child.data.metrics["n"] == 2
+        assert {"run/config.json", "run/predictions.jsonl", "run/summary.json"} <= _artifacts(client, child.info.run_id)
+    # the cells' commands logged no runs of their own: the grid's and its cells' are all there is of this grid
+    cells = client.search_runs([experiment.experiment_id], filter_string="tags.`ragzoo.command` = 'evaluate'")
+    assert not [run for run in cells if str(out) in run.data.tags.get("ragzoo.folder", "")]
+
+
+def test_traces_on_request_and_no_key_anywhere_in_mlflow(mlflow_server, env, stub, tmp_path):
+    out = tmp_path / "traced"
+    code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "2", "--lm", "openai/stub",
+                 "--api-base", f"{stub.base_url}/v1", "--out", str(out), "--mlflow", mlflow_server["uri"],
+                 "--mlflow-traces"])
+    assert code == 0
+    import mlflow
+
+    client = _client(mlflow_server)
+    run = _run_of(client, out)
+    experiment = client.get_experiment_by_name("ragzoo")
+    traces = client.search_traces(locations=[experiment.experiment_id], max_results=50)
+    assert traces, "no DSPy trace was logged with --mlflow-traces"
+    assert mlflow.__version__  # the server really stored something: now grep all it stored
+    stored = [path for path in Path(mlflow_server["root"]).rglob("*") if path.is_file() and path.name != "server.log"]
+    assert any(path.name == "mlflow.db" for path in stored) and any(path.name == "config.json" for path in stored)
+    for path in stored:
+        data = path.read_bytes()
+        for secret in (FAKE_KEY, OTHER_SECRET):
+            assert secret.encode() not in data, f"{secret[:8]}... in {path}"
+    assert run.info.status == "FINISHED"
+
+
+def test_without_mlflow_installed_the_flag_is_one_line_and_nothing_is_written(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` raises ImportError
+    out = tmp_path / "run"
+    code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "1", "--lm", "dry-run",
+                 "--out", str(out), "--mlflow", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1 and "pip install 'ragzoo[mlflow]'" in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_without_the_flag_mlflow_is_not_even_imported(tmp_path):
+    out = tmp_path / "run"
+    script = ("import sys; from ragzoo.cli import main; "
+              f"code = main(['evaluate', '--method', 'direct', '--dataset', 'hotpotqa', '-n', '1', '--lm', 'dry-run', "
+              f"'--out', {str(out)!r}]); print(code, 'mlflow' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "RAGZOO_MLFLOW"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "0 False", done.stderr[-2000:]
