@@ -104,6 +104,18 @@ def subprocess_env(**extra: str) -> dict:
 PYTHON = sys.executable
 
 
+def files_holding(folder: Path, secret: str) -> list[str]:
+    """Every file under `folder` whose bytes contain `secret` (text or not: a sqlite database counts too)."""
+    needle = secret.encode()
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*")
+                  if path.is_file() and needle in path.read_bytes())
+
+
+def echo_faults(index, body):
+    """A StubLMServer `faults` hook: every answer repeats the key its request was sent with (the stub's "echo")."""
+    return "echo"
+
+
 def read_jsonl_strict(path: Path) -> list[dict]:
     """Every line must be a complete JSON object (the test of 'no file left corrupt')."""
     raw = path.read_text(encoding="utf-8")
@@ -117,4 +129,5 @@ def helpers():
     from types import SimpleNamespace
 
     return SimpleNamespace(PYTHON=PYTHON, read_jsonl_strict=read_jsonl_strict, subprocess_env=subprocess_env,
-                           write_questions=write_questions, digest_responder=digest_responder)
+                           write_questions=write_questions, digest_responder=digest_responder,
+                           files_holding=files_holding, echo_faults=echo_faults)

@@ -6,7 +6,6 @@ back in its answers (the environment's key, caught by its value: it is not shape
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -25,19 +24,8 @@ id = "direct"
 """
 
 
-def _files_holding(folder: Path, secret: str) -> list[str]:
-    """Every file under `folder` whose bytes contain `secret` (text or not: a sqlite database counts too)."""
-    needle = secret.encode()
-    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*")
-                  if path.is_file() and needle in path.read_bytes())
-
-
-def _echo(index, body):
-    return "echo"
-
-
 @pytest.mark.parametrize("form", ["userinfo", "query", "path-segment"])
-def test_a_sweep_stores_no_credential_of_its_api_base(form, tmp_path, cli, monkeypatch):
+def test_a_sweep_stores_no_credential_of_its_api_base(helpers, form, tmp_path, cli, monkeypatch):
     from ragzoo.stubserver import StubLMServer
 
     monkeypatch.setenv("OPENAI_API_KEY", "stub")
@@ -54,11 +42,11 @@ def test_a_sweep_stores_no_credential_of_its_api_base(form, tmp_path, cli, monke
     grid = json.loads((tmp_path / "grid" / "grid.json").read_text())
     assert grid["lms"][0]["api_base"].startswith(server.base_url)  # the endpoint is kept, without credentials
     assert list((tmp_path / "grid" / "cells").iterdir())  # the cell ran (or was refused) and left its files
-    assert _files_holding(tmp_path / "grid", secret) == []
+    assert helpers.files_holding(tmp_path / "grid", secret) == []
     assert secret not in result.out and secret not in result.err
 
 
-def test_a_shared_storage_and_the_grid_keep_no_key_echoed_by_the_upstream(tmp_path, cli, monkeypatch):
+def test_a_shared_storage_and_the_grid_keep_no_key_echoed_by_the_upstream(helpers, tmp_path, cli, monkeypatch):
     """Workers sharing an Optuna storage: the database, grid.json, cell logs and runs keep no trace of the key
     the upstream echoed in every answer."""
     import sqlite3
@@ -69,7 +57,7 @@ def test_a_shared_storage_and_the_grid_keep_no_key_echoed_by_the_upstream(tmp_pa
     monkeypatch.setenv("OPENAI_API_KEY", key)
     (tmp_path / "grid.toml").write_text(GRID, encoding="utf-8")
     storage = tmp_path / "grid.db"
-    with StubLMServer(faults=_echo) as server:
+    with StubLMServer(faults=helpers.echo_faults) as server:
         result = cli("sweep", tmp_path / "grid.toml", "--lm", "openai/stub", "--no-cache", "--quiet",
                      "--api-base", f"{server.base_url}/v1", "--out", tmp_path / "grid",
                      "--storage", f"sqlite:///{storage}")
@@ -79,11 +67,11 @@ def test_a_shared_storage_and_the_grid_keep_no_key_echoed_by_the_upstream(tmp_pa
     (run,) = (tmp_path / "grid" / "cells").glob("*/run")
     records = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
     assert records and all("(you sent me ***)" in r["prediction"] for r in records), records
-    assert _files_holding(tmp_path, key) == []
+    assert helpers.files_holding(tmp_path, key) == []
     assert key not in result.out and key not in result.err
 
 
-def test_an_upstream_that_echoes_the_key_in_its_answers_gets_it_stored_nowhere(tmp_path, cli, monkeypatch):
+def test_an_upstream_that_echoes_the_key_in_its_answers_gets_it_stored_nowhere(helpers, tmp_path, cli, monkeypatch):
     from ragzoo.stubserver import StubLMServer
 
     key = "echoedsecretvalue9876543210"  # not shaped like a provider key: only its value can be recognised
@@ -93,7 +81,7 @@ def test_an_upstream_that_echoes_the_key_in_its_answers_gets_it_stored_nowhere(t
                             in enumerate(["who?", "what?", f"is {key} a key?"])), encoding="utf-8")
     argv = ["evaluate", "--method", "direct", "--data", data, "--lm", "openai/stub", "--no-cache", "--out",
             tmp_path / "run"]
-    with StubLMServer(faults=_echo) as server:
+    with StubLMServer(faults=helpers.echo_faults) as server:
         result = cli(*argv, "--api-base", server.base_url + "/v1")
         assert server.faults_served >= 3
         again = cli(*argv, "--api-base", server.base_url + "/v1", "--resume")
@@ -101,7 +89,7 @@ def test_an_upstream_that_echoes_the_key_in_its_answers_gets_it_stored_nowhere(t
     records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == 3 and all(r["prediction"].endswith("(you sent me ***)") for r in records)
     assert records[2]["question"] == "is *** a key?"
-    assert _files_holding(tmp_path / "run", key) == []
+    assert helpers.files_holding(tmp_path / "run", key) == []
     assert key not in result.out + result.err
     assert again.code == 0 and server.requests == 3, again.err  # resumed: nothing to redo
 
@@ -120,7 +108,7 @@ def test_a_reask_reason_cut_short_keeps_no_prefix_of_the_key(monkeypatch):
     assert key[:6] not in kept and "***" in kept
 
 
-def test_a_compiled_program_keeps_no_key_echoed_into_its_demos(tmp_path, monkeypatch):
+def test_a_compiled_program_keeps_no_key_echoed_into_its_demos(helpers, tmp_path, monkeypatch):
     """Bootstrapped demos are LM outputs: an artifact's program.json keeps the demo, with the key as ***."""
     import dspy
 
@@ -133,12 +121,12 @@ def test_a_compiled_program_keeps_no_key_echoed_into_its_demos(tmp_path, monkeyp
     (_name, predictor), = program.named_predictors()
     predictor.demos = [dspy.Example(question="who?", answer=f"placeholder (you sent me {key})").with_inputs("question")]
     out = save(program, tmp_path / "artifact", method="direct")
-    assert _files_holding(out, key) == []
+    assert helpers.files_holding(out, key) == []
     (_name, loaded), = load(out).named_predictors()
     assert [demo["answer"] for demo in loaded.demos] == ["placeholder (you sent me ***)"]
 
 
-def test_a_compile_checkpoint_keeps_no_key_echoed_into_its_traces(tmp_path, monkeypatch):
+def test_a_compile_checkpoint_keeps_no_key_echoed_into_its_traces(helpers, tmp_path, monkeypatch):
     """An interrupted compile keeps its bootstrapped traces (LM outputs) beside --out until it resumes."""
     from ragzoo.optimizers.compiler import CompileCheckpoint
 
@@ -147,5 +135,5 @@ def test_a_compile_checkpoint_keeps_no_key_echoed_into_its_traces(tmp_path, monk
     checkpoint = CompileCheckpoint(tmp_path / "checkpoint", {"method": "direct"})
     checkpoint.write("bootstrap.json", {"next_index": 1, "name2traces": {"answer": [
         {"question": "who?", "answer": f"placeholder (you sent me {key})"}]}})
-    assert _files_holding(tmp_path, key) == []
+    assert helpers.files_holding(tmp_path, key) == []
     assert checkpoint.read("bootstrap.json")["name2traces"]["answer"][0]["answer"] == "placeholder (you sent me ***)"

@@ -6,20 +6,8 @@ served as it was redacted, with no new request."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-
-
-def _files_holding(folder: Path, secret: str) -> list[str]:
-    """Every file under `folder` whose bytes contain `secret` (text or not: a sqlite database counts too)."""
-    needle = secret.encode()
-    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*")
-                  if path.is_file() and needle in path.read_bytes())
-
-
-def _echo(index, body):
-    return "echo"
 
 
 @pytest.fixture
@@ -35,7 +23,7 @@ def disk_cache(tmp_path, monkeypatch):
     return folder
 
 
-def test_a_key_echoed_by_the_upstream_is_not_written_to_dspy_s_cache(tmp_path, cli, monkeypatch, disk_cache):
+def test_a_key_echoed_by_the_upstream_is_not_written_to_dspy_s_cache(helpers, tmp_path, cli, monkeypatch, disk_cache):
     from ragzoo.stubserver import StubLMServer
 
     key = "cachedechoedsecret0123456789"  # not shaped like a provider key: only its value can be recognised
@@ -44,7 +32,7 @@ def test_a_key_echoed_by_the_upstream_is_not_written_to_dspy_s_cache(tmp_path, c
     data.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answers": ["a"]}) + "\n"
                             for i, q in enumerate(["who?", "what?"])), encoding="utf-8")
     argv = ["evaluate", "--method", "direct", "--data", data, "--lm", "openai/stub"]
-    with StubLMServer(faults=_echo) as server:
+    with StubLMServer(faults=helpers.echo_faults) as server:
         first = cli(*argv, "--api-base", server.base_url + "/v1", "--out", tmp_path / "run1")
         assert first.code == 0, first.err
         sent = server.requests
@@ -53,13 +41,13 @@ def test_a_key_echoed_by_the_upstream_is_not_written_to_dspy_s_cache(tmp_path, c
         assert again.code == 0, again.err
         assert server.requests == sent  # the second run was answered from the cache on disk
     assert any(path.is_file() for path in disk_cache.rglob("*"))
-    assert _files_holding(disk_cache, key) == []
+    assert helpers.files_holding(disk_cache, key) == []
     records = [json.loads(line) for line in (tmp_path / "run2" / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(r["prediction"].endswith("(you sent me ***)") for r in records), records
 
 
 @pytest.mark.parametrize("engine", ["auto", "litellm"])
-def test_both_engines_store_their_responses_redacted(engine, monkeypatch, disk_cache):
+def test_both_engines_store_their_responses_redacted(helpers, engine, monkeypatch, disk_cache):
     """DSPy's native engine caches a plain record, LiteLLM's its response object (a pydantic model): both are
     stored with the key hidden, and a cache hit answers as redacted."""
     from ragzoo.lm import make_lm
@@ -67,14 +55,14 @@ def test_both_engines_store_their_responses_redacted(engine, monkeypatch, disk_c
 
     key = f"{engine}echoedsecret0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", key)
-    with StubLMServer(faults=_echo) as server:
+    with StubLMServer(faults=helpers.echo_faults) as server:
         lm = make_lm("openai/stub", api_base=server.base_url + "/v1", engine=engine, num_retries=0)
         fresh = lm(messages=[{"role": "user", "content": f"which key, {engine}?"}])
         cached = lm(messages=[{"role": "user", "content": f"which key, {engine}?"}])
         assert server.requests == 1
     assert key in fresh[0]  # the program itself gets the upstream's answer; what is kept has no key
     assert cached == ["you sent me ***"]
-    assert _files_holding(disk_cache, key) == []
+    assert helpers.files_holding(disk_cache, key) == []
 
 
 def test_a_response_without_secrets_is_stored_as_it_is():
