@@ -102,3 +102,26 @@ def retry_delays(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(execution, "_delay", record)
     return seen
+
+
+@pytest.fixture
+def raw_exchange():
+    """`raw_exchange(url, payload, wait=3.0)`: send raw bytes to a loopback server, for framing tests an HTTP
+    client would refuse to send; returns what came back and whether the server closed the connection."""
+    import socket
+
+    def exchange(url: str, payload: bytes, wait: float = 3.0) -> tuple[bytes, bool]:
+        host, port = url.split("//", 1)[1].split(":")
+        with socket.create_connection((host, int(port)), timeout=wait) as sock:
+            sock.sendall(payload)
+            data = b""
+            try:
+                while True:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return data, True
+                    data += chunk
+            except socket.timeout:
+                return data, False
+
+    return exchange

@@ -4,8 +4,6 @@ lone surrogate, invalid UTF-8 percent-escapes) is a 400 naming the field, GET an
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 
@@ -17,22 +15,6 @@ from ragzoo.testing import StaticRetriever, make_passages
 def server():
     with BackgroundServer(create_app(StaticRetriever(make_passages(5)))) as running:
         yield running
-
-
-def _exchange(url: str, payload: bytes, wait: float = 3.0) -> tuple[bytes, bool]:
-    """Send raw bytes; return what came back and whether the server closed the connection."""
-    host, port = url.split("//", 1)[1].split(":")
-    with socket.create_connection((host, int(port)), timeout=wait) as sock:
-        sock.sendall(payload)
-        data = b""
-        try:
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return data, True
-                data += chunk
-        except socket.timeout:
-            return data, False
 
 
 BODY = b'{"query": "doc", "k": 1}'
@@ -50,17 +32,17 @@ FRAMES = {
 
 
 @pytest.mark.parametrize("frame", sorted(FRAMES))
-def test_a_framing_error_is_a_json_400_and_the_request_behind_it_is_never_answered(server, frame):
-    data, closed = _exchange(server.url, FRAMES[frame] + SMUGGLED)
+def test_a_framing_error_is_a_json_400_and_the_request_behind_it_is_never_answered(server, frame, raw_exchange):
+    data, closed = raw_exchange(server.url, FRAMES[frame] + SMUGGLED)
     assert data.startswith(b"HTTP/1.1 400"), data[:300]
     assert closed, "the connection stayed open after a framing error"
     assert data.count(b"HTTP/1.1 ") == 1, data  # one answer: the smuggled request got none
     assert b'"error":true' in data and b"topk" not in data
 
 
-def test_a_well_framed_keep_alive_connection_still_answers_both_requests(server):
+def test_a_well_framed_keep_alive_connection_still_answers_both_requests(server, raw_exchange):
     plain = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
-    data, closed = _exchange(server.url, plain + SMUGGLED, wait=1.0)
+    data, closed = raw_exchange(server.url, plain + SMUGGLED, wait=1.0)
     assert data.count(b"HTTP/1.1 200") == 2 and not closed
 
 

@@ -179,22 +179,6 @@ def test_cli_passes_deadline_and_a_timeout_no_longer_than_it(tmp_path, monkeypat
 
 # -- HTTP framing --------------------------------------------------------------------------------------
 
-def _exchange(url: str, payload: bytes, wait: float = 3.0) -> tuple[bytes, bool]:
-    """Send raw bytes; return what came back and whether the server closed the connection."""
-    host, port = url.split("//", 1)[1].split(":")
-    with socket.create_connection((host, int(port)), timeout=wait) as sock:
-        sock.sendall(payload)
-        data = b""
-        try:
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return data, True
-                data += chunk
-        except socket.timeout:
-            return data, False
-
-
 def smuggling_payloads(path: str, body: bytes) -> list[bytes]:
     smuggled = f"GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
     both = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
@@ -205,14 +189,14 @@ def smuggling_payloads(path: str, body: bytes) -> list[bytes]:
     return [both + smuggled, bad_chunk + smuggled, two_lengths + smuggled]
 
 
-def test_an_ambiguous_or_broken_frame_is_a_400_and_the_connection_closes(program, monkeypatch):
+def test_an_ambiguous_or_broken_frame_is_a_400_and_the_connection_closes(program, monkeypatch, raw_exchange):
     from ragzoo.serving import create_app
 
     with StubLMServer() as lm_server:
         service = _service(program, lm_server.base_url, monkeypatch)
         with BackgroundServer(create_app(service)) as server:
             for payload in smuggling_payloads("/ask", json.dumps({"question": QUESTION}).encode()):
-                data, closed = _exchange(server.url, payload)
+                data, closed = raw_exchange(server.url, payload)
                 assert data.startswith(b"HTTP/1.1 400"), data[:200]
                 assert closed and data.count(b"HTTP/1.1") == 1, data  # the request behind it got no answer
             requests = lm_server.requests
