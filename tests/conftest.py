@@ -125,3 +125,23 @@ def raw_exchange():
                 return data, False
 
     return exchange
+
+
+@pytest.fixture
+def interrupting_lm():
+    """`interrupting_lm(interrupt_at=None)`: a ScriptedLM that answers "no idea" and raises KeyboardInterrupt (the
+    user's Ctrl-C) at its call `interrupt_at`, for the tests of what an interrupted compile keeps."""
+    from ragzoo.testing import ScriptedLM
+
+    def make(interrupt_at: int | None = None) -> ScriptedLM:
+        calls = []
+
+        def respond(context):
+            calls.append(1)
+            if interrupt_at is not None and len(calls) == interrupt_at:
+                raise KeyboardInterrupt
+            return {"answer": "no idea"}
+
+        return ScriptedLM(default=respond)
+
+    return make

@@ -114,14 +114,14 @@ def test_gepa_keeps_its_state_in_the_checkpoint(tmp_path):
 
 
 
-def test_cli_compile_resume_says_what_was_kept_and_continues(tmp_path, capsys, monkeypatch):
+def test_cli_compile_resume_says_what_was_kept_and_continues(tmp_path, capsys, monkeypatch, interrupting_lm):
     import ragzoo.commands.common as common
     from ragzoo.cli import main
 
     lms = []
 
     def scripted_lm(config):
-        lm = picky_lm_for_cli(interrupt_at=3 if not lms else None)
+        lm = interrupting_lm(interrupt_at=3 if not lms else None)
         lms.append(lm)
         return lm
 
@@ -143,15 +143,3 @@ def test_cli_compile_resume_says_what_was_kept_and_continues(tmp_path, capsys, m
     assert main([*argv, "--resume"]) == 0
     assert len(lms[-1].calls) == 2  # only the 2 examples not tried before Ctrl-C
     assert out.is_dir() and not (tmp_path / "art.checkpoint").exists()  # removed once the artifact is saved
-
-
-def picky_lm_for_cli(interrupt_at: int | None = None) -> ScriptedLM:
-    calls = []
-
-    def respond(context):
-        calls.append(1)
-        if interrupt_at is not None and len(calls) == interrupt_at:
-            raise KeyboardInterrupt
-        return {"answer": "no idea"}
-
-    return ScriptedLM(default=respond)

@@ -34,29 +34,15 @@ def _dead_pid() -> int:
 # ---------------------------------------------------------------------------------------------------------
 # compile's checkpoint folder
 
-def _scripted(interrupt_at: int | None = None):
-    from ragzoo.testing import ScriptedLM
-
-    calls = []
-
-    def respond(context):
-        calls.append(1)
-        if interrupt_at is not None and len(calls) == interrupt_at:
-            raise KeyboardInterrupt
-        return {"answer": "no idea"}
-
-    return ScriptedLM(default=respond)
-
-
 @pytest.fixture
-def compile_cli(tmp_path, capsys, monkeypatch):
+def compile_cli(tmp_path, capsys, monkeypatch, interrupting_lm):
     """`ragzoo compile` of `direct` on 4 training questions, LM calls answered by a scripted LM (Ctrl-C at the
     call `interrupt_at`); returns (exit code, stderr)."""
     import ragzoo.commands.common as common
     from ragzoo.cli import main
 
     def run(*extra, interrupt_at=None):
-        monkeypatch.setattr(common, "build_lm", lambda config: _scripted(interrupt_at))
+        monkeypatch.setattr(common, "build_lm", lambda config: interrupting_lm(interrupt_at))
         capsys.readouterr()
         code = main(["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "4", "--dev-n", "0",
                      "--lm", "openai/scripted", "--out", str(tmp_path / "art"), *map(str, extra)])
