@@ -4,8 +4,10 @@ retriever (both go through the real DSPy and ragzoo code paths), and a loopback 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterable
 
 
@@ -111,3 +113,18 @@ class LoopbackHTTPServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """A quiet base for `LoopbackHTTPServer` handlers that answer JSON: `reply(status, payload)`."""
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status: int, payload) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

@@ -84,10 +84,9 @@ def test_silver_at_passage_granularity_scores_whole_passages_not_their_best_sent
 
 import json  # noqa: E402
 import re  # noqa: E402
-from http.server import BaseHTTPRequestHandler  # noqa: E402
 
 from ragzoo.stubserver import adapter_responder  # noqa: E402
-from ragzoo.testing import LoopbackHTTPServer  # noqa: E402
+from ragzoo.testing import JSONHandler, LoopbackHTTPServer  # noqa: E402
 
 
 def echo_logprobs(prompt: str) -> dict:
@@ -104,43 +103,32 @@ def echo_logprobs(prompt: str) -> dict:
             "top_logprobs": None}
 
 
-class Upstream(BaseHTTPRequestHandler):
+class Upstream(JSONHandler):
     """An OpenAI-compatible server on loopback: chat completions answer type-valid placeholders (the stub's
     responder); /completions echoes prompt log-probabilities unless the class says it is a chat-only server."""
 
     serves_logprobs = True
     completions: list = []
 
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self):  # the CLI's preflight lists the models
-        self._reply(200, {"object": "list", "data": [{"id": "loopback", "object": "model"}]})
+        self.reply(200, {"object": "list", "data": [{"id": "loopback", "object": "model"}]})
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
         if self.path.endswith("/chat/completions"):
             text = adapter_responder(body["messages"], body)
-            self._reply(200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                              "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                           "finish_reason": "stop"}], "usage": usage})
+            self.reply(200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": "stop"}], "usage": usage})
         elif self.path.endswith("/completions") and self.serves_logprobs:
             type(self).completions.append(body)
             assert body["echo"] is True and body["logprobs"] == 1 and body["max_tokens"] == 1
-            self._reply(200, {"id": "t", "object": "text_completion", "created": 0, "model": body["model"],
-                              "choices": [{"index": 0, "text": body["prompt"] + " x", "finish_reason": "length",
-                                           "logprobs": echo_logprobs(body["prompt"])}], "usage": usage})
+            self.reply(200, {"id": "t", "object": "text_completion", "created": 0, "model": body["model"],
+                             "choices": [{"index": 0, "text": body["prompt"] + " x", "finish_reason": "length",
+                                          "logprobs": echo_logprobs(body["prompt"])}], "usage": usage})
         else:
-            self._reply(404, {"error": {"message": "not found"}})
+            self.reply(404, {"error": {"message": "not found"}})
 
 
 def compile_filco(tmp_path, upstream: type, *knobs: str) -> tuple[int, dict, str]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import errno
 import json
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from ragzoo.testing import LoopbackHTTPServer
+from ragzoo.testing import JSONHandler, LoopbackHTTPServer
 
 KEY = "plainsecretvalue0123456789"  # not shaped like a provider key: only its value can be recognised
 
@@ -24,26 +23,15 @@ class _EchoingServer(LoopbackHTTPServer):
         outer = self
         self.completions = 0
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self):  # noqa: N802
-                self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
+                self.reply(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
             def do_POST(self):  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.completions += 1
                 key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-                self._send(401, {"error": {"message": f"Incorrect API key provided: {key}. You can find your "
+                self.reply(401, {"error": {"message": f"Incorrect API key provided: {key}. You can find your "
                                                       f"API key at {self.path}", "type": "invalid_request_error",
                                            "code": "invalid_api_key"}})
 

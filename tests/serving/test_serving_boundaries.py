@@ -240,26 +240,14 @@ def test_too_many_messages_names_the_limit(program, monkeypatch):
 
 def _echoing_upstream():
     """An OpenAI-compatible upstream that puts the bearer key it was sent into every free-text answer field."""
-    from http.server import BaseHTTPRequestHandler
-
     from ragzoo.stubserver import adapter_answer, prompt_style, render_answer
+    from ragzoo.testing import JSONHandler
 
-    class Echo(BaseHTTPRequestHandler):
+    class Echo(JSONHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args):
-            pass
-
-        def _reply(self, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def do_GET(self):
-            self._reply({"object": "list", "data": [{"id": "stub", "object": "model"}]})
+            self.reply(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -267,10 +255,10 @@ def _echoing_upstream():
             system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
             values = {name: f"{value} (your key is {key})" if isinstance(value, str) else value
                       for name, value in adapter_answer(system).items()}
-            self._reply({"id": "x", "object": "chat.completion", "created": 0, "model": "stub",
-                         "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                             "role": "assistant", "content": render_answer(values, prompt_style(system))}}],
-                         "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+            self.reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "stub",
+                              "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                  "role": "assistant", "content": render_answer(values, prompt_style(system))}}],
+                              "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
 
     return Echo
 
