@@ -227,6 +227,8 @@ def _tracking_error(uri: str | None, error: BaseException):
     from ragzoo.errors import ConfigError
     from ragzoo.secrets import redact, strip_url
 
+    if isinstance(error, ConfigError):  # said once already
+        return error
     text = redact(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
     return ConfigError(f"MLflow tracking at {strip_url(uri)} failed: {text[:300]}")
 

@@ -214,6 +214,16 @@ def test_without_mlflow_installed_the_flag_is_one_line_and_nothing_is_written(mo
     assert "Traceback" not in err and not out.exists()
 
 
+def test_a_tracking_server_that_does_not_answer_is_one_line_before_the_run(tmp_path, capsys):
+    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'ragzoo[mlflow]')")
+    out = tmp_path / "run"
+    code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "1", "--lm", "dry-run",
+                 "--out", str(out), "--mlflow", f"http://127.0.0.1:{_free_port()}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.count("MLflow tracking at") == 1, err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_without_the_flag_mlflow_is_not_even_imported(tmp_path):
     out = tmp_path / "run"
     script = ("import sys; from ragzoo.cli import main; "
