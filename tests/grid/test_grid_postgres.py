@@ -225,13 +225,18 @@ def _timeless(value):
 @pytest.mark.parametrize("hosts", ["one host", "three hosts"])
 def test_three_machines_on_postgresql_one_killed_mid_cell(tmp_path, database, stub, monkeypatch, hosts):
     """On one host the survivors see the killed worker's process gone and take its cell at once; with a hostname
-    each (as on three machines) they cannot, and take it once its heartbeat is 30 s old."""
+    each (as on three machines) they cannot, and take it once its heartbeat is older than the grace (4 s here, set
+    through RAGZOO_GRID_GRACE: 30 s by default)."""
     from optuna.trial import TrialState
     from sqlalchemy.engine import make_url
 
     if hosts == "three hosts" and not _own_hostname_works():
         pytest.skip("cannot give a worker a hostname of its own here (unshare --uts needs root)")
     monkeypatch.setenv("OPENAI_API_KEY", "key-single")  # the one-worker run, in this process
+    # the workers inherit these: a beat a second, a claim stale after 4 s (not 30 s: the test's wait), which a
+    # live worker's beats still keep fresh on a loaded machine
+    monkeypatch.setenv("RAGZOO_GRID_HEARTBEAT", "1")
+    monkeypatch.setenv("RAGZOO_GRID_GRACE", "4")
 
     grid = _grid(tmp_path / "machines.toml", stub.server)
     out = tmp_path / "shared" / "grid"  # OUT on the shared filesystem
