@@ -21,20 +21,6 @@ from ragzoo.stubserver import StubLMServer
 QUESTION = "Who directed the film Ed Wood?"
 
 
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory, wiki17_corpus):
-    import ragzoo
-    from ragzoo import programs
-    from ragzoo.retrieval import make_retriever
-    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
-
-    # a spec relative to RAGZOO_DATA: the kind of retriever an artifact may name without --trust-retriever
-    retriever = make_retriever(DEFAULT_RETRIEVER, show_progress=False)
-    out = tmp_path_factory.mktemp("served") / "rag"
-    ragzoo.save(programs.get("rag", retriever=retriever, k=3), out, method="rag")
-    return out
-
-
 def _service(artifact, server: StubLMServer, monkeypatch, **options):
     import ragzoo
     from ragzoo.lm import make_lm

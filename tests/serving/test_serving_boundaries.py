@@ -20,14 +20,6 @@ QUESTION = "Who directed the film Ed Wood?"
 KEY = "sk-echoed-upstream-key-0123456789"
 
 
-@pytest.fixture(scope="module")
-def program():
-    from ragzoo import programs
-    from ragzoo.testing import StaticRetriever, make_passages
-
-    return programs.get("rag", retriever=StaticRetriever(make_passages(5)), k=3)
-
-
 def _service(program, base_url: str, monkeypatch, *, timeout: float = 30.0, **options):
     from ragzoo.lm import make_lm
     from ragzoo.serving import ProgramService

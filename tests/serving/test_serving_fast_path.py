@@ -11,19 +11,6 @@ from ragzoo.stubserver import StubLMServer
 QUESTIONS = ["Who directed the film Ed Wood?", "Which river flows through Paris?", "When was the Eiffel tower built?"]
 
 
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory, wiki17_corpus):
-    import ragzoo
-    from ragzoo import programs
-    from ragzoo.retrieval import make_retriever
-    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
-
-    out = tmp_path_factory.mktemp("fast") / "rag"
-    ragzoo.save(programs.get("rag", retriever=make_retriever(DEFAULT_RETRIEVER, show_progress=False), k=3), out,
-                method="rag")
-    return out
-
-
 def _without_clocks(result: dict) -> dict:
     for call in result["trace"]["lm_calls"] + result["trace"]["retrievals"]:
         call["latency"] = 0

@@ -22,14 +22,6 @@ from ragzoo.stubserver import StubLMServer
 QUESTION = "Who directed the film Ed Wood?"
 
 
-@pytest.fixture(scope="module")
-def program():
-    from ragzoo import programs
-    from ragzoo.testing import StaticRetriever, make_passages
-
-    return programs.get("rag", retriever=StaticRetriever(make_passages(5)), k=3)
-
-
 def _echo_question(messages: list[dict], body: dict | None = None) -> str:
     """The program's LM: answers "It was asked: <the question it got>" in the program's adapter format, so a
     reply shows which question the program was given."""
@@ -199,19 +191,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory, wiki17_corpus):
-    import ragzoo
-    from ragzoo import programs
-    from ragzoo.retrieval import make_retriever
-    from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
-
-    out = tmp_path_factory.mktemp("served") / "rag"
-    ragzoo.save(programs.get("rag", retriever=make_retriever(DEFAULT_RETRIEVER, show_progress=False), k=3), out,
-                method="rag")
-    return out
 
 
 @pytest.mark.slow  # three processes each import DSPy and load the program: ~15-45 s on a shared 2-core machine
