@@ -233,12 +233,9 @@ def endpoint_calls(lm) -> Iterator[None]:
 
 @asynccontextmanager
 async def aendpoint_calls(lm) -> AsyncIterator[None]:
-    install_rate_limit_backoff()
-    token = _CALLING.set(lm)
-    try:
+    """`endpoint_calls` for `async with` (an async generator runs in its caller's context: the same setting)."""
+    with endpoint_calls(lm):
         yield
-    finally:
-        _CALLING.reset(token)
 
 
 def _wait_before_retry(error, attempt: int, first_429: float) -> float | None:
