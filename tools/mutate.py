@@ -38,7 +38,7 @@ Why a copy, and how the copy's code is the one imported (the recipe):
    stops), and a sentinel mutant (the first file's module raising on import) must fail its tests, which shows
    the tests really import the copy.
 
-Which tests run for a file: every `tests/programs/test_*.py` that names the module (`ragzoo.programs.<name>`)
+Which tests run for a file: every `tests/programs/test_*.py` and `tests/diagnostics/test_*.py` that names the module (`ragzoo.programs.<name>`)
 or one of the method ids it registers (`"<id>"`), with `-x -q`, one per mutant, `--timeout` seconds each (a
 mutant that hangs past it counts as killed, reported as "timeout"). The tests of each file are first run on the
 unmutated copy; a file whose tests fail there is reported and its mutants are not run.
@@ -321,13 +321,15 @@ def check_imports_copy(copy: Path) -> None:
 
 
 def tests_for(file: str, root: Path) -> list[str]:
-    """tests/programs files naming the module or one of the method ids the file registers."""
+    """tests/programs and tests/diagnostics files naming the module or one of the method ids the file registers
+    (the stage records a method returns are tested in tests/diagnostics)."""
     text = (root / file).read_text(encoding="utf-8")
     stem = Path(file).stem
     ids = re.findall(r'@register\(\s*"([^"]+)"', text)
     patterns = [f"ragzoo.programs.{stem}", *[f'"{method}"' for method in ids]]
     chosen = []
-    for test in sorted((root / "tests" / "programs").glob("test_*.py")):
+    for test in sorted([*(root / "tests" / "programs").glob("test_*.py"),
+                        *(root / "tests" / "diagnostics").glob("test_*.py")]):
         body = test.read_text(encoding="utf-8")
         if any(pattern in body for pattern in patterns):
             chosen.append(str(test.relative_to(root)))
