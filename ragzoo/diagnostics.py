@@ -70,7 +70,7 @@ def _is_passage_list(value: Any) -> bool:
 def _evidence_judge(example: Any):
     """(mode, judge(passage) -> bool) for this example; (None, None) when evidence cannot be judged."""
     from ragzoo.errors import DataError
-    from ragzoo.metrics.answer import contains
+    from ragzoo.metrics.answer import normalize_answer
     from ragzoo.metrics.fields import gold_answers
     from ragzoo.metrics.retrieval import gold_titles, normalize_title, passage_title
 
@@ -89,9 +89,17 @@ def _evidence_judge(example: Any):
     if not golds:
         return None, None
 
+    # `metrics.answer.contains`, with the golds normalized once and each text judged once per question: the same
+    # passage recurs across stages and in the final context
+    expected = [gold for gold in map(normalize_answer, golds) if gold]
+    judged: dict[str, bool] = {}
+
     def answer_in(passage: Any) -> bool:
-        text = getattr(passage, "long_text", None) or (passage if isinstance(passage, str) else "")
-        return bool(contains(text, golds))
+        text = str(getattr(passage, "long_text", None) or (passage if isinstance(passage, str) else ""))
+        if text not in judged:
+            normalized = normalize_answer(text)
+            judged[text] = any(gold in normalized for gold in expected)
+        return judged[text]
 
     return "answer", answer_in
 
