@@ -199,13 +199,6 @@ def set_max_concurrency(endpoint: str, limit: int | None) -> EndpointLimiter:
     return found
 
 
-@contextmanager
-def endpoint_slot(lm) -> Iterator[None]:
-    """Hold one request slot of `lm`'s endpoint (no wait when the endpoint has no limit)."""
-    with limiter(endpoint_of(lm)).slot():
-        yield
-
-
 # ---------------------------------------------------------------------------------------------------------
 # 429s: back off outside the slot, retry until the question's deadline
 
