@@ -63,15 +63,15 @@ def diagnose(example: Any, pred: Any, right: bool) -> tuple[str | None, list[str
     from ragzoo.diagnostics import attribute, stage_records
 
     stages = field(pred, "stages")
+    passages = predicted_passages(pred)
     if not isinstance(stages, dict):
-        passages = predicted_passages(pred)
         if not passages or not hasattr(passages[0], "pid"):
             return None, []
         stages = {"final context": {"passages": passages}}  # no stage records: judge the final passages
-    carrier = dspy.Prediction(stages=stages, passages=predicted_passages(pred))
+    carrier = dspy.Prediction(stages=stages, passages=passages)
     info = stage_records(carrier, None, [], example)
     record = {"error": None, "metrics": {"score": 1.0 if right else 0.0}, "prediction": predicted_answer(pred),
-              "passages": [{"pid": str(p.pid)} for p in predicted_passages(pred) if hasattr(p, "pid")], **info}
+              "passages": [{"pid": str(p.pid)} for p in passages if hasattr(p, "pid")], **info}
     label = attribute(record)
     titles = _titles_by_pid(pred)
     lines = []
