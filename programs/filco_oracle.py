@@ -223,6 +223,7 @@ def logprob_scorer_for(lm: Any, probe: bool = True) -> tuple[LogProbFn | None, s
     import os
 
     from ragzoo.engines import is_dry_run
+    from ragzoo.secrets import redact, strip_url
 
     if lm is None:
         return None, "no LM is configured"
@@ -238,23 +239,13 @@ def logprob_scorer_for(lm: Any, probe: bool = True) -> tuple[LogProbFn | None, s
     provider = model.split("/", 1)[0] if "/" in model else "openai"
     key = kwargs.get("api_key") or os.environ.get(f"{provider.upper()}_API_KEY")
     scorer = CompletionLogprobScorer(_served_model(model), str(api_base), api_key=key)
-    shown = _without_credentials(scorer.url)  # what manifests and notes may show of the URL
+    shown = strip_url(scorer.url)  # what manifests and notes may show of the URL
     if probe:
         try:
             scorer("yes", "Is this a probe?", None)
         except LMError as error:
-            from ragzoo.secrets import redact
-
             return None, str(redact(str(error).replace(scorer.url, shown)))
     return scorer, f"prompt log-probabilities from {shown} ({_served_model(model)})"
-
-
-def _without_credentials(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class CountingScorer:
