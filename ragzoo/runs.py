@@ -837,8 +837,6 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
     import multiprocessing
     from multiprocessing.connection import wait
 
-    from ragzoo import endpoints
-
     limits = _endpoint_limits()
     context = multiprocessing.get_context("fork")
     halt = context.RawValue("b", 0)  # lock-free: a killed worker cannot leave it locked
