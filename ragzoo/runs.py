@@ -232,8 +232,9 @@ def check_same_questions(records: list[dict], examples: list, ids: list[str], ou
                            f"edited data file?); use the same data or another --out")
 
 
-def _check_run_dir(out: Path, config: dict, resume: bool, force: bool) -> bool:
-    """Refusals that need no write. Returns whether `out` already holds a run.
+def _check_run_dir(out: Path, config: dict, resume: bool, force: bool) -> tuple[Path, bool]:
+    """Refusals that need no write. Returns the folder to write (a symbolic link to a run: the run folder
+    itself) and whether it already holds a run.
 
     Only a folder ragzoo made for a run (`ragzoo.ownership`) is ever written into: `--resume`/`--force` are
     weighed after that, so they never apply to a user's folder, a look-alike config.json or another kind."""
@@ -257,7 +258,7 @@ def _check_run_dir(out: Path, config: dict, resume: bool, force: bool) -> bool:
         if differing:
             raise RunError(f"cannot resume {out}: {'; '.join(differing)} (options that change answers); rerun with "
                            f"the interrupted run's options, or use another --out")
-    return is_run
+    return found.path, is_run
 
 
 @contextlib.contextmanager
@@ -309,14 +310,12 @@ def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = Fal
     tree, a folder of another kind), a run without `resume`/`force`, a resume whose configuration differs (other
     questions, program, retriever, LM or metrics), and a run another process is writing. `force` removes only the
     run's own files; anything else in the folder stays."""
-    from ragzoo.ownership import claim, mark
+    from ragzoo.ownership import mark
 
-    out = Path(out_dir)
-    _check_run_dir(out, config, resume, force)
-    out = claim(out, "run", error=RunError).path  # a symbolic link to a run: the run folder itself
+    out, _ = _check_run_dir(Path(out_dir), config, resume, force)
     out.mkdir(parents=True, exist_ok=True)
     with _run_lock(out):
-        is_run = _check_run_dir(out, config, resume, force)  # again, now that no one else can change it
+        _, is_run = _check_run_dir(out, config, resume, force)  # again, now that no one else can change it
         mark(out, "run", (*RUN_FILES, LOCK_FILE))
         if force and not resume and is_run:
             for name in RUN_FILES:
