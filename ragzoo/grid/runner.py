@@ -705,10 +705,16 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     interrupted = threading.Event()
     started_at = time.monotonic()
 
+    def left() -> dict:
+        """What is left of the grid's budget now, as a cell's `max_calls` / `max_cost` (None: no such bound)."""
+        return {"max_calls": None if max_calls is None else budget.max_calls - budget.started,
+                "max_cost": None if max_cost is None else budget.max_cost - budget.spent - budget.server_cost()}
+
     def budget_left() -> str | None:
-        if max_calls is not None and budget.max_calls - budget.started <= 0:
+        now = left()
+        if now["max_calls"] is not None and now["max_calls"] <= 0:
             return f"grid budget --max-calls {max_calls} reached"
-        if max_cost is not None and budget.max_cost - budget.spent - budget.server_cost() <= 0:
+        if now["max_cost"] is not None and now["max_cost"] <= 0:
             return f"grid budget --max-cost {max_cost!r} reached"
         return budget.exceeded
 
@@ -760,9 +766,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                 claims.done(token, False, requeue=True)  # not started: another worker may take it
                 stop.set()
                 return
-            cell_budget = {"max_calls": None if max_calls is None else budget.max_calls - budget.started,
-                           "max_cost": None if max_cost is None
-                           else budget.max_cost - budget.spent - budget.server_cost()}
+            cell_budget = left()
             beat = threading.Event()
 
             def heartbeat():
