@@ -63,6 +63,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
+from ragzoo.secrets import scrub
+
 MAX_QUESTION_CHARS = 8_000
 MAX_BODY_BYTES = 1 << 20  # a chat history can be long; only the last user message is read
 MAX_MESSAGES = 1_000
@@ -169,29 +171,6 @@ def _redact(text: str) -> str:
     from ragzoo.secrets import redact
 
     return redact(text)
-
-
-def _redacted(result: Any) -> Any:
-    """`result` (an answer: dict/list/str) with every known secret masked in every string. An upstream may echo
-    the key it was sent into an answer, a passage or a query the program retrieves with. Checked on the whole
-    JSON text first (one pass); strings are masked one by one only when something is there, so that masking a
-    key shape never cuts a JSON string apart."""
-    from ragzoo.secrets import redact
-
-    text = json.dumps(result, ensure_ascii=False)
-    if redact(text) == text:
-        return result
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, str):
-            return redact(value)
-        if isinstance(value, dict):
-            return {key: walk(item) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [walk(item) for item in value]
-        return value
-
-    return walk(result)
 
 
 class ProgramService:
@@ -604,7 +583,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         if problem:
             return None, problem
         try:
-            return _redacted(await service.submit(question.strip(), lambda: disconnected(request))), None
+            return scrub(await service.submit(question.strip(), lambda: disconnected(request))), None
         except Exception as exc:  # noqa: BLE001 - every failure is an HTTP error of its kind, never a traceback
             return None, failed(request, exc)
 
@@ -711,7 +690,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
                 while not (await asyncio.wait([work], timeout=keepalive))[0]:
                     yield ": keep-alive\n\n"
                 try:
-                    result = _redacted(work.result())
+                    result = scrub(work.result())
                 except Exception as exc:  # noqa: BLE001 - the status line is gone: an error event says it
                     status, message, kind, _ = _failure(exc)
                     yield event({"error": {"message": message, "type": kind, "param": None, "code": status}})
