@@ -104,8 +104,6 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
 
 def _compile_stages(artifact: Path) -> list[dict]:
     """The `compile_stages` records of a cell's compiled program (none when it was not compiled)."""
-    import json
-
     try:
         manifest = json.loads((artifact / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
