@@ -245,15 +245,14 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
     where = f", {found.ran_here} run here; study {found.study_name} in {storage}" if storage else ""
     tied = [] if placeholder else [trial for trial in found.trials if not trial.get("error")
                                    and not trial.get("stopped") and abs(trial["score"] - found.best_score) < 1e-12]
+    head = f"knob search over {len(found.trials)} trials of a {found.grid_size}-point grid ({calls} LM calls{where})"
     if len(tied) > 1:  # the dev questions cannot tell these apart: naming one "best" would be a coin toss
         names = "; ".join(f"{', '.join(f'{k}={v}' for k, v in t['knobs'].items())} with {t['optimizer']}"
                           for t in tied)
-        print(f"knob search over {len(found.trials)} trials of a {found.grid_size}-point grid ({calls} LM calls"
-              f"{where}): no best, {len(tied)} trials tie at dev {config['metric']}={score} ({names}); saving the "
+        print(f"{head}: no best, {len(tied)} trials tie at dev {config['metric']}={score} ({names}); saving the "
               f"first in grid order, {best} with {found.best_optimizer} (more --dev-n may separate them)")
     else:
-        print(f"knob search over {len(found.trials)} trials of a {found.grid_size}-point grid ({calls} LM calls"
-              f"{where}): best {best} with {found.best_optimizer}, dev {config['metric']}={score}")
+        print(f"{head}: best {best} with {found.best_optimizer}, dev {config['metric']}={score}")
     stopped = getattr(found, "stopped", None)
     if dry_run:
         say_defaults("compile", config)
