@@ -596,20 +596,14 @@ class _RecordedAdapter:
             return await super().acall(*args, **kwargs)
 
 
-_RECORDED_CLASSES: dict[type, type] = {}
-
-
 def run_under(program, name: str | None, *, max_reasks: int = DEFAULT_MAX_REASKS):
     """Make `program` (in place; returned) run under the lenient adapter `name` unless its caller chose one.
     Its class gains the `_RecordedAdapter` mixin (one subclass per class, named as the class, so `isinstance`,
     saving and copies behave as before); copies made later (optimizers) keep it."""
-    base = type(program)
+    from ragzoo.usage import mixed_class
+
     if not isinstance(program, _RecordedAdapter):
-        cls = _RECORDED_CLASSES.get(base)
-        if cls is None:
-            cls = _RECORDED_CLASSES[base] = type(base.__name__, (_RecordedAdapter, base),
-                                                 {"__module__": base.__module__, "__qualname__": base.__qualname__})
-        program.__class__ = cls
+        program.__class__ = mixed_class(_RecordedAdapter, type(program), "")
     program.ragzoo_adapter = make_adapter(name, max_reasks=max_reasks)
     return program
 

@@ -725,11 +725,12 @@ _MIXED_CLASSES: dict[tuple[type, type], type] = {}
 
 def mixed_class(mixin: type, base: type, prefix: str) -> type:
     """`base` with `mixin`'s call behaviour in front, made once per (mixin, base) so that every wrapped LM of a
-    class shares one class (isinstance checks and copies keep working)."""
+    class shares one class (isinstance checks and copies keep working). `prefix=""` names it as `base`."""
     cls = _MIXED_CLASSES.get((mixin, base))
     if cls is None:
         cls = _MIXED_CLASSES[(mixin, base)] = type(f"{prefix}{base.__name__}", (mixin, base),
-                                                   {"__module__": base.__module__})
+                                                   {"__module__": base.__module__,
+                                                    "__qualname__": f"{prefix}{base.__qualname__}"})
     return cls
 
 
