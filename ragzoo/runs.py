@@ -660,9 +660,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
 
                 logger.warning("example %s: %s", example_id(example, position), _one_line(redact(str(error)), 200))
                 return None
-            if closing.is_set():
-                return None
-            return accept(record)
+            return accept(record)  # which keeps nothing once the run is closing
 
         def accept(record: dict) -> bool | None:
             """Keep one finished record (from this process's threads or from a worker process)."""
