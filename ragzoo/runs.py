@@ -928,9 +928,11 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
         with send_lock:
             sender.send_bytes(data)
 
+    halt_self: list[str] = []  # this worker's budget share is spent
+
     def work(item):
         position, example = item
-        if halt.value:
+        if halt.value or halt_self:
             return None
         try:
             record = run_example(program, example, position, metrics, deadline=deadline)
@@ -946,14 +948,9 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
         send({"record": record})
         return True
 
-    halt_self: list[str] = []
-
-    def guarded(item):
-        return None if halt_self else work(item)
-
     def run_all() -> None:
         with metering(max_calls, max_cost):
-            run_threads(guarded, items, threads)
+            run_threads(work, items, threads)
 
     # off the main thread: a Ctrl-C is the parent's to handle, never this process's
     import contextvars
