@@ -85,7 +85,7 @@ def corpus_fingerprint(path: Path) -> dict[str, Any]:
         except (OSError, ValueError):
             pass  # a damaged pointer is just a miss
     fingerprint["sha256"] = _content_sha256(path)
-    pointer = writable_cache_root("indexes") / "fingerprints" / pointer.name
+    writable_cache_root("indexes")  # the cache root must be ragzoo's before the pointer is written in it
     pointer.parent.mkdir(parents=True, exist_ok=True)
     tmp = pointer.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(fingerprint))
