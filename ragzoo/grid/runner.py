@@ -604,16 +604,12 @@ def write_grid_file(grid: Grid, out: Path, cells: list[Cell]) -> None:
 def check_budget_options(grid: Grid, *, max_cost: float | None, max_calls: int | None, price: str | None,
                          price_per_hour: float | None) -> None:
     """A grid's budget and prices fail here, once, in one line, before any cell (not once per cell)."""
-    import math
-
     from ragzoo.lm import parse_price
-    from ragzoo.usage import check_price_per_hour
+    from ragzoo.usage import Budget
 
-    if max_cost is not None and (not math.isfinite(max_cost) or max_cost < 0):
-        raise ConfigError(f"--max-cost must be a non-negative number of USD, got {max_cost!r}")
-    if max_calls is not None and max_calls < 0:
-        raise ConfigError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
-    priced = parse_price(price) is not None or bool(check_price_per_hour(price_per_hour))
+    # the budget's own checks of --max-calls, --max-cost and --price-per-hour, on the values as given
+    rate = Budget(max_calls, max_cost, price_per_hour=price_per_hour).price_per_hour
+    priced = parse_price(price) is not None or bool(rate)
     if not max_cost or priced:  # None: no budget; 0: nothing is sent, price or not
         return
     from ragzoo.engines import is_dry_run_spec
