@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ragzoo.config import ANSWER_LM_KEYS, ANSWER_OPTIONS, answer_differences, answer_view
+from ragzoo.config import answer_differences, answer_view
 from ragzoo.errors import BudgetExceeded, RunError
 from ragzoo.files import atomic_write_bytes, atomic_write_json, fsync_dir, jsonable
 
@@ -41,10 +41,6 @@ PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE)
 LOCK_FILE = ".ragzoo-run.lock"
-# What must match to resume a run: every option that changes answers, from the one list evaluate, compile and
-# grids share (`ragzoo.config.ANSWER_OPTIONS`, `ANSWER_LM_KEYS`); the questions themselves are checked one by
-# one (`check_same_questions`: `n` may grow, a resumed run extends to more questions).
-RESUME_KEYS = ANSWER_OPTIONS
 DEFAULT_DEADLINE = 600.0  # seconds one example may take before it is recorded as a timeout failure
 
 
@@ -56,7 +52,6 @@ class SetupBroken(RunError):
     """A run stopped early because so many examples failed that the setup (server, key, model) looks broken."""
 
     exit_code = 5
-RESUME_LM_KEYS = ANSWER_LM_KEYS
 
 
 def example_id(example, position: int) -> str:
@@ -210,6 +205,9 @@ def read_predictions(path: Path, repair: bool = False) -> list[dict]:
     return records
 
 
+# What must match to resume a run: every option that changes answers, from the one list evaluate, compile and
+# grids share (`ragzoo.config.ANSWER_OPTIONS`, `ANSWER_LM_KEYS`); the questions themselves are checked one by
+# one (`check_same_questions`: `n` may grow, a resumed run extends to more questions).
 def _resume_view(config: dict) -> dict:
     return answer_view(config)
 
