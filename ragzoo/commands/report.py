@@ -285,6 +285,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
     table = []
     for run, label in zip(runs, _labels(runs)):
         config, summary = run["config"], run["summary"]
+        setup = _setup(config)
         records = [r for key, r in sorted(_keyed(run).items()) if common is None or key in common]
         n = len(records)
         failures = sum(1 for r in records if r.get("error"))
@@ -310,8 +311,8 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
         table.append({
             "run": run["dir"], "method": label, "knobs": config.get("knobs") or {},
             "dataset": config.get("dataset") or config.get("data") or "?", "split": config.get("split"),
-            "lm": _lm_name(config.get("lm")), "endpoint": _endpoint(config), "adapter": _setup(config)["adapter"],
-            "setup": _setup(config),
+            "lm": _lm_name(config.get("lm")), "endpoint": setup["endpoint"], "adapter": setup["adapter"],
+            "setup": setup,
             "optimizer": _optimizer(config), "n": n, "n_done": len(run["records"]),
             "n_asked": run["n_asked"], "dry_run": dry_run, "metrics": metrics, "ci": intervals,
             "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / n if n else 0.0,
@@ -448,14 +449,15 @@ def compare(run_a: str, run_b: str, *, metric: str | None = None, seed: int = 0,
     if datasets[0] != datasets[1]:
         warnings.append(f"the runs are on different datasets/splits: {datasets[0][0]}/{datasets[0][1]} vs "
                         f"{datasets[1][0]}/{datasets[1][1]} (their shared questions are compared)")
-    differences = setup_differences([_setup(run["config"]) for run in runs])
+    setups = [_setup(run["config"]) for run in runs]
+    differences = setup_differences(setups)
     if differences:
         warnings.append(f"the runs differ in {'; '.join(differences)}: the difference may come from that, not "
                         f"from the method")
     return {"a": labels[0], "b": labels[1], "run_a": run_a, "run_b": run_b, "metric": name, "shared": len(keys),
             "n_a": sizes[0], "n_b": sizes[1], "failed_a": failed[0], "failed_b": failed[1],
             "abstained_a": abstained[0], "abstained_b": abstained[1],
-            "setup_a": _setup(runs[0]["config"]), "setup_b": _setup(runs[1]["config"]), "warnings": warnings,
+            "setup_a": setups[0], "setup_b": setups[1], "warnings": warnings,
             "comparison": result.to_dict(), "disagreements": disagree, "shown": disagree[:max(0, show)],
             "flips": _flips(runs, name, common)}
 
