@@ -137,16 +137,6 @@ def check_not_stale(meta: dict, folder: Path) -> None:
                          f"rebuild it with `ragzoo index build --corpus {path} --out {folder}`")
 
 
-def owned_by_ragzoo(folder: Path) -> bool:
-    """True when `folder` holds a `meta.json` that ragzoo wrote for an index (format "ragzoo-index", any version
-    or backend): the only kind of non-empty folder an index build may replace."""
-    try:
-        meta = json.loads((Path(folder) / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and meta.get("format") == FORMAT
-
-
 def check_replaceable(folder: Path, flag: str = "--out") -> None:
     """Refuse (ConfigError, one line) to build over anything but a path that does not exist yet, an empty
     folder, or an index ragzoo wrote (`ragzoo.ownership.claim`). Nothing else is ever deleted or replaced."""
