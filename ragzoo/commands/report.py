@@ -604,12 +604,14 @@ def report_grid(grid_out: str, args: argparse.Namespace) -> int:
         print(results.to_markdown(built))
         entries = {entry["key"]: entry for row in built["rows"] for entry in row["cells"].values() if "key" in entry}
         print("cells (each an ordinary run directory: `ragzoo report RUN ...`, `--compare A B`):")
+        started = []
         for cell in grid.cells():
             entry = entries.get(cell.key, {})
             done = f"{entry['n']}/{entry['n_asked']}, " if "n" in entry else ""
-            print(f"  {cell.describe()}: {cell_dir(Path(grid_out), cell) / 'run'} ({done}{entry.get('status', '?')})")
-        started = [(cell.describe(), str(cell_dir(Path(grid_out), cell) / "run")) for cell in grid.cells()]
-        started = [(label, run_dir) for label, run_dir in started if (Path(run_dir) / CONFIG_FILE).is_file()]
+            run_dir = cell_dir(Path(grid_out), cell) / "run"
+            print(f"  {cell.describe()}: {run_dir} ({done}{entry.get('status', '?')})")
+            if (run_dir / CONFIG_FILE).is_file():
+                started.append((cell.describe(), str(run_dir)))
         if started:
             print_diagnostics([run_dir for _, run_dir in started], labels=[label for label, _ in started])
     if args.plot:
