@@ -31,7 +31,7 @@ from typing import Any
 
 from ragzoo import files
 from ragzoo.errors import ConfigError, DataError, RetrieverError
-from ragzoo.files import STAGING_MARK, discard_dir
+from ragzoo.files import BACKUP_MARK, STAGING_MARK, discard_dir
 from ragzoo import ownership
 from ragzoo.paths import cache_root, data_root, writable_cache_root
 
@@ -159,7 +159,7 @@ def _leftovers(final: Path) -> list[tuple[Path, int, str]]:
     (`.NAME.old-PID-...`)."""
     found = []
     prefixes = ((f".{final.name}{STAGING_MARK}", "staging"), (f"{final.name}.building-", "staging"),
-                (f".{final.name}.old-", "backup"))
+                (f".{final.name}{BACKUP_MARK}", "backup"))
     try:
         siblings = list(final.parent.iterdir())
     except OSError:
