@@ -49,21 +49,9 @@ def check_target(path: str) -> Path:
     except ImportError as error:
         raise ConfigError(f"report --html needs the [html] extra ({error.name} is not installed): pip install "
                           f"'ragzoo[html]'") from None
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise ConfigError(f"cannot write the HTML report to {path}: folder {target.parent} does not exist")
-    if target.is_dir():
-        raise ConfigError(f"cannot write the HTML report to {path}: it is a folder; give a file name")
-    if target.exists():
-        try:
-            with open(target, "rb") as handle:
-                head = handle.read(4096).decode("utf-8", "replace")
-        except OSError as error:
-            raise ConfigError(f"cannot write the HTML report to {path}: {error.strerror}") from None
-        if f'content="{GENERATOR}"' not in head:
-            raise ConfigError(f"refusing to overwrite {path}: it is not a report this command wrote; choose "
-                              f"another path or remove it")
-    return target
+    from ragzoo.ownership import check_file
+
+    return check_file(path, f'content="{GENERATOR}"', "HTML report", flag="--html")
 
 
 def grid_table(built: dict) -> dict:

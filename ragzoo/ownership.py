@@ -281,3 +281,45 @@ def clear(folder: str | os.PathLike, kind: str) -> list[str]:
     print(f"ragzoo: kept {len(keep)} entr{'y' if len(keep) == 1 else 'ies'} of {folder} that ragzoo did not write: "
           f"{', '.join(keep)}", file=sys.stderr)
     return keep
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Single files a command writes beside the user's own (a report page, a plot): the same rule as folders, with
+# the mark inside the file itself (its generator tag or metadata), since a file has no room for a marker file.
+
+PLOT_MARK = "ragzoo report --plot"
+_MARK_WINDOW = 1 << 16  # where each format keeps its metadata: PNG ~50 bytes in, SVG ~700, PDF ~4 KiB
+
+
+def plot_metadata(path: str | os.PathLike) -> dict | None:
+    """`savefig` metadata that marks a plot as ragzoo's, for the formats that carry metadata (None otherwise:
+    such a file is written once and then never replaced)."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".png":
+        return {"Software": PLOT_MARK}
+    if suffix in (".svg", ".pdf", ".ps", ".eps"):
+        return {"Creator": PLOT_MARK}
+    return None
+
+
+def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str) -> Path:
+    """The path of a file a command is about to write, refused (ConfigError, one line) when its folder is missing,
+    when it is a folder, or when a file is there that does not carry `mark` near its start: a user's file is never
+    overwritten, and one this command wrote is replaced."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"cannot write the {what} to {path}: folder {parent} does not exist; create it or choose "
+                          f"another {flag} path")
+    if target.is_dir():
+        raise ConfigError(f"cannot write the {what} to {path}: it is a folder; give a file name to {flag}")
+    if target.exists():
+        try:
+            with open(target, "rb") as handle:
+                head = handle.read(_MARK_WINDOW)
+        except OSError as error:
+            raise ConfigError(f"cannot write the {what} to {path}: {error.strerror}") from None
+        if mark.encode("utf-8") not in head:
+            raise ConfigError(f"refusing to overwrite {path}: this command did not write it, so it is kept as it is; "
+                              f"choose another {flag} path or remove it")
+    return target

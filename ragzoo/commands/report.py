@@ -520,12 +520,9 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
     if lacking:
         raise ConfigError(f"run(s) {', '.join(lacking)} have no metric {metric!r}; pass --metric with one every "
                           f"run has")
-    from pathlib import Path
+    from ragzoo.ownership import PLOT_MARK, check_file, plot_metadata
 
-    target = Path(path)
-    if target.parent and not target.parent.is_dir():
-        raise ConfigError(f"cannot write the plot to {path}: folder {target.parent} does not exist; create it "
-                          f"or choose another --plot path")
+    check_file(path, PLOT_MARK, "plot", flag="--plot")
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for row in table:
         x, y = row["lm_calls_per_question"], row["metrics"][metric]
@@ -557,7 +554,7 @@ def plot(table: list[dict], path: str, metric: str | None = None) -> str:
                 placed.append(box)
                 break
             text.remove()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, metadata=plot_metadata(path))
     plt.close(figure)
     return metric
 

@@ -178,6 +178,10 @@ def run_grid(grid, args: argparse.Namespace) -> int:
         print(format_prices(prices, args.price_as or "each cell's LM"))
         return 0
     out = Path(args.out or Path("runs") / "grids" / grid.name)
+    if args.plot:  # before any cell is paid for: a plot that could not be written is known now
+        from ragzoo.ownership import PLOT_MARK, check_file
+
+        check_file(args.plot, PLOT_MARK, "plot", flag="--plot")
     from ragzoo import tracking
 
     track = tracking.from_args(args, "sweep")

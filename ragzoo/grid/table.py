@@ -305,7 +305,9 @@ def plot(table: dict, path: str | Path, metric: str | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     from ragzoo.errors import ConfigError
+    from ragzoo.ownership import PLOT_MARK, check_file, plot_metadata
 
+    check_file(path, PLOT_MARK, "plot", flag="--plot")
     columns = [c for c in table["columns"] if c["metrics"]]
     points = []
     for column in columns:
@@ -329,6 +331,6 @@ def plot(table: dict, path: str | Path, metric: str | None = None) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, metadata=plot_metadata(path))
     plt.close(figure)
     return Path(path)
