@@ -140,15 +140,10 @@ class CompileCheckpoint:
     def _claim(self):
         from ragzoo import ownership
 
-        try:
-            return ownership.claim(self.path, "checkpoint", flag="the checkpoint folder")
-        except ConfigError as refused:  # the user chooses --out, not this folder: say what to do about it
-            reason = str(refused).split(";")[0]
-            if "read-only" in reason:
-                raise ConfigError(f"{reason}; make it writable or choose another --out") from None
-            never = "" if "never writes into" in reason else "ragzoo never writes into it, and "
-            raise ConfigError(f"{reason}; {never}a compile keeps its checkpoint there (beside --out): move it away "
-                              f"or choose another --out") from None
+        # the user chooses --out, not this folder: say what to do about it
+        return ownership.claim(self.path, "checkpoint", flag="the checkpoint folder",
+                               remedy="move it away or choose another --out (a compile keeps its checkpoint beside "
+                                      "--out)", read_only_remedy="make it writable or choose another --out")
 
     def _own(self, name: str) -> None:
         """Claim the folder (it may have appeared since `open`), then list `name` as ragzoo's in its marker before

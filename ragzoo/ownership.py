@@ -157,43 +157,54 @@ def never_a_target(path: str | os.PathLike) -> str | None:
     return None
 
 
-def claim(path: str | os.PathLike, kind: str, *, flag: str = "--out", error: type[Exception] = ConfigError) -> Claim:
-    """Decide whether a command writing a `kind` folder may write at `path`; raises `error` (one line saying what
-    to do) unless `path` is missing, an empty folder, or a folder ragzoo made for `kind`. Writes nothing."""
+def claim(path: str | os.PathLike, kind: str, *, flag: str = "--out", error: type[Exception] = ConfigError,
+          remedy: str | None = None, read_only_remedy: str | None = None) -> Claim:
+    """Decide whether a command writing a `kind` folder may write at `path`; raises `error` (one line: what is
+    wrong, then what to do) unless `path` is missing, an empty folder, or a folder ragzoo made for `kind`. Writes
+    nothing. What to do is "choose another {flag}" (or a new folder) unless the caller knows better: `remedy`
+    ends every refusal instead, `read_only_remedy` the one of a read-only folder (default "make it writable or
+    {remedy}"), for a folder the user does not name by a flag (the cache root, a compile's checkpoint)."""
+    def refuse(problem: str, advice: str) -> Exception:
+        return error(f"{problem}; {advice if remedy is None else remedy}")
+
     noun = NOUNS[kind]
     given = Path(path).expanduser()
     reason = never_a_target(given)
     if reason:
-        raise error(f"{flag} {path} is {reason}, which ragzoo never writes into; choose a new folder for the "
-                    f"{noun.removeprefix('ragzoo ')}")
+        raise refuse(f"{flag} {path} is {reason}, which ragzoo never writes into",
+                     f"choose a new folder for the {noun.removeprefix('ragzoo ')}")
     if given.is_symlink() and not given.exists():
-        raise error(f"{flag} {path} is a symbolic link to nothing; choose a new or empty folder")
+        raise refuse(f"{flag} {path} is a symbolic link to nothing", "choose a new or empty folder")
     if not given.exists():
         return Claim(given, kind, "new")
     target = given.resolve() if given.is_symlink() else given
     if not target.is_dir():
-        raise error(f"{flag} {path} is a file, not a {noun}; choose another {flag}")
+        raise refuse(f"{flag} {path} is a file, not a {noun}", f"choose another {flag}")
     try:
         names = {entry.name for entry in target.iterdir() if not _MARKER_TMP.match(entry.name)}
     except OSError as failure:
-        raise error(f"{flag} {path} cannot be read ({failure.strerror or failure}); choose another {flag}") from None
+        problem = f"{flag} {path} cannot be read ({failure.strerror or failure})"
+        raise refuse(problem, f"choose another {flag}") from None
+    if remedy is not None and read_only_remedy is None:
+        read_only_remedy = f"make it writable or {remedy}"
     if not names or (kind == "run" and names == {_RUN_LOCK}):  # a run killed before its first file
-        return _writable(Claim(target, kind, "new"), path, flag, error)
+        return _writable(Claim(target, kind, "new"), path, flag, error, read_only_remedy)
     marker = read_marker(target)
     found = marker["kind"] if marker is not None else legacy_kind(target)
     if found == kind:
-        return _writable(Claim(target, kind, "ours" if marker is not None else "legacy"), path, flag, error)
+        return _writable(Claim(target, kind, "ours" if marker is not None else "legacy"), path, flag, error,
+                         read_only_remedy)
     if found is not None:
-        raise error(f"{flag} {path} is a {NOUNS[found]}, not a {noun}; choose another {flag}")
+        raise refuse(f"{flag} {path} is a {NOUNS[found]}, not a {noun}", f"choose another {flag}")
     link = " (through a symbolic link)" if target is not given else ""
     raise error(f"{flag} {path}{link} is not a {noun}: it holds files ragzoo did not write and no {MARKER}; "
-                f"ragzoo never writes into it: choose a new or empty folder")
+                f"ragzoo never writes into it: {'choose a new or empty folder' if remedy is None else remedy}")
 
 
-def _writable(found: Claim, path, flag: str, error: type[Exception]) -> Claim:
+def _writable(found: Claim, path, flag: str, error: type[Exception], remedy: str | None = None) -> Claim:
     # said before any work: a replace would otherwise swap a read-only folder away, an in-place write fail midway
     if not os.access(found.path, os.W_OK | os.X_OK):
-        raise error(f"{flag} {path} is read-only; make it writable or choose another {flag}")
+        raise error(f"{flag} {path} is read-only; {remedy or f'make it writable or choose another {flag}'}")
     return found
 
 

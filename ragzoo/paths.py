@@ -54,16 +54,12 @@ def writable_cache_root(sub: str) -> Path:
     ragzoo's cache subfolders in it). A folder holding anything else is refused (ConfigError, one line), so
     nothing inside it is written, replaced or cleaned."""
     from ragzoo import ownership
-    from ragzoo.errors import ConfigError
 
     root = cache_root()
     where = "RAGZOO_CACHE" if os.environ.get("RAGZOO_CACHE") else "the cache folder"
-    try:
-        found = ownership.claim(root, "cache", flag=where)
-    except ConfigError as refused:  # the remedy is the variable, not another flag
-        reason = str(refused).split(";")[0]
-        remedy = "make it writable" if "read-only" in reason else "ragzoo never writes into it"
-        raise ConfigError(f"{reason}; {remedy}, or set RAGZOO_CACHE to a new or empty folder") from None
+    # the way out is the variable, not another flag
+    found = ownership.claim(root, "cache", flag=where, remedy="set RAGZOO_CACHE to a new or empty folder",
+                            read_only_remedy="make it writable, or set RAGZOO_CACHE to a new or empty folder")
     names = {sub}
     if found.state == "legacy":  # what the earlier version made there is ragzoo's
         names |= ownership.ragzoo_files(found.path, "cache") & {entry.name for entry in found.path.iterdir()}
