@@ -303,23 +303,29 @@ ANSWER_LM_KEYS = ("model", "api_base", "priced_model", "dry_run", "temperature",
 _ANSWER_FLAGS = {"knobs": "--knob", "metrics": "--metric", "optimizer_settings": "--optimizer-setting",
                  "lm.model": "--lm", "lm.priced_model": "--lm", "lm.dry_run": "--lm", "lm.api_base": "--api-base",
                  "lm.temperature": "the LM's temperature", "lm.max_tokens": "the LM's max_tokens",
+                 "judge.lm.model": "--judge-lm", "judge.lm.priced_model": "--judge-lm",
+                 "judge.lm.dry_run": "--judge-lm", "judge.lm.api_base": "--judge-api-base",
+                 "judge.lm.temperature": "the judge LM's temperature", "judge.lm.max_tokens": "the judge LM's max_tokens",
                  "train_questions": "the training questions", "dev_questions": "the validation questions"}
 
 
 def answer_view(config: dict[str, Any], lm: dict[str, Any] | None = None) -> dict[str, Any]:
     """The options of `config` that change answers (`ANSWER_OPTIONS`, then `lm.KEY` of the LM description,
-    `lm` or `config["lm"]`), JSON-normalised and without credentials, for comparing a resume with the work it
-    continues."""
+    `lm` or `config["lm"]`) and the scores of an LM-judged metric (`judge.lm.KEY` of the judge LM that
+    `ragzoo.metrics.judge.judge_config` records: only a run with a judged metric has one), JSON-normalised and
+    without credentials, for comparing a resume with the work it continues."""
     from ragzoo.files import jsonable
     from ragzoo.secrets import storable
 
     view = {key: jsonable(config[key]) for key in ANSWER_OPTIONS if key in config}
     lm = config.get("lm") if lm is None else lm
-    if isinstance(lm, dict):
-        sampling = lm.get("kwargs") if isinstance(lm.get("kwargs"), dict) else {}
-        for key in ANSWER_LM_KEYS:
-            if key in lm or key in sampling:
-                view[f"lm.{key}"] = jsonable(lm[key] if key in lm else sampling[key])
+    judge = config.get("judge") if isinstance(config.get("judge"), dict) else {}
+    for prefix, described in (("lm", lm), ("judge.lm", judge.get("lm"))):
+        if isinstance(described, dict):
+            sampling = described.get("kwargs") if isinstance(described.get("kwargs"), dict) else {}
+            for key in ANSWER_LM_KEYS:
+                if key in described or key in sampling:
+                    view[f"{prefix}.{key}"] = jsonable(described[key] if key in described else sampling[key])
     return json.loads(json.dumps(storable(view), sort_keys=True, default=str))
 
 
