@@ -321,8 +321,15 @@ class BM25Retriever(BaseRetriever):
         self._search_batch(list(self.WARM_UP_QUERIES), 10)
 
     def tokenize(self, queries: Sequence[str]) -> list[list[int]]:
-        # update_vocab=False never adds terms; unknown words and stopwords simply drop out
-        return list(self.tokenizer.streaming_tokenize(list(queries), update_vocab=False, allow_empty=False))
+        # bm25s's streaming_tokenize(update_vocab=False)'s ids (unknown words and stopwords drop out), from a
+        # bounded per-word cache instead of caches that grow with every new query word
+        try:
+            terms = self._query_terms
+        except AttributeError:
+            from ragzoo.retrieval.query_terms import QueryTerms
+
+            terms = self._query_terms = QueryTerms.from_tokenizer(self.tokenizer)
+        return terms.many(queries)
 
     def _map(self, function, items: list) -> list:
         """`function` over `items`, on `n_threads` threads when there are several items (each thread keeps its
@@ -351,7 +358,8 @@ class BM25Retriever(BaseRetriever):
                                                     show_progress=False,
                                                     n_threads=self.n_threads if len(answerable) > 1 else 0)
         for slot, rows, row_scores in zip(answerable, documents, scores):
-            # a zero score means no query term occurs in the passage: not a match, just filler
-            results[slot] = [self.store.get(int(row), float(score))
-                             for row, score in zip(rows, row_scores) if score > 0]
+            # a zero score means no query term occurs in the passage: not a match, just filler (rows come best
+            # first, so the fillers are a tail)
+            matched = int(np.count_nonzero(row_scores > 0))
+            results[slot] = self.store.get_many(rows[:matched], row_scores[:matched])
         return results
