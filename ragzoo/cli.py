@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "datasets": ("ragzoo.commands.datasets", "list every dataset, split and size ragzoo can load"),
     "methods": ("ragzoo.commands.methods", "list methods, their papers, knobs and LM calls per question"),
     "optimizers": ("ragzoo.commands.optimizers", "list optimizer presets"),
-    "corpus": ("ragzoo.commands.corpus", "fetch a corpus by name (wiki17-abstracts) and list corpora"),
+    "corpus": ("ragzoo.commands.corpus", "fetch a corpus by name (wiki17-abstracts, wiki18-100w) and list corpora"),
     "index": ("ragzoo.commands.index", "build a retrieval index over a corpus"),
     "search": ("ragzoo.commands.search", "query a retriever"),
     "serve": ("ragzoo.commands.serve", "serve a retriever over the ColBERTv2 REST API"),

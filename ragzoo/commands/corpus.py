@@ -1,7 +1,7 @@
-"""`ragzoo corpus list` / `ragzoo corpus fetch NAME [--force] [--quiet]`: corpora by name (see
-`ragzoo.retrieval.fetch`): downloaded through `huggingface_hub` (cache, resume, `HF_ENDPOINT`,
-`HF_HUB_OFFLINE`), unpacked streaming within a size bound, published only when complete and verified (an
-unverifiable archive only with `--allow-unverified`)."""
+"""`ragzoo corpus list` (= `ragzoo corpus fetch --list`) / `ragzoo corpus fetch NAME [--force] [--quiet]`:
+corpora by name (see `ragzoo.retrieval.fetch`): downloaded through `huggingface_hub` (cache, resume,
+`HF_ENDPOINT`, `HF_HUB_OFFLINE`), unpacked or converted streaming within a size bound, published only when
+complete and verified (an unverifiable file only with `--allow-unverified`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
-    sub.add_parser("list", help="corpora known by name and whether they are fetched",
-                   description="Corpora known by name and whether they are fetched.")
-    fetch = sub.add_parser("fetch", help="download and unpack a corpus by name",
+    sub.add_parser("list", help="corpora known by name, their size, the papers that use them, whether fetched",
+                   description="Corpora known by name: what each is, passages, size (download / unpacked), "
+                               "the papers that retrieve from it, and whether it is fetched or fetchable.")
+    fetch = sub.add_parser("fetch", help="download and unpack a corpus by name (--list: what can be fetched)",
                            description="Download (through huggingface_hub: cache, resume, HF_ENDPOINT, offline "
                                        "mode) and unpack a corpus by name; then `ragzoo index build --corpus NAME`.")
-    fetch.add_argument("name", help="corpus name, e.g. wiki17-abstracts")
+    fetch.add_argument("name", nargs="?", help="corpus name, e.g. wiki17-abstracts or wiki18-100w (see --list)")
+    fetch.add_argument("--list", action="store_true", help="list the corpora known by name instead of fetching")
     fetch.add_argument("--force", action="store_true", help="unpack again even if a complete copy is there")
     fetch.add_argument("--quiet", action="store_true", help="no progress bars")
     fetch.add_argument("--allow-unverified", action="store_true",
@@ -23,18 +25,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "hub or mirror gives no sha256 ETag); refused without it")
 
 
+def listing() -> list[dict]:
+    """One row per corpus name: what `corpus list` prints."""
+    from ragzoo.retrieval import fetch as corpora
+
+    rows = []
+    for name, src in corpora.CORPORA.items():
+        path = corpora.corpus_path(name)
+        if src.why_not:
+            state = f"not fetchable by name: {src.why_not}"
+        elif corpora.is_complete(path):
+            state = f"present at {path} ({path.stat().st_size / 1e6:,.0f} MB)"
+        else:
+            state = f"not fetched (ragzoo corpus fetch {name})"
+        rows.append({"name": name, "what": src.description, "passages": src.passages,
+                     "size": f"{src.download_size or '?'} / {src.unpacked_size or '?'}",
+                     "papers": ", ".join(src.papers) or "-", "fetchable": not src.why_not, "state": state,
+                     "hub": f"{src.repo_id} ({src.repo_type})"})
+    return rows
+
+
+def print_listing() -> None:
+    for row in listing():
+        print(f"{row['name']}  [{'fetchable' if row['fetchable'] else 'NOT fetchable'}]")
+        print(f"    what:      {row['what']}")
+        print(f"    passages:  {row['passages']}")
+        print(f"    size:      {row['size']} (download / unpacked)")
+        print(f"    papers:    {row['papers']}")
+        print(f"    hub:       {row['hub']}")
+        print(f"    state:     {row['state']}")
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from ragzoo.errors import ConfigError
     from ragzoo.retrieval import fetch as corpora
 
-    if args.corpus_command == "list":
-        for name, src in corpora.CORPORA.items():
-            path = corpora.corpus_path(name)
-            state = f"fetched: {path}" if corpora.is_complete(path) else "not fetched"
-            print(f"{name:20s} {src.passages:>12s}  {src.description}\n{'':20s} hub {src.repo_id}/{src.filename}"
-                  f"  [{state}]")
+    if args.corpus_command == "list" or args.list:
+        print_listing()
         return 0
+    if not args.name:
+        raise ConfigError(f"name a corpus to fetch ({', '.join(corpora.CORPORA)}), or pass --list")
     from ragzoo.commands.index import _sigterm_unwinds
 
     with _sigterm_unwinds():
@@ -42,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
                                       allow_unverified=args.allow_unverified,
                                       log=lambda line: print(line, file=sys.stderr))
     verified_by = corpora.verification(path)
-    how = {"pin": "verified against ragzoo's pinned sha256", "hub": "verified against the hub's sha256"}.get(
+    how = {"pin": "verified against ragzoo's pinned sha256", "hub": "verified against the hub's sha256",
+           "hub+pin": "verified: each file against ragzoo's pinned sha256, or the hub's where ragzoo pins none"}.get(
         verified_by, "UNVERIFIED: no sha256 checked it")
     print(f"corpus {args.name} {'fetched' if fetched else 'already complete'} ({how}): {path}")
     print(f"next: ragzoo index build --corpus {args.name}")

@@ -1,10 +1,21 @@
 """Corpora by name: download through `huggingface_hub`, unpack streaming, publish only a complete file.
 
     ragzoo corpus fetch wiki17-abstracts     # then: ragzoo index build --corpus wiki17-abstracts
+    ragzoo corpus fetch --list               # what each name is, its size, the papers that use it
 
 `wiki17-abstracts` is the full 2017 Wikipedia abstracts collection (about 5.2M passages) from where DSPy's
 own tutorials get it: the hub repository `dspy/cache` (a model repository), file
 `wiki.abstracts.2017.tar.gz`, one member `wiki.abstracts.2017.jsonl`.
+
+`wiki18-100w` is DPR's `psgs_w100` (Karpukhin et al. 2020: the 20 Dec 2018 English Wikipedia in disjoint
+100-word passages, 21,015,324 in DPR's tsv), the corpus of Post-Fusion, FILCO and RA-ISF. DPR itself serves the
+tsv from dl.fbaipublicfiles.com, not the hub; the hub copy kept by its authors' organisation is the dataset
+`facebook/wiki_dpr`, subset `no_embeddings`: 28 parquet files (`data/psgs_w100/no_embeddings/train-000NN-
+of-00028.parquet`, columns id, text, title). They are downloaded one by one (each resumable and cached as
+above) and converted, streaming, into one corpus JSONL `{"id", "title", "text"}` (the passage id stays DPR's),
+published as the tar member is below. 13 of the 28 files have their LFS sha256 pinned here (the ones found in
+stored copies of the hub's pages); the others are checked against the hub's sha256 ETag. KILT's Wikipedia
+(ActiveRAG) is listed but not fetchable by name (`CorpusSource.why_not`).
 
 - Download: `huggingface_hub.hf_hub_download`, so the hub's cache (`HF_HUB_CACHE`/`HF_HOME`), its resume of an
   interrupted transfer (`.incomplete` blob + HTTP Range), `HF_ENDPOINT` (a mirror, or the loopback fake hub of
@@ -36,7 +47,7 @@ import os
 import re
 import tarfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -66,6 +77,23 @@ class CorpusSource:
     passages: str = ""
     sha256: str | None = None  # the archive's pinned digest (None: trust the hub's sha256 ETag, if any)
     max_unpacked_bytes: int | None = None  # bound on the member's size (None: the ratio cap applies)
+    # "tar.gz": `member` is unpacked from `filename`; "parquet": every file of `files` is converted, in order,
+    # into one corpus JSONL named `member` (pins per file in `sha256s`; a file without one: the hub's ETag)
+    format: str = "tar.gz"
+    files: tuple[str, ...] = ()
+    sha256s: dict = field(default_factory=dict)
+    papers: tuple[str, ...] = ()  # the seed papers that retrieve from this corpus
+    download_size: str = ""  # as the hub lists it, for `corpus fetch --list`
+    unpacked_size: str = ""
+    sample: str | None = None  # the shipped sample (under RAGZOO_DATA) presets use when this is not fetched
+    why_not: str = ""  # set: known by name for --list, but not fetchable (and why)
+
+    def pin(self, filename: str) -> str | None:
+        return self.sha256s.get(filename) if self.files else self.sha256
+
+    @property
+    def hub_files(self) -> tuple[str, ...]:
+        return self.files or (self.filename,)
 
 
 # Pins of the archives ragzoo knows by name. WIKI17_SHA256 is None until someone who can reach the hub records
@@ -75,12 +103,55 @@ WIKI17_SHA256: str | None = None
 # The unpacked jsonl of ~5.2M abstracts is ~1-2 GB; 4 GiB bounds it without being a guess at its exact size.
 WIKI17_MAX_UNPACKED = 4 << 30
 
+WIKI18_SHARDS = tuple(f"data/psgs_w100/no_embeddings/train-{i:05d}-of-00028.parquet" for i in range(28))
+# LFS sha256 of facebook/wiki_dpr's no_embeddings shards as the hub's file pages list them ("Host data files in
+# the repo (#14)", 84a0be1, the files main serves; the same digests at 531e06c2 of refs/pr/15). Shards not here
+# were not in any stored copy found offline: the hub's sha256 ETag verifies them.
+WIKI18_SHA256 = {WIKI18_SHARDS[i]: digest for i, digest in {
+    1: "2f6e83fef7ce201106c193dde1405feb1c98d429de36878264903ed55b17013a",
+    2: "c93329455a188c6a9da7ce0e0aa703219267ea361b5fd21e496360ce1a77a532",
+    3: "84c7db33390e820373516b2e4f03b9568f2cce313dfc73e6014aeb4969402179",
+    6: "a78cd70630a7a3e4c38f70873ad6ea79d7572ca6bf997fdb248c7a6d44d85b8b",
+    7: "b40e6665eb38dc26fd31e6722a0b6433141f73d789cfbff8c9e3167baf8cd05b",
+    11: "ae09f000731db843352b88d3de1a057c57cbcf5118643d332c36c11d866365b1",
+    15: "f97e86b9700b475dd38faa07adf84d39ef101de715377df646edd037ad4d9303",
+    16: "83fd6a67d2b964a0e588a7ead16ff72727dbd2c5f758241ef2b60db9a5d6dc2f",
+    18: "d20f7bd9373d5bdcb2d655654b526c6ec54dc7cf6c2374ccff275187ffc4c9ca",
+    19: "d000fa87615dabc71c16e904f09cfc145ca4ee570f6996005c2fd0c1b627d72a",
+    22: "b8aaf70fdaa6c76fa52e95db644152e5ea3659b1e4aa359fcf33385c16ce1aa5",
+    24: "9d50878530d4f6fcca88f4c9a3bdf78bf378ba389efae15295222dfd60075035",
+    25: "281d362bbf8c330fcb0cb0c5083dca488cf0391b2b8ade2db7401aee65b7c4e0",
+}.items()}
+# DPR's tsv is ~13 GB of text; the JSONL adds its keys (~30 bytes a passage): 20 GiB bounds it with room.
+WIKI18_MAX_UNPACKED = 20 << 30
+
 CORPORA: dict[str, CorpusSource] = {
     "wiki17-abstracts": CorpusSource(
         name="wiki17-abstracts", repo_id="dspy/cache", filename="wiki.abstracts.2017.tar.gz",
         member="wiki.abstracts.2017.jsonl",
         description="2017 Wikipedia abstracts (the collection ColBERTv2's wiki17_abstracts index serves)",
-        passages="about 5.2M", sha256=WIKI17_SHA256, max_unpacked_bytes=WIKI17_MAX_UNPACKED),
+        passages="about 5.2M", sha256=WIKI17_SHA256, max_unpacked_bytes=WIKI17_MAX_UNPACKED,
+        papers=("BlendFilter",), download_size="not recorded", unpacked_size="at most 4 GiB",
+        sample="hotpotqa/corpus_wiki17_abstracts.jsonl"),
+    "wiki18-100w": CorpusSource(
+        name="wiki18-100w", repo_id="facebook/wiki_dpr", repo_type="dataset", filename=WIKI18_SHARDS[0],
+        member="psgs_w100.jsonl", format="parquet", files=WIKI18_SHARDS, sha256s=WIKI18_SHA256,
+        description="DPR's psgs_w100: Wikipedia of 20 Dec 2018 in disjoint 100-word passages (hub: "
+                    "facebook/wiki_dpr, no_embeddings)",
+        passages="21,015,324", max_unpacked_bytes=WIKI18_MAX_UNPACKED,
+        papers=("Post-Fusion (NQ, TriviaQA)", "FILCO", "RA-ISF"),
+        download_size="about 7.5 GB (28 parquet files of 250-280 MB)", unpacked_size="about 14 GB",
+        sample="wiki18_passages/corpus.jsonl"),
+    "kilt-wikipedia": CorpusSource(
+        name="kilt-wikipedia", repo_id="facebook/kilt_wikipedia", repo_type="dataset", filename="",
+        member="kilt_wikipedia.jsonl",
+        description="KILT's Wikipedia (1 Aug 2019 snapshot, 5.9M articles), the corpus ActiveRAG's T5-ANCE "
+                    "retrieves from",
+        passages="5,903,530 articles", papers=("ActiveRAG",), download_size="37 GB (hub listing)",
+        unpacked_size="not measured",
+        why_not="the hub's facebook/kilt_wikipedia holds whole articles behind a dataset loading script, not "
+                "passages, and ActiveRAG does not say how it split them; third-party 100-word splits on the hub "
+                "(e.g. dmrau/kilt-100w_passages) are not the paper's and could not be pinned offline"),
 }
 
 
@@ -94,7 +165,8 @@ def source(name: str) -> CorpusSource:
     try:
         return CORPORA[name]
     except KeyError:
-        raise ConfigError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}") from None
+        raise ConfigError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)} (ragzoo corpus fetch --list)") \
+            from None
 
 
 def corpus_path(name: str, root: Path | None = None) -> Path:
@@ -120,11 +192,31 @@ def resolve_named(name: str) -> Path | None:
     is known but the corpus was not (completely) fetched."""
     if name not in CORPORA:
         return None
+    if CORPORA[name].why_not:
+        raise DataError(f"corpus {name!r} cannot be fetched by name: {CORPORA[name].why_not}")
     path = corpus_path(name)
     if not is_complete(path):
         raise DataError(f"corpus {name!r} is not fetched yet (nothing complete at {path}); "
                         f"run `ragzoo corpus fetch {name}` first")
     return path
+
+
+def over_sample(spec: str, name: str) -> str | None:
+    """For a retriever spec over the shipped sample that stands in for corpus `name` (e.g.
+    `bm25:wiki18_passages/corpus.jsonl?k1=0.9`), the same spec over `name` itself (`bm25:wiki18-100w?k1=0.9`);
+    None for any other spec."""
+    src = source(name)
+    scheme, sep, rest = spec.partition(":")
+    target, question, options = rest.partition("?")
+    if not sep or not src.sample or target.strip() != src.sample:
+        return None
+    return f"{scheme}:{name}{question}{options}"
+
+
+def fetched(name: str) -> Path | None:
+    """The complete unpacked file of corpus `name`, None when it is not (completely) fetched."""
+    path = corpus_path(name)
+    return path if not source(name).why_not and is_complete(path) else None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -198,70 +290,118 @@ class _HashingReader:
 
 
 def download(src: CorpusSource, *, offline: bool | None = None, cache_dir: str | None = None,
-             progress: bool = True, allow_unverified: bool = False) -> tuple[Path, str | None, str | None]:
-    """The archive in the hub cache (downloaded or resumed if needed), the sha256 it must have and what vouches
-    for that digest: "pin" (ragzoo's own), "hub" (the hub's sha256 ETag) or None (nothing: only with
-    `allow_unverified`, else DataError before any download)."""
-    import huggingface_hub
-    from huggingface_hub import constants, hf_hub_download, hf_hub_url, try_to_load_from_cache
-    from huggingface_hub.errors import LocalEntryNotFoundError
-    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+             progress: bool = True, allow_unverified: bool = False,
+             filename: str | None = None) -> tuple[Path, str | None, str | None]:
+    """The archive (or one of `src.files`: `filename`) in the hub cache, downloaded or resumed if needed, the
+    sha256 it must have and what vouches for that digest: "pin" (ragzoo's own), "hub" (the hub's sha256 ETag) or
+    None (nothing: only with `allow_unverified`, else DataError before any download)."""
+    filename = filename or src.filename
+    offline, endpoint, cache_dir = _hub_settings(offline, cache_dir)
+    if offline:
+        return _cached(src, filename, cache_dir, allow_unverified)
+    expected, by = expectation(src, filename, endpoint=endpoint, allow_unverified=allow_unverified)
+    return _hub_download(src, filename, endpoint, cache_dir, progress), expected, by
+
+
+def _hub_settings(offline: bool | None, cache_dir: str | None) -> tuple[bool, str | None, str | None]:
+    from huggingface_hub import constants
 
     offline = constants.is_offline_mode() if offline is None else offline
-    endpoint = os.environ.get("HF_ENDPOINT") or None
-    cache_dir = cache_dir or os.environ.get("HF_HUB_CACHE") or None
-    if offline:
-        cached = try_to_load_from_cache(src.repo_id, src.filename, cache_dir=cache_dir, revision=src.revision,
-                                        repo_type=src.repo_type)
-        if not isinstance(cached, str):
-            raise DataError(f"offline (HF_HUB_OFFLINE=1) and {src.filename} is not in the hub cache; unset "
-                            f"HF_HUB_OFFLINE to download it from {src.repo_id}, or copy the hub cache here")
-        blob = Path(cached).resolve().name  # the hub cache names a blob by its ETag: an LFS file's sha256
-        expected, by = _expected(src, blob if _SHA256.match(blob) else None, "the hub cache", blob,
-                                 allow_unverified)
-        return Path(cached), expected, by
+    return offline, os.environ.get("HF_ENDPOINT") or None, cache_dir or os.environ.get("HF_HUB_CACHE") or None
+
+
+def _cached(src: CorpusSource, filename: str, cache_dir: str | None,
+            allow_unverified: bool) -> tuple[Path, str | None, str | None]:
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(src.repo_id, filename, cache_dir=cache_dir, revision=src.revision,
+                                    repo_type=src.repo_type)
+    if not isinstance(cached, str):
+        raise DataError(f"offline (HF_HUB_OFFLINE=1) and {filename} is not in the hub cache; unset "
+                        f"HF_HUB_OFFLINE to download it from {src.repo_id}, or copy the hub cache here")
+    blob = Path(cached).resolve().name  # the hub cache names a blob by its ETag: an LFS file's sha256
+    expected, by = _expected(src, filename, blob if _SHA256.match(blob) else None, "the hub cache", blob,
+                             allow_unverified)
+    return Path(cached), expected, by
+
+
+def _hub_errors(src: CorpusSource, filename: str):
+    """The hub client's failures as one-line DataErrors (a context manager)."""
+    from contextlib import contextmanager
+
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def line(error: Exception) -> str:  # the hub client's HTTP errors run over several lines (docs links)
+        return " ".join(str(error).split()) or type(error).__name__
+
+    @contextmanager
+    def translated():
+        try:
+            yield
+        except LocalEntryNotFoundError as error:
+            raise DataError(f"cannot download {filename} from {src.repo_id}: {line(error)}") from None
+        except OSError as error:  # httpx transport errors, HTTP errors (HfHubHTTPError is an OSError), disk full
+            raise DataError(f"cannot download {filename} from {src.repo_id}: {line(error)}; rerun to resume") \
+                from None
+        except DataError:
+            raise
+        except Exception as error:  # httpx errors that are not OSErrors
+            if type(error).__module__.startswith(("httpx", "huggingface_hub")):
+                raise DataError(f"cannot download {filename} from {src.repo_id}: {line(error)}; rerun to "
+                                f"resume") from None
+            raise
+
+    return translated()
+
+
+def expectation(src: CorpusSource, filename: str, *, endpoint: str | None = None,
+                allow_unverified: bool = False) -> tuple[str | None, str | None]:
+    """Ask the hub (HEAD) for `filename`'s sha256 ETag: (the digest it must have, "pin" | "hub" | None). Refused
+    here, before any byte is downloaded, when the hub's sha256 differs from the pin or nothing can verify it."""
+    import huggingface_hub
+    from huggingface_hub import hf_hub_url
+
     where = endpoint or "the hub"
+    with _hub_errors(src, filename):
+        meta = huggingface_hub.get_hf_file_metadata(
+            hf_hub_url(src.repo_id, filename, repo_type=src.repo_type, revision=src.revision, endpoint=endpoint),
+            endpoint=endpoint)
+    etag = (meta.etag or "").strip('"').lower()
+    hub_sha256 = etag if _SHA256.match(etag) else None
+    pinned = src.pin(filename)
+    if pinned and hub_sha256 and hub_sha256 != pinned:
+        raise DataError(f"{where} serves {filename} with sha256 {hub_sha256[:12]}..., not the "
+                        f"{pinned[:12]}... ragzoo pins for corpus {src.name}; refused before downloading "
+                        f"(a changed or substituted archive)")
+    return _expected(src, filename, hub_sha256, where, etag, allow_unverified)
+
+
+def _hub_download(src: CorpusSource, filename: str, endpoint: str | None, cache_dir: str | None,
+                  progress: bool) -> Path:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
     if not progress:
         disable_progress_bars()
     try:
-        meta = huggingface_hub.get_hf_file_metadata(
-            hf_hub_url(src.repo_id, src.filename, repo_type=src.repo_type, revision=src.revision, endpoint=endpoint),
-            endpoint=endpoint)
-        etag = (meta.etag or "").strip('"').lower()
-        hub_sha256 = etag if _SHA256.match(etag) else None
-        if src.sha256 and hub_sha256 and hub_sha256 != src.sha256:
-            raise DataError(f"{where} serves {src.filename} with sha256 {hub_sha256[:12]}..., not the "
-                            f"{src.sha256[:12]}... ragzoo pins for corpus {src.name}; refused before downloading "
-                            f"(a changed or substituted archive)")
-        expected, by = _expected(src, hub_sha256, where, etag, allow_unverified)
-        path = hf_hub_download(src.repo_id, src.filename, repo_type=src.repo_type, revision=src.revision,
-                               endpoint=endpoint, cache_dir=cache_dir)
-    except LocalEntryNotFoundError as error:
-        raise DataError(f"cannot download {src.filename} from {src.repo_id}: {error}") from None
-    except OSError as error:  # httpx transport errors, HTTP errors (HfHubHTTPError is an OSError), disk full
-        raise DataError(f"cannot download {src.filename} from {src.repo_id}: {error}; rerun to resume") from None
-    except DataError:
-        raise
-    except Exception as error:  # httpx errors that are not OSErrors
-        if type(error).__module__.startswith(("httpx", "huggingface_hub")):
-            raise DataError(f"cannot download {src.filename} from {src.repo_id}: {error}; rerun to resume") from None
-        raise
+        with _hub_errors(src, filename):
+            return Path(hf_hub_download(src.repo_id, filename, repo_type=src.repo_type, revision=src.revision,
+                                        endpoint=endpoint, cache_dir=cache_dir))
     finally:
         if not progress:
             enable_progress_bars()
-    return Path(path), expected, by
 
 
-def _expected(src: CorpusSource, hub_sha256: str | None, where: str, etag: str,
+def _expected(src: CorpusSource, filename: str, hub_sha256: str | None, where: str, etag: str,
               allow_unverified: bool) -> tuple[str | None, str | None]:
     """(the digest the archive must have, who vouches for it); refuses an unverifiable archive unless allowed."""
-    if src.sha256:
-        return src.sha256, "pin"
+    if src.pin(filename):
+        return src.pin(filename), "pin"
     if hub_sha256:
         return hub_sha256, "hub"
     if not allow_unverified:
         shown = (etag[:40] + "...") if len(etag) > 40 else etag
-        raise DataError(f"cannot verify {src.filename} for corpus {src.name}: ragzoo pins no sha256 for it and "
+        raise DataError(f"cannot verify {filename} for corpus {src.name}: ragzoo pins no sha256 for it and "
                         f"{where} gives no sha256 ETag (ETag {shown or 'none'!r}), so a substituted or damaged "
                         f"archive would go unnoticed; pass --allow-unverified to fetch it anyway")
     return None, None
@@ -322,15 +462,9 @@ def unpack(archive: Path, member: str, target: Path, expected_sha256: str | None
                              f"{expected_sha256[:12]}...); it was removed, rerun to download it again")
         if found is None:
             raise DataError(f"{archive.name} holds no {member}; is this the right archive?")
-        size = partial.stat().st_size
-        os.replace(partial, target)
-        marker = {"format": "ragzoo-corpus", "member": member, "size": size, "archive": archive.name,
-                  "archive_sha256": digest, "verified": bool(expected_sha256),
-                  "verified_by": verified_by if expected_sha256 else None}
-        tmp = _marker(target).with_name(_marker(target).name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(marker, indent=2), encoding="utf-8")
-        os.replace(tmp, _marker(target))
-        return marker
+        return _publish(partial, target, {
+            "format": "ragzoo-corpus", "member": member, "archive": archive.name, "archive_sha256": digest,
+            "verified": bool(expected_sha256), "verified_by": verified_by if expected_sha256 else None})
     except BaseException:
         partial.unlink(missing_ok=True)
         for folder in created:  # deepest first; only folders this call made, and only if still empty
@@ -352,6 +486,17 @@ def verification(path: Path) -> str | None:
     return marker.get("verified_by") or "hub"
 
 
+def _publish(partial: Path, target: Path, marker: dict) -> dict:
+    """Rename the finished (fsynced) `partial` onto `target`, then write its marker: the marker last, so a
+    corpus is known complete only once both are there."""
+    marker = {**marker, "size": partial.stat().st_size}
+    os.replace(partial, target)
+    tmp = _marker(target).with_name(_marker(target).name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(marker, indent=2), encoding="utf-8")
+    os.replace(tmp, _marker(target))
+    return marker
+
+
 def _discard_cached(archive: Path) -> None:
     """Remove a bad archive from the hub cache (the snapshot link and its blob)."""
     try:
@@ -363,6 +508,130 @@ def _discard_cached(archive: Path) -> None:
         pass
 
 
+class BadShard(BadArchive):
+    """One file of a multi-file corpus that must leave the hub cache (the others stay: rerun fetches only it)."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(message)
+        self.path = path
+
+
+PSGS_COLUMNS = ("id", "title", "text")
+
+
+def _sha256_file(path: Path, bar=None) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+            if bar is not None:
+                bar.update(len(block))
+    return digest.hexdigest()
+
+
+def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], target: Path, *, progress: bool = True,
+                    max_unpacked_bytes: int | None = None) -> dict:
+    """Convert psgs_w100-shaped parquet files (columns id, text, title), in the given order, into one corpus JSONL
+    `target` of `{"id", "title", "text"}` lines, atomically. `shards` holds (hub file name, cached path, sha256 it
+    must have or None, who vouches for it). Each file is hashed before it is read (parquet is read by random
+    access, not as a stream); a mismatch raises BadShard naming it. The JSONL stops past `unpack_limit` bytes.
+    On any failure nothing is left: no partial file, and no folder this call created."""
+    import ujson
+    from tqdm.auto import tqdm
+
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - pyarrow comes with `datasets`, a ragzoo dependency
+        raise DataError("converting parquet corpora needs pyarrow (pip install pyarrow)") from None
+
+    created = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clean_partials(target)
+    partial = target.with_name(f".{target.name}{PARTIAL_MARK}{os.getpid()}")
+    total = sum(path.stat().st_size for _, path, _, _ in shards)
+    limit = unpack_limit(total, max_unpacked_bytes)
+    try:
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"verify {len(shards)} files",
+                  disable=not progress) as bar:
+            for name, path, expected, by in shards:
+                digest = _sha256_file(path, bar)
+                if expected and digest != expected:
+                    vouch = "ragzoo pins" if by == "pin" else "the hub says"
+                    raise BadShard(f"{name} failed its integrity check (sha256 {digest[:12]}..., {vouch} "
+                                   f"{expected[:12]}...); it was removed, rerun to download it again", path)
+        passages, written = 0, 0
+        try:
+            rows = sum(pq.ParquetFile(path).metadata.num_rows for _, path, _, _ in shards)
+        except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+            raise BadArchive(f"a file of the corpus is not readable parquet ({error}); rerun with --force "
+                             f"after removing it from the hub cache") from None
+        with open(partial, "w", encoding="utf-8") as sink, \
+                tqdm(total=rows, unit=" passages", unit_scale=True, desc=f"convert -> {target.name}",
+                     disable=not progress) as bar:
+            for name, path, _, _ in shards:
+                table = pq.ParquetFile(path)
+                missing = [column for column in PSGS_COLUMNS if column not in table.schema_arrow.names]
+                if missing:
+                    raise BadShard(f"{name} has no column {', '.join(missing)} (columns: "
+                                   f"{', '.join(table.schema_arrow.names)}); not a psgs_w100 file, it was removed",
+                                   path)
+                for batch in table.iter_batches(batch_size=65536, columns=list(PSGS_COLUMNS)):
+                    lines = "".join(ujson.dumps({"id": str(pid), "title": title or "", "text": text or ""},
+                                                ensure_ascii=False, escape_forward_slashes=False) + "\n"
+                                    for pid, title, text in zip(*(batch.column(c).to_pylist()
+                                                                  for c in PSGS_COLUMNS)))
+                    written += len(lines.encode("utf-8"))
+                    if written > limit:
+                        raise BadArchive(f"the parquet files of {target.name} convert to more than {limit:,} "
+                                         f"bytes, past the most this corpus can be; refused, nothing kept")
+                    sink.write(lines)
+                    passages += batch.num_rows
+                    bar.update(batch.num_rows)
+            sink.flush()
+            os.fsync(sink.fileno())
+        by_file = {name: by for name, _, expected, by in shards}
+        kinds = {by for by in by_file.values()}
+        verified = None not in kinds
+        return _publish(partial, target, {
+            "format": "ragzoo-corpus", "member": target.name, "passages": passages, "verified": verified,
+            "verified_by": ("+".join(sorted(kinds)) if verified else None),
+            "files": [{"name": name, "sha256": expected, "verified_by": by} for name, _, expected, by in shards]})
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        for folder in created:  # deepest first; only folders this call made, and only if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _fetch_files(src: CorpusSource, target: Path, *, offline: bool | None, cache_dir: str | None, progress: bool,
+                 allow_unverified: bool, log: Callable[[str], None]) -> None:
+    """A corpus of several hub files: every file is checked with the hub before the first is downloaded (a
+    refusal costs no download), then each is downloaded or resumed (finished ones come from the hub cache),
+    then all are converted together."""
+    offline, endpoint, cache_dir = _hub_settings(offline, cache_dir)
+    if offline:
+        shards = [(name, *_cached(src, name, cache_dir, allow_unverified)) for name in src.files]
+    else:
+        expected = {name: expectation(src, name, endpoint=endpoint, allow_unverified=allow_unverified)
+                    for name in src.files}
+        shards = []
+        for number, name in enumerate(src.files, 1):
+            log(f"download {number}/{len(src.files)}: {src.repo_id}/{name}")
+            shards.append((name, _hub_download(src, name, endpoint, cache_dir, progress), *expected[name]))
+    unverified = [name for name, _, digest, _ in shards if digest is None]
+    if unverified:
+        log(f"warning: {len(unverified)} of {len(shards)} files are unverified (no pinned sha256, no sha256 "
+            f"ETag); fetched because of --allow-unverified")
+    log(f"converting {len(shards)} parquet files -> {target}")
+    try:
+        convert_parquet([(name, Path(path), digest, by) for name, path, digest, by in shards], target,
+                        progress=progress, max_unpacked_bytes=src.max_unpacked_bytes)
+    except BadShard as bad:  # only the bad file leaves the cache; the good ones are not downloaded again
+        _discard_cached(bad.path)
+        raise
 
 
 def fetch(name: str, *, root: Path | None = None, force: bool = False, progress: bool = True,
@@ -370,12 +639,18 @@ def fetch(name: str, *, root: Path | None = None, force: bool = False, progress:
           log: Callable[[str], None] = lambda _line: None) -> tuple[Path, bool]:
     """Make the named corpus available on disk. Returns (path, fetched_now)."""
     src = source(name)
+    if src.why_not:
+        raise ConfigError(f"corpus {name!r} cannot be fetched by name: {src.why_not}")
     target = corpus_path(name, root)
     if not force and is_complete(target):
         clean_partials(target)
         return target, False
     if root is None and not os.environ.get("RAGZOO_CORPORA"):
         writable_cache_root("corpora")  # unpacked into the cache root: only into ragzoo's, before any download
+    if src.format == "parquet":
+        _fetch_files(src, target, offline=offline, cache_dir=cache_dir, progress=progress,
+                     allow_unverified=allow_unverified, log=log)
+        return target, True
     archive, expected, verified_by = download(src, offline=offline, cache_dir=cache_dir, progress=progress,
                                               allow_unverified=allow_unverified)
     if expected is None:
