@@ -432,13 +432,23 @@ def load(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None 
 
     program, manifest = load_artifact(path, retriever=retriever, retriever_spec=retriever_spec,
                                       method=method, knobs=knobs, trust_retriever=trust_retriever)
-    reasks = manifest.get("max_reasks")
+    adapter, reasks = recorded_adapter(manifest)
     try:
-        return run_under(program, manifest.get("adapter") if isinstance(manifest.get("adapter"), str) else None,
-                         max_reasks=reasks if isinstance(reasks, int) else DEFAULT_MAX_REASKS)
+        return run_under(program, adapter, max_reasks=DEFAULT_MAX_REASKS if reasks is None else reasks)
     except ConfigError as error:
         raise ArtifactError(f"{path} records an adapter this ragzoo cannot build ({error}); recompile the "
                             f"program") from None
+
+
+def recorded_adapter(manifest: dict) -> tuple[str | None, int | None]:
+    """(the adapter an artifact was compiled under, its `max_reasks`) as its manifest records them; None for what
+    it does not record. `load` runs the program under them; `ragzoo evaluate` and `ragzoo ask` follow them unless
+    --adapter is given."""
+    adapter, reasks = manifest.get("adapter"), manifest.get("max_reasks")
+    if isinstance(adapter, dict):  # {"name": ...}, as some hand-written manifests have it
+        adapter = adapter.get("name")
+    return (adapter if isinstance(adapter, str) else None,
+            reasks if isinstance(reasks, int) and not isinstance(reasks, bool) else None)
 
 
 def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None = None,

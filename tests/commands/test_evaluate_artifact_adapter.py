@@ -1,0 +1,68 @@
+"""`ragzoo evaluate --program ARTIFACT` runs the program under the adapter it was compiled with (its demos and
+instructions were chosen in that format) unless --adapter is given; an explicit --adapter that differs wins, with
+the warning. The upstream is the loopback stub server; its responder notes the format of every prompt it gets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ragzoo
+from ragzoo import programs
+from ragzoo.cli import main
+from ragzoo.stubserver import StubLMServer, adapter_responder, prompt_style
+
+EVAL = ["evaluate", "--dataset", "hotpotqa", "--split", "dev_distractor", "-n", "2", "--lm", "openai/stub",
+        "--no-cache"]
+
+
+@pytest.fixture
+def json_artifact(tmp_path):
+    return ragzoo.save(programs.get("direct"), tmp_path / "art-json", method="direct", adapter="json", max_reasks=1)
+
+
+def _evaluate(artifact, out, monkeypatch, capsys, *flags) -> tuple[int, list[str], str]:
+    """(exit code, the format of each prompt the LM got, stderr)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-stub")
+    import ragzoo.adapters
+
+    monkeypatch.setattr(ragzoo.adapters, "_warned", set())  # the warning is said once per process
+    styles: list[str] = []
+
+    def noting(messages, body=None):
+        system = next((m["content"] for m in messages if m["role"] == "system"), "")
+        styles.append(prompt_style(system))
+        return adapter_responder(messages, body)
+
+    capsys.readouterr()
+    with StubLMServer(responder=noting) as server:
+        code = main([*EVAL, "--program", str(artifact), "--api-base", server.base_url + "/v1", "--out", str(out),
+                     *flags])
+    return code, styles, capsys.readouterr().err
+
+
+def test_without_adapter_the_artifacts_recorded_adapter_is_followed(json_artifact, tmp_path, monkeypatch, capsys):
+    code, styles, err = _evaluate(json_artifact, tmp_path / "run", monkeypatch, capsys)
+    assert code == 0, err
+    assert styles and set(styles) == {"json"}, styles
+    assert "warning" not in err.lower(), err
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["adapter"] == "json" and config["max_reasks"] == 1  # the run records what it ran under
+
+
+def test_an_explicit_adapter_wins_with_the_warning(json_artifact, tmp_path, monkeypatch, capsys):
+    code, styles, err = _evaluate(json_artifact, tmp_path / "run", monkeypatch, capsys, "--adapter", "chat")
+    assert code == 0, err
+    assert styles and set(styles) == {"chat"}, styles
+    assert "compiled under the json adapter" in err and "--adapter json" in err, err
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["adapter"] == "chat"
+
+
+def test_an_adapter_from_a_config_file_is_explicit_too(json_artifact, tmp_path, monkeypatch, capsys):
+    settings = tmp_path / "settings.toml"
+    settings.write_text('adapter = "xml"\n')
+    code, styles, err = _evaluate(json_artifact, tmp_path / "run", monkeypatch, capsys, "--config", str(settings))
+    assert code == 0, err
+    assert styles and set(styles) == {"xml"}, styles
+    assert "compiled under the json adapter" in err, err
