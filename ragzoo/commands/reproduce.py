@@ -58,5 +58,40 @@ def run(args: argparse.Namespace) -> int:
     if not args.lm and not args.dry_run:
         raise ConfigError("pass --lm SPEC (the paper's LM may not be available: the grid says which it used), "
                           "or --dry-run to price it")
-    grid = apply_overrides(load_grid(grids[args.name]), args)
+    grid = use_paper_corpus(apply_overrides(load_grid(grids[args.name]), args))
     return run_grid(grid, args)
+
+
+def use_paper_corpus(grid):
+    """A grid whose [paper] names its corpus (`corpus = "wiki18-100w"`) retrieves from it where it used the
+    shipped sample standing in for it, when that corpus is fetched; otherwise it keeps the sample. Either way
+    one line on stderr says which and why, and `grid.paper["corpus_used"]` (written to the grid's grid.json)
+    records it; each cell's --retriever names the corpus it searched."""
+    import sys
+    from dataclasses import replace
+
+    from ragzoo.retrieval import fetch
+
+    name = grid.paper.get("corpus")
+    if not name:
+        return grid
+    src = fetch.source(name)
+    path = fetch.fetched(name)
+    specs = [spec for spec in [grid.retriever, *(d.retriever for d in grid.datasets)]
+             if spec and fetch.over_sample(spec, name)]
+    if not specs:
+        return grid
+    if path:
+        grid.retriever = fetch.over_sample(grid.retriever or "", name) or grid.retriever
+        grid.datasets = [replace(d, retriever=fetch.over_sample(d.retriever or "", name) or d.retriever)
+                         for d in grid.datasets]
+        why = (f"the paper's corpus {name} ({src.passages} passages) is fetched at {path}; it replaces the "
+               f"sample {src.sample}")
+        grid.paper = {**grid.paper, "differences": [f"corpus: {why}", *grid.paper.get("differences", [])]}
+    else:
+        why = (f"the paper's corpus {name} is not fetched, so the sample {src.sample} stands in for it "
+               f"(`ragzoo corpus fetch {name}` to retrieve from all {src.passages} passages)")
+    grid.paper = {**grid.paper, "corpus_used": {"corpus": name if path else src.sample, "paper_corpus": name,
+                                                "fetched": bool(path), "why": why}}
+    print(f"{grid.name}: {why}", file=sys.stderr)
+    return grid
