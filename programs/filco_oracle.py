@@ -171,25 +171,30 @@ class CompletionLogprobScorer:
     continuation " {output}"; the log-probabilities of the tokens from the continuation onward are summed.
 
     OpenAI's chat API cannot do this: `logprobs=True` there covers sampled tokens only. Servers that do not
-    echo prompt log-probabilities raise `LMError`."""
+    echo prompt log-probabilities raise `LMError`.
+
+    Each request is an LM call that is paid for: it counts on the open usage meters (`ragzoo.usage`) as a call
+    of signature `filco.cxmi` with the tokens the server reports, priced as `lm` (the LM whose server this is:
+    its --price, else its list price) would be, reserves its place on their budgets before it is sent
+    (`--max-calls`, `--max-cost` bound it; past them, `BudgetExceeded`), and joins the current example's trace."""
+
+    SIGNATURE = "filco.cxmi"
 
     def __init__(self, model: str, api_base: str, api_key: str | None = None, timeout: float = 60.0,
-                 client: Any = None):
+                 client: Any = None, lm: Any = None):
         import httpx
 
         self.model = model
         self.url = api_base.rstrip("/") + "/completions"
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = client or httpx.Client(timeout=timeout)
+        self.lm = lm
 
     def __call__(self, output: str, question: str, context: str | None) -> float:
         prefix = CXMI_PROMPT.format(context=f"context: {context}\n" if context is not None else "", question=question)
         body = {"model": self.model, "prompt": prefix + " " + output, "max_tokens": 1, "temperature": 0.0,
                 "echo": True, "logprobs": 1}
-        try:
-            response = self.client.post(self.url, json=body, headers=self.headers)
-        except Exception as error:  # connection refused, timeout: a server problem, not a bug here
-            raise LMError(f"cannot reach {self.url} for CXMI log-probabilities: {error}") from error
+        response = self._metered_post(body)
         if response.status_code >= 400:
             raise LMError(f"{self.url} answered HTTP {response.status_code} to an echo=True/logprobs request; "
                           f"CXMI needs a server that returns prompt log-probabilities (e.g. vLLM)")
@@ -203,6 +208,66 @@ class CompletionLogprobScorer:
         if not picked or any(value is None for value in picked):
             raise LMError(f"{self.url} did not echo the log-probabilities of the scored answer; {NO_LOGPROBS}")
         return float(sum(picked))
+
+    def _metered_post(self, body: dict):
+        """POST `body` as one metered LM call (see the class docstring); the response, whatever its status."""
+        import time
+
+        from ragzoo.engines import approx_tokens
+        from ragzoo.tracing import LMCallRecord, record_lm_call
+        from ragzoo.usage import Usage, call_cost, open_meters
+
+        meters = open_meters()
+        budgets = [meter.budget for meter in meters if meter.budget is not None]
+        # what the request could cost: its prompt (echoed, so counted once) and its one sampled token
+        estimate = call_cost(self.lm, approx_tokens(body["prompt"]), body["max_tokens"]) \
+            if any(budget.max_cost is not None for budget in budgets) else 0.0
+        reserved = []
+        try:
+            for budget in budgets:
+                budget.reserve(estimate)
+                reserved.append(budget)
+        except Exception:  # BudgetExceeded: nothing is sent, and what was reserved is given back
+            for budget in reserved:
+                budget.release()
+                budget.settle(estimate)
+            raise
+        started = time.perf_counter()
+        try:
+            try:
+                response = self.client.post(self.url, json=body, headers=self.headers)
+            except Exception as error:  # connection refused, timeout: a server problem, not a bug here
+                for meter in meters:
+                    meter.usage.add_failure()
+                raise LMError(f"cannot reach {self.url} for CXMI log-probabilities: {error}") from error
+            prompt_tokens, completion_tokens = _reported_tokens(response)
+            record = LMCallRecord(signature=self.SIGNATURE, model=str(getattr(self.lm, "model", None) or self.model),
+                                  prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                  cost=call_cost(self.lm, prompt_tokens, completion_tokens),
+                                  latency=time.perf_counter() - started)
+            for meter in meters:
+                meter.record(record)
+            if isinstance(getattr(self.lm, "usage", None), Usage):  # the LM's running totals, as its calls add
+                self.lm.usage.add(record)
+            record_lm_call(record)
+            return response
+        finally:
+            for budget in reserved:
+                budget.settle(estimate)
+
+
+def _reported_tokens(response) -> tuple[int, int]:
+    """(prompt, completion) tokens an OpenAI-compatible response reports in `usage`; 0 for what it does not."""
+    try:
+        usage = response.json().get("usage")
+    except (ValueError, AttributeError):
+        usage = None
+    counts = []
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key) if isinstance(usage, dict) else None
+        counts.append(int(value) if isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and math.isfinite(value) and value >= 0 else 0)
+    return counts[0], counts[1]
 
 
 def _served_model(model: str) -> str:
@@ -238,7 +303,7 @@ def logprob_scorer_for(lm: Any, probe: bool = True) -> tuple[LogProbFn | None, s
                       f"that echoes prompt log-probabilities (vLLM: --api-base)")
     provider = model.split("/", 1)[0] if "/" in model else "openai"
     key = kwargs.get("api_key") or os.environ.get(f"{provider.upper()}_API_KEY")
-    scorer = CompletionLogprobScorer(_served_model(model), str(api_base), api_key=key)
+    scorer = CompletionLogprobScorer(_served_model(model), str(api_base), api_key=key, lm=lm)
     shown = strip_url(scorer.url)  # what manifests and notes may show of the URL
     if probe:
         try:
@@ -249,8 +314,8 @@ def logprob_scorer_for(lm: Any, probe: bool = True) -> tuple[LogProbFn | None, s
 
 
 class CountingScorer:
-    """A `LogProbFn` that counts its requests (they are not LM calls of the program: the usage meter does not
-    see them, so the compile stage's record says how many were made)."""
+    """A `LogProbFn` that counts its requests, for the compile stage's record (`logprob_requests`): a
+    `CompletionLogprobScorer`'s are on the usage meter too, a caller's own `logprob_fn` is not seen by it."""
 
     def __init__(self, scorer: LogProbFn):
         self.scorer, self.requests = scorer, 0
