@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--model", default=None,
                        help="dense: sentence-transformers model name or path (None: all-MiniLM-L6-v2)")
     build.add_argument("--checkpoint", default=None, help="colbert: path to a ColBERTv2 checkpoint")
+    build.add_argument("--format", choices=["csc", "packed"], default="csc", dest="index_format",
+                       help="bm25: bm25s's score matrix (csc) or ragzoo's compressed postings (packed: ~5x "
+                            "smaller, needs numba)")
     build.add_argument("--rebuild", action="store_true", help="rebuild even if an up-to-date index exists")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             from ragzoo.retrieval.bm25 import ensure_bm25_index
 
             folder, meta, built = ensure_bm25_index(corpus, out_dir=out, show_progress=not args.quiet,
-                                                    rebuild=args.rebuild)
+                                                    rebuild=args.rebuild, index_format=args.index_format)
         elif args.backend == "dense":
             from ragzoo.retrieval.dense import DEFAULT_MODEL, ensure_dense_index
 
@@ -92,5 +95,6 @@ def run(args: argparse.Namespace) -> int:
     state = "built" if built else "up to date (cached)"
     print(f"{args.backend} index {state}: {folder}")
     print(f"  {meta['num_docs']:,} passages from {corpus} in {seconds:.1f}s")
-    print(f"  use it with: --retriever {args.backend}:{folder if args.out else args.corpus}")
+    packed = "?format=packed" if args.backend == "bm25" and args.index_format == "packed" and not args.out else ""
+    print(f"  use it with: --retriever {args.backend}:{folder if args.out else args.corpus}{packed}")
     return 0

@@ -67,12 +67,16 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
 
 def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25Settings(),
                      fingerprint: dict | None = None, show_progress: bool = True,
-                     chunk_size: int = 20_000) -> dict:
-    """Stream `corpus` into a bm25s index at `out_dir` (replaced atomically). Returns the index metadata."""
+                     chunk_size: int = 20_000, index_format: str = "csc", memory_budget: int = 2 << 30) -> dict:
+    """Stream `corpus` into a bm25 index at `out_dir` (replaced atomically): bm25s's CSC (`index_format="csc"`)
+    or ragzoo's compressed postings (`"packed"`, `bm25_packed`; one bucket of postings at a time within
+    `memory_budget` bytes). Returns the index metadata."""
     from tqdm.auto import tqdm
 
+    from ragzoo.retrieval import bm25_packed
     from ragzoo.retrieval.corpus import count_lines, iter_corpus
 
+    bm25_packed.check_format(index_format)
     index_cache.check_replaceable(out_dir)  # before any work: never build over what ragzoo did not write
     started = time.perf_counter()
     fingerprint = fingerprint or index_cache.corpus_fingerprint(corpus)
@@ -80,8 +84,14 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
     try:
         tokenizer = make_tokenizer(settings)
         store = PassageStoreWriter(staging)
-        spool_terms = open(staging / "spool.terms.i32", "wb")
-        spool_tfs = open(staging / "spool.tfs.f32", "wb")
+        packed = index_format == bm25_packed.FORMAT
+        if packed:
+            buckets = bm25_packed.BucketSpool(staging, bm25_packed.bucket_count(corpus.stat().st_size,
+                                                                                 memory_budget))
+        else:
+            spool_terms = open(staging / "spool.terms.i32", "wb")
+            spool_tfs = open(staging / "spool.tfs.f32", "wb")
+        first_doc = 0
         doc_lengths: list[np.ndarray] = []
         doc_nnz: list[np.ndarray] = []
         doc_freq = np.zeros(1 << 16, dtype=np.int64)
@@ -98,8 +108,12 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
             # one posting per distinct (document, term): sorting the packed key groups by doc, then term
             keys, tfs = np.unique((local_doc << 32) | flat, return_counts=True)
             terms = (keys & 0xFFFFFFFF).astype(np.int32)
-            terms.tofile(spool_terms)
-            tfs.astype(np.float32).tofile(spool_tfs)
+            if packed:
+                buckets.add(first_doc, keys >> 32, terms, tfs)
+            else:
+                terms.tofile(spool_terms)
+                tfs.astype(np.float32).tofile(spool_tfs)
+            first_doc += len(chunk)
             doc_lengths.append(lengths)
             doc_nnz.append(np.bincount(keys >> 32, minlength=len(chunk)))
             vocab_size = len(tokenizer.stem_to_sid if tokenizer.stemmer else tokenizer.word_to_id)
@@ -109,24 +123,36 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
             doc_freq += np.bincount(terms, minlength=len(doc_freq))
             progress.update(len(chunk))
         progress.close()
-        spool_terms.close()
-        spool_tfs.close()
+        if packed:
+            buckets.close()
+        else:
+            spool_terms.close()
+            spool_tfs.close()
         num_docs = store.close()
         if num_docs == 0:
             raise DataError(f"corpus has no passages: {corpus}")
         vocab = dict(tokenizer.stem_to_sid if tokenizer.stemmer else tokenizer.word_to_id)
         lengths = np.concatenate(doc_lengths)
-        nnz = np.concatenate(doc_nnz)
-        _write_score_matrix(staging, settings, doc_freq[:len(vocab)], lengths, nnz, show_progress)
-        _write_term_max(staging)
+        extra = {}
+        if packed:
+            del doc_nnz
+            extra = bm25_packed.write_packed(staging, buckets, doc_freq[:len(vocab)], lengths, settings.k1,
+                                             settings.b, show_progress)
+        else:
+            nnz = np.concatenate(doc_nnz)
+            _write_score_matrix(staging, settings, doc_freq[:len(vocab)], lengths, nnz, show_progress)
+            _write_term_max(staging)
+            for spool in ("spool.terms.i32", "spool.tfs.f32"):
+                (staging / spool).unlink()
         _write_bm25s_params(staging, settings, num_docs, vocab)
-        for spool in ("spool.terms.i32", "spool.tfs.f32"):
-            (staging / spool).unlink()
-        meta = {"backend": BACKEND, "corpus": fingerprint, "num_docs": num_docs, "vocab_size": len(vocab),
-                "settings": asdict(settings), "versions": _versions(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        files = ("bm25s index (data/indices/indptr .csc.index.npy, vocab.index.json, params.index.json) "
+                 "+ term_max.npy (largest weight per term)") if not packed else \
+            "packed postings (bm25_packed: packed_*.npy, term_max.npy, vocab.index.json, params.index.json)"
+        meta = {"backend": BACKEND, "index_format": index_format, "corpus": fingerprint, "num_docs": num_docs,
+                "vocab_size": len(vocab), "settings": asdict(settings), "versions": _versions(),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "build_seconds": round(time.perf_counter() - started, 3),
-                "files": "bm25s index (data/indices/indptr .csc.index.npy, vocab.index.json, params.index.json) "
-                         "+ term_max.npy (largest weight per term) + passages.jsonl with passage_offsets.npy"}
+                "files": files + " + passages.jsonl with passage_offsets.npy", **extra}
         index_cache.publish(staging, out_dir, meta)
         return meta
     except BaseException:
@@ -226,21 +252,31 @@ def _write_bm25s_params(folder: Path, settings: BM25Settings, num_docs: int, voc
     (folder / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False))
 
 
-def index_dir_for(corpus: Path, settings: BM25Settings = BM25Settings()) -> tuple[Path, dict]:
+def index_dir_for(corpus: Path, settings: BM25Settings = BM25Settings(),
+                  index_format: str = "csc") -> tuple[Path, dict]:
     fingerprint = index_cache.corpus_fingerprint(corpus)
-    return index_cache.cached_index_dir(BACKEND, corpus, fingerprint, asdict(settings), _versions()), fingerprint
+    # the format joins the key only when not csc, so the csc indexes already cached keep their folders
+    keyed = asdict(settings) if index_format == "csc" else {**asdict(settings), "index_format": index_format}
+    return index_cache.cached_index_dir(BACKEND, corpus, fingerprint, keyed, _versions()), fingerprint
+
+
+def index_format_of(meta: dict) -> str:
+    return meta.get("index_format", "csc")
 
 
 def ensure_bm25_index(corpus: Path, settings: BM25Settings = BM25Settings(), out_dir: Path | None = None,
-                      show_progress: bool = True, rebuild: bool = False) -> tuple[Path, dict, bool]:
+                      show_progress: bool = True, rebuild: bool = False,
+                      index_format: str = "csc") -> tuple[Path, dict, bool]:
     """The index folder for `corpus` (built if missing or stale). Returns (folder, meta, built_now)."""
-    cached, fingerprint = index_dir_for(corpus, settings)
+    cached, fingerprint = index_dir_for(corpus, settings, index_format)
     folder = Path(out_dir) if out_dir else cached
     if not rebuild and index_cache.is_index_dir(folder):
         meta = index_cache.read_meta(folder, BACKEND)
-        if meta.get("corpus", {}).get("sha256") == fingerprint["sha256"] and meta.get("settings") == asdict(settings):
+        if meta.get("corpus", {}).get("sha256") == fingerprint["sha256"] and meta.get("settings") == asdict(settings) \
+                and index_format_of(meta) == index_format:
             return folder, meta, False
-    meta = build_bm25_index(corpus, folder, settings, fingerprint, show_progress=show_progress)
+    meta = build_bm25_index(corpus, folder, settings, fingerprint, show_progress=show_progress,
+                            index_format=index_format)
     return folder, meta, True
 
 
@@ -261,36 +297,50 @@ class BM25Retriever(BaseRetriever):
     """BM25 over a built index folder. `n_threads` threads answer batches (0 = the calling thread)."""
 
     def __init__(self, index_dir: Path, spec: str = "", n_threads: int = 0, check_stale: bool = True,
-                 backend: str = "numpy"):
+                 backend: str = "numpy", index_format: str | None = None):
         import bm25s
+
+        from ragzoo.retrieval import bm25_packed
 
         self.index_dir = Path(index_dir)
         self.meta = index_cache.read_meta(self.index_dir, BACKEND)
+        self.index_format = index_format_of(self.meta)
+        if index_format is not None and bm25_packed.check_format(index_format) != self.index_format:
+            raise ConfigError(f"{self.index_dir} is a {self.index_format} bm25 index, not {index_format}; build "
+                              f"one with `ragzoo index build --corpus FILE --format {index_format}`")
         if check_stale:
             index_cache.check_not_stale(self.meta, self.index_dir)
         self.settings = BM25Settings(**self.meta["settings"])
         self.spec = spec or f"bm25:{self.index_dir}"
         self.n_threads = n_threads
-        self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
-        self.backend = _select_backend(self.model, backend)
         self.pruned = None
         self._pool = None
-        if self.model.nonoccurrence_array is None:  # Lucene BM25 (ours): no per-document constant to add
-            from ragzoo.retrieval.bm25_topk import PrunedTopK
+        if self.index_format == bm25_packed.FORMAT:
+            # compressed postings, scored in one compiled call per query whatever `backend` says
+            self.model = None
+            self.backend = "numba"
+            self.pruned = bm25_packed.PackedIndex(self.index_dir)
+            self.vocab = json.loads((self.index_dir / "vocab.index.json").read_text(encoding="utf-8"))
+        else:
+            self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
+            self.backend = _select_backend(self.model, backend)
+            self.vocab = self.model.vocab_dict
+            if self.model.nonoccurrence_array is None:  # Lucene BM25 (ours): no per-document constant to add
+                from ragzoo.retrieval.bm25_topk import PrunedTopK
 
-            scores = self.model.scores
-            term_max = np.load(self.index_dir / TERM_MAX) if (self.index_dir / TERM_MAX).exists() else None
-            self.pruned = PrunedTopK(scores["data"], scores["indices"], scores["indptr"], scores["num_docs"],
-                                     kernels=self.backend, term_max=term_max)
-        elif self.backend == "numba":
-            self.model.backend = "numba"
-            self.model.activate_numba_scorer()
+                scores = self.model.scores
+                term_max = np.load(self.index_dir / TERM_MAX) if (self.index_dir / TERM_MAX).exists() else None
+                self.pruned = PrunedTopK(scores["data"], scores["indices"], scores["indptr"], scores["num_docs"],
+                                         kernels=self.backend, term_max=term_max)
+            elif self.backend == "numba":
+                self.model.backend = "numba"
+                self.model.activate_numba_scorer()
         self.num_docs = int(self.meta["num_docs"])
         self.tokenizer = make_tokenizer(self.settings)
         if self.tokenizer.stemmer:
-            self.tokenizer.stem_to_sid = self.model.vocab_dict
+            self.tokenizer.stem_to_sid = self.vocab
         else:
-            self.tokenizer.word_to_id = dict(self.model.vocab_dict)
+            self.tokenizer.word_to_id = dict(self.vocab)
         self.store = PassageStore(self.index_dir)
 
     @classmethod
@@ -301,7 +351,13 @@ class BM25Retriever(BaseRetriever):
             return cls(path, spec=spec, **kwargs)
         if path.is_dir():
             raise RetrieverError(f"{path} is a folder but not a ragzoo index; pass a corpus JSONL file")
-        folder, _meta, _built = ensure_bm25_index(path, settings, show_progress=show_progress)
+        index_format = kwargs.get("index_format") or "csc"
+        if index_format != "csc":
+            from ragzoo.retrieval.bm25_packed import check_format
+
+            check_format(index_format)  # before a build: refused in one line without numba
+        folder, _meta, _built = ensure_bm25_index(path, settings, show_progress=show_progress,
+                                                  index_format=index_format)
         return cls(folder, spec=spec or f"bm25:{corpus}", check_stale=False, **kwargs)
 
     def __len__(self) -> int:
@@ -315,7 +371,10 @@ class BM25Retriever(BaseRetriever):
         from its disk cache), the common terms' largest weights are computed, and the pages of the
         memory-mapped index that those terms touch come in. The whole score matrix is also advised
         MADV_WILLNEED, so the kernel reads it into the page cache in the background instead of query by query."""
-        _advise(self.model.scores.get("data"), self.model.scores.get("indices"), advice="MADV_WILLNEED")
+        if self.model is None:
+            _advise(*self.pruned.maps(), advice="MADV_WILLNEED")
+        else:
+            _advise(self.model.scores.get("data"), self.model.scores.get("indices"), advice="MADV_WILLNEED")
         for query in self.WARM_UP_QUERIES:
             self._search(query, 10)
         self._search_batch(list(self.WARM_UP_QUERIES), 10)

@@ -115,9 +115,11 @@ class PrunedTopK:
                 for rows in found:
                     scratch[rows] = 0
         if len(candidates) > k:
-            best = np.argpartition(scores, len(scores) - k)[len(scores) - k:]
+            # every candidate tied with the k-th, so that ties straddling the cut go to the lower rows too
+            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+            best = scores >= kth
             candidates, scores = candidates[best], scores[best]
-        ranking = np.lexsort((candidates, -scores))  # best first; exact ties by passage row, deterministically
+        ranking = np.lexsort((candidates, -scores))[:k]  # best first; exact ties by passage row, deterministically
         return candidates[ranking].astype(np.int64), scores[ranking]
 
     def _add_for(self, scratch: np.ndarray, candidates: np.ndarray, start: int, end: int, repeat: float) -> None:

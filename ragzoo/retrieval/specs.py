@@ -1,9 +1,10 @@
 """Retrievers from spec strings.
 
-    bm25:<corpus.jsonl | index-dir>[?k1=0.9&b=0.4][&backend=numba][&threads=2]
+    bm25:<corpus.jsonl | index-dir>[?k1=0.9&b=0.4][&backend=numba][&threads=2][&format=packed]
                                                       the embedded default (no service needed); numba
                                                       compiles the scorer's loops (faster on big corpora);
-                                                      threads answer a batch's queries in parallel
+                                                      threads answer a batch's queries in parallel;
+                                                      format=packed: compressed postings (bm25_packed)
     dense:<corpus.jsonl | index-dir>[?model=NAME]     sentence-transformers + faiss
     hybrid:<corpus.jsonl>[?model=NAME]                reciprocal-rank fusion of bm25 and dense
     colbertv2:http://host:port/path                   the ColBERTv2 REST API (e.g. `ragzoo serve`)
@@ -62,6 +63,8 @@ def make_retriever(spec: str, **kwargs) -> Retriever:
 
         target, options = _split_options(rest)
         backend = options.pop("backend", "numpy")
+        if "format" in options:
+            kwargs.setdefault("index_format", options.pop("format"))
         threads = options.pop("threads", None)
         if threads is not None:
             if not threads.isdigit() or not 1 <= int(threads) <= 64:

@@ -1,0 +1,692 @@
+"""The "packed" BM25 index: compressed postings of term frequencies and a one-call compiled top-k scorer.
+
+Why another format beside bm25s's CSC ("csc", `bm25.py`): the CSC stores a float32 weight and an int32 row
+per posting (8 bytes), 22 GB at wiki18's 21M passages, and its scorer runs a Python loop per query term. Here:
+
+- **Term frequencies, not weights** (as Lucene stores them). The weight is computed at query time with the
+  float32 operations `bm25._write_score_matrix` uses, `idf[t] * (tf / (norm[doc] + tf))`, with
+  `norm = k1 * ((1 - b) + b * len / avg)` precomputed per passage as float32 at build (`norm.npy`, 4 bytes a
+  passage: one load instead of a length load, a multiply, an add and a divide per posting). So every weight
+  is bit-identical to the CSC index's (and bm25s's), and the top k is the exhaustive top k.
+- **Blocks of 128 postings** in the BP128 layout (Lemire & Boytsov 2015, "Decoding billions of integers per
+  second through vectorization"; scalar here): per block, doc-id gaps minus one bit-packed with the block's
+  own width (a run of consecutive passages needs 0 bits), then tf - 1 with its own width (most tf are 1:
+  0 bits). Per block: the last doc id (int32), the word offset (int64), the two widths (uint8) and the
+  block's largest weight (float32, computed exactly at build) for block-max skipping (Ding & Suel 2011,
+  "Faster top-k document retrieval using block-max indexes"). Per term: its first block, df, idf, and its
+  largest weight. A term's blocks are contiguous; terms are laid out bucket by bucket (see the build).
+- **One numba call per query** (`_top_k`, nogil, cache=True; no per-term Python): the query's distinct terms,
+  rarest first, MaxScore term at a time (Turtle & Flood 1995) as `bm25_topk.PrunedTopK` does: rare
+  ("essential") terms add every posting into a per-thread float32 accumulator; theta, the k-th best partial
+  score, is a lower bound on the final k-th score; once the remaining terms' summed bounds fall below theta
+  no new passage can reach the top k, and the remaining terms are only looked up for the sorted candidates
+  still in reach. Block-max on top: an essential term's block whose largest weight plus the remaining terms'
+  bounds is below theta adds nothing for passages it would reach first, and is not even decoded when no
+  earlier candidate falls in its doc range; a looked-up term skips blocks by their last doc id, drops a
+  candidate whose partial + block max + rest cannot reach theta, and decodes each needed block once. Only
+  touched accumulator entries are reset. Results are (rows, scores) best first, exact ties by lower row, the
+  contract of `PrunedTopK.top_k`; terms are summed in the same order as there (distinct term ids sorted, then
+  stably by df), so the scores are bit-identical to `PrunedTopK`'s too. Bounds carry a 1e-5 relative margin for
+  float32 rounding, as in `PrunedTopK`.
+- **A streaming build within a memory budget**: tokenisation as for the CSC (bm25.py's loop), but each chunk's
+  (doc, term, tf) postings go to B bucket spools by `term % B` (B from the corpus size and `memory_budget`),
+  so no whole-corpus posting array ever exists; then per bucket: load, counting-sort by term (passages
+  arrive in order, so each term's postings come out sorted), encode blocks, append to `packed_words.npy`.
+
+Needs numba (the `[fast]` extra): there is no numpy fallback; without numba `format=packed` is refused.
+
+API (for the retriever, benchmarks and the lead's 21M run):
+    build(corpus, out_dir, settings=None, show_progress=True, memory_budget=2 GiB) -> meta
+        (= `bm25.build_bm25_index(..., index_format="packed")`)
+    load(index_dir, **retriever_kwargs) -> BM25Retriever (packed or csc, from meta.json)
+    PackedIndex(folder): the arrays, memory-mapped; `.top_k(token_ids, k)` -> (rows int64, scores float32);
+        `.stats` running totals: postings decoded, essential blocks skipped, lookup blocks skipped, terms
+        looked up; `.df` document frequency per term id.
+    to_csc(packed_dir, out_dir): writes bm25s's CSC files (data/indices/indptr .csc.index.npy, vocab, params)
+        with identical weights, so `bm25s.BM25.load(out_dir, mmap=True)` runs on the same index.
+    is_packed(folder) -> bool
+Spec: `bm25:<corpus>?format=packed` (`ragzoo index build --format packed`); the index cache key includes
+the format, so a packed and a csc index of one corpus never collide.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ragzoo.errors import ConfigError
+
+FORMAT = "packed"
+FORMATS = ("csc", FORMAT)
+BLOCK = 128
+MARGIN = 1e-5  # relative slack on score bounds for float32 rounding, as bm25_topk
+WORDS = "packed_words.npy"  # uint32: every block's bit-packed gaps then tfs (plus one padding word)
+BLOCK_LAST = "packed_block_last.npy"  # int32 last doc id per block
+BLOCK_OFFSET = "packed_block_offset.npy"  # int64 first word of the block
+BLOCK_WIDTHS = "packed_block_widths.npy"  # uint8 (blocks, 2): gap width, tf width
+BLOCK_MAX = "packed_block_max.npy"  # float32 largest weight in the block
+TERM_FIRST = "packed_term_first_block.npy"  # int64
+TERM_DF = "packed_term_df.npy"  # int64
+IDF = "packed_idf.npy"  # float32
+NORM = "packed_norm.npy"  # float32 per passage
+TERM_MAX = "term_max.npy"  # float32 largest weight per term (same name and meaning as the csc index's)
+SPOOL_PREFIX = "spool.bucket"
+BYTES_PER_SPOOLED = 12  # int32 doc, term, tf
+# in-memory bytes per posting while one bucket is encoded: the spool (12), sorted docs and tfs (8), offsets
+BYTES_PER_BUCKET_POSTING = 28
+
+
+def require_numba() -> None:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        raise ConfigError("bm25 format=packed needs numba: pip install 'ragzoo[fast]'") from None
+
+
+def check_format(name: str) -> str:
+    if name not in FORMATS:
+        raise ConfigError(f"bm25 format must be one of {list(FORMATS)}, got {name!r}")
+    if name == FORMAT:
+        require_numba()
+    return name
+
+
+def is_packed(folder: Path) -> bool:
+    return (Path(folder) / WORDS).exists()
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def bucket_count(corpus_bytes: int, memory_budget: int) -> int:
+    """Buckets so that one bucket's postings fit `memory_budget` while it is encoded. Postings are estimated
+    from the corpus size at one per 8 bytes of JSONL (wiki abstracts: ~14), an overestimate on purpose."""
+    postings = max(1, corpus_bytes // 8)
+    return max(1, math.ceil(postings * BYTES_PER_BUCKET_POSTING / max(1, memory_budget)))
+
+
+class BucketSpool:
+    """Each chunk's postings, appended to bucket `term % n_buckets` as int32 (doc, term, tf) triples."""
+
+    def __init__(self, folder: Path, n_buckets: int):
+        self.folder = Path(folder)
+        self.n_buckets = int(n_buckets)
+        self.paths = [self.folder / f"{SPOOL_PREFIX}{i:04d}.i32" for i in range(self.n_buckets)]
+        self._files = [open(path, "wb") for path in self.paths]
+        self.sizes = np.zeros(self.n_buckets, dtype=np.int64)
+
+    def add(self, first_doc: int, local_docs: np.ndarray, terms: np.ndarray, tfs: np.ndarray) -> None:
+        triples = np.empty((len(terms), 3), dtype=np.int32)
+        triples[:, 0] = local_docs + first_doc
+        triples[:, 1] = terms
+        triples[:, 2] = tfs
+        if self.n_buckets == 1:
+            triples.tofile(self._files[0])
+            self.sizes[0] += len(triples)
+            return
+        buckets = terms % self.n_buckets
+        order = np.argsort(buckets, kind="stable")  # stable: each bucket keeps its passages in order
+        counts = np.bincount(buckets, minlength=self.n_buckets)
+        ends = np.cumsum(counts)
+        triples = triples[order]
+        for bucket in np.flatnonzero(counts):
+            triples[ends[bucket] - counts[bucket]:ends[bucket]].tofile(self._files[bucket])
+        self.sizes += counts
+
+    def close(self) -> None:
+        for handle in self._files:
+            handle.close()
+
+    def remove(self) -> None:
+        self.close()
+        for path in self.paths:
+            path.unlink(missing_ok=True)
+
+
+def norms(lengths: np.ndarray, k1: float, b: float) -> np.ndarray:
+    """k1 * ((1 - b) + b * len / avg) per passage, with exactly the float32 operations of
+    `bm25._write_score_matrix` (so weights computed from it are bit-identical to the CSC's)."""
+    k1, b = np.float32(k1), np.float32(b)
+    avg_len = float(np.asarray(lengths).mean())
+    return k1 * ((1 - b) + b * np.asarray(lengths).astype(np.float32) / np.float32(avg_len))
+
+
+def lucene_idf(doc_freq: np.ndarray, num_docs: int) -> np.ndarray:
+    return np.log1p((num_docs - doc_freq + 0.5) / (doc_freq + 0.5)).astype(np.float32)
+
+
+def write_packed(folder: Path, spool: BucketSpool, doc_freq: np.ndarray, lengths: np.ndarray, k1: float,
+                 b: float, show_progress: bool = True) -> dict:
+    """Encode the spooled buckets into the packed files in `folder`; removes the spools. Returns counts."""
+    from tqdm.auto import tqdm
+
+    spool.close()
+    encode_bucket = _compiled()["encode_bucket"]
+    num_docs = len(lengths)
+    vocab = len(doc_freq)
+    doc_freq = np.asarray(doc_freq, dtype=np.int64)
+    idf = lucene_idf(doc_freq, num_docs)
+    norm = norms(lengths, k1, b).astype(np.float32)
+    np.save(folder / IDF, idf)
+    np.save(folder / NORM, norm)
+    np.save(folder / TERM_DF, doc_freq)
+    n_blocks = (doc_freq + BLOCK - 1) // BLOCK
+    total_blocks = int(n_blocks.sum())
+    term_first = np.zeros(vocab, dtype=np.int64)
+    term_max = np.zeros(vocab, dtype=np.float32)
+    block_last = np.lib.format.open_memmap(folder / BLOCK_LAST, mode="w+", dtype=np.int32, shape=(total_blocks,))
+    block_offset = np.lib.format.open_memmap(folder / BLOCK_OFFSET, mode="w+", dtype=np.int64,
+                                             shape=(total_blocks,))
+    block_widths = np.lib.format.open_memmap(folder / BLOCK_WIDTHS, mode="w+", dtype=np.uint8,
+                                             shape=(total_blocks, 2))
+    block_max = np.lib.format.open_memmap(folder / BLOCK_MAX, mode="w+", dtype=np.float32, shape=(total_blocks,))
+    words_path = folder / (WORDS + ".raw")
+    first_block = 0
+    word_cursor = 0
+    all_terms = np.arange(vocab, dtype=np.int64)
+    with open(words_path, "wb") as words_out:
+        for bucket in tqdm(range(spool.n_buckets), desc="bm25 packed blocks", disable=not show_progress):
+            terms = all_terms[bucket::spool.n_buckets]
+            count = int(spool.sizes[bucket])
+            triples = np.fromfile(spool.paths[bucket], dtype=np.int32).reshape(-1, 3) if count else \
+                np.zeros((0, 3), dtype=np.int32)
+            spool.paths[bucket].unlink()
+            local_df = doc_freq[terms]
+            local_blocks = n_blocks[terms]
+            starts = np.zeros(len(terms) + 1, dtype=np.int64)
+            np.cumsum(local_df, out=starts[1:])
+            block_starts = np.zeros(len(terms) + 1, dtype=np.int64)
+            np.cumsum(local_blocks, out=block_starts[1:])
+            nb = int(block_starts[-1])
+            sl = slice(first_block, first_block + nb)
+            words = encode_bucket(triples, spool.n_buckets, starts, block_starts, idf[terms], norm,
+                                  block_last[sl], block_offset[sl], block_widths[sl], block_max[sl],
+                                  np.int64(word_cursor))
+            del triples
+            words.tofile(words_out)
+            word_cursor += len(words)
+            term_first[terms] = first_block + block_starts[:-1]
+            if nb:
+                has = local_blocks > 0
+                term_max[terms[has]] = np.maximum.reduceat(np.asarray(block_max[sl]), block_starts[:-1][has])
+            first_block += nb
+        np.zeros(2, dtype=np.uint32).tofile(words_out)  # padding: the decoder reads a word past the last
+    word_cursor += 2
+    # a .npy header in front of the raw words, without a second copy of the file
+    words = np.lib.format.open_memmap(folder / WORDS, mode="w+", dtype=np.uint32, shape=(word_cursor,))
+    with open(words_path, "rb") as raw:
+        step = 1 << 24
+        for first in range(0, word_cursor, step):
+            chunk = np.fromfile(raw, dtype=np.uint32, count=min(step, word_cursor - first))
+            words[first:first + len(chunk)] = chunk
+    words.flush()
+    del words
+    words_path.unlink()
+    for array in (block_last, block_offset, block_widths, block_max):
+        array.flush()
+    del block_last, block_offset, block_widths, block_max
+    np.save(folder / TERM_FIRST, term_first)
+    np.save(folder / TERM_MAX, term_max)
+    return {"postings": int(doc_freq.sum()), "blocks": total_blocks, "words": word_cursor,
+            "buckets": spool.n_buckets}
+
+
+def _encode_bucket(triples, n_buckets, starts, block_starts, idf, norm, block_last, block_offset, block_widths,
+                   block_max, word_base):
+    """Counting-sort one bucket's (doc, term, tf) triples by term (stable: docs stay ascending) and encode
+    every term's blocks. Returns the bucket's words; fills the block arrays (offsets from `word_base`)."""
+    n = triples.shape[0]
+    n_terms = len(starts) - 1
+    docs = np.empty(n, dtype=np.int32)
+    tfs = np.empty(n, dtype=np.int32)
+    cursor = starts[:-1].copy()
+    for i in range(n):
+        local = triples[i, 1] // n_buckets
+        slot = cursor[local]
+        docs[slot] = triples[i, 0]
+        tfs[slot] = triples[i, 2]
+        cursor[local] = slot + 1
+    # pass 1: widths and sizes
+    total_words = 0
+    for t in range(n_terms):
+        lo, hi = starts[t], starts[t + 1]
+        for j in range(block_starts[t + 1] - block_starts[t]):
+            b = block_starts[t] + j
+            first = lo + j * 128
+            last = min(first + 128, hi)
+            prev = -1 if j == 0 else docs[first - 1]
+            gap_or = 0
+            tf_or = 0
+            for i in range(first, last):
+                gap_or |= docs[i] - prev - 1
+                prev = docs[i]
+                tf_or |= tfs[i] - 1
+            wd = 0
+            while gap_or >> wd:
+                wd += 1
+            wt = 0
+            while tf_or >> wt:
+                wt += 1
+            count = last - first
+            block_widths[b, 0] = wd
+            block_widths[b, 1] = wt
+            block_offset[b] = word_base + total_words
+            block_last[b] = docs[last - 1]
+            total_words += (count * wd + 31) // 32 + (count * wt + 31) // 32
+    words = np.zeros(total_words, dtype=np.uint32)
+    values = np.empty(128, dtype=np.int64)
+    # pass 2: pack, and the block maxima
+    for t in range(n_terms):
+        lo, hi = starts[t], starts[t + 1]
+        term_idf = idf[t]
+        for j in range(block_starts[t + 1] - block_starts[t]):
+            b = block_starts[t] + j
+            first = lo + j * 128
+            last = min(first + 128, hi)
+            count = last - first
+            wd = np.int64(block_widths[b, 0])
+            at = block_offset[b] - word_base
+            prev = -1 if j == 0 else docs[first - 1]
+            best = np.float32(0)
+            for i in range(first, last):
+                values[i - first] = docs[i] - prev - 1
+                prev = docs[i]
+                tf = np.float32(tfs[i])
+                weight = term_idf * (tf / (norm[docs[i]] + tf))
+                if weight > best:
+                    best = weight
+            block_max[b] = best
+            _pack(words, at, values, count, wd)
+            for i in range(first, last):
+                values[i - first] = tfs[i] - 1
+            _pack(words, at + (count * wd + 31) // 32, values, count, np.int64(block_widths[b, 1]))
+    return words
+
+
+def _pack(words, at, values, count, width):
+    """values[:count] (each < 2**width) as `width`-bit fields from word `at` on, LSB first (BP128's layout,
+    scalar). The words must be zero."""
+    if width == 0:
+        return
+    for i in range(count):
+        value = np.uint64(values[i])
+        bit = i * width
+        word = at + (bit >> 5)
+        shift = np.uint64(bit & 31)
+        words[word] |= np.uint32((value << shift) & np.uint64(0xFFFFFFFF))
+        if (bit & 31) + width > 32:
+            words[word + 1] |= np.uint32(value >> (np.uint64(32) - shift))
+
+
+# ---------------------------------------------------------------------------------------------- querying
+
+
+def _unpack(words, at, count, width, out):
+    """`count` values of `width` bits from word `at` on (LSB first), into out[:count]."""
+    if width == 0:
+        for i in range(count):
+            out[i] = 0
+        return
+    mask = (np.uint64(1) << np.uint64(width)) - np.uint64(1)
+    for i in range(count):
+        bit = i * width
+        word = at + (bit >> 5)
+        pair = np.uint64(words[word]) | (np.uint64(words[word + 1]) << np.uint64(32))
+        out[i] = np.int64((pair >> np.uint64(bit & 31)) & mask)
+
+
+def _decode_block(words, block_offset, block_widths, block_last, b, j, count, docs):
+    """The doc ids of block `b` (the term's `j`-th, `count` postings) into docs; returns (tf width, tf word)."""
+    wd = np.int64(block_widths[b, 0])
+    at = block_offset[b]
+    _unpack(words, at, count, wd, docs)
+    prev = np.int64(-1) if j == 0 else np.int64(block_last[b - 1])
+    for i in range(count):
+        prev += docs[i] + 1
+        docs[i] = prev
+    return np.int64(block_widths[b, 1]), at + (count * wd + 31) // 32
+
+
+def _block_weights(words, at, count, wt, idf, norm, repeat, docs, tf_buffer, weights):
+    _unpack(words, at, count, wt, tf_buffer)
+    for i in range(count):
+        tf = np.float32(tf_buffer[i] + 1)
+        weights[i] = (idf * (tf / (norm[docs[i]] + tf))) * repeat
+
+
+def _kth_best(scratch, rows, count, k, buffer):
+    """The k-th best partial score among rows[:count] (-inf when fewer than k)."""
+    if count < k:
+        return -np.inf
+    for i in range(count):
+        buffer[i] = scratch[rows[i]]
+    part = np.partition(buffer[:count], count - k)
+    return np.float64(part[count - k])
+
+
+def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_max, term_first, term_df, idf,
+           term_max, norm, scratch, found, buffer, stats):
+    """Exact top k of one query (see the module docstring). Returns (rows, scores), best first."""
+    empty_rows = np.zeros(0, dtype=np.int64)
+    empty_scores = np.zeros(0, dtype=np.float32)
+    if len(token_ids) == 0 or k <= 0:
+        return empty_rows, empty_scores
+    ordered = np.sort(token_ids)
+    # distinct terms with their counts, in term-id order; unknown ids and empty terms drop out
+    uniq = np.empty(len(ordered), dtype=np.int64)
+    reps = np.empty(len(ordered), dtype=np.float32)
+    n_uniq = 0
+    for i in range(len(ordered)):
+        t = ordered[i]
+        if t < 0 or t >= len(term_df) or term_df[t] == 0:
+            continue
+        if n_uniq and uniq[n_uniq - 1] == t:
+            reps[n_uniq - 1] += 1
+        else:
+            uniq[n_uniq] = t
+            reps[n_uniq] = 1
+            n_uniq += 1
+    if n_uniq == 0:
+        return empty_rows, empty_scores
+    dfs = np.empty(n_uniq, dtype=np.int64)
+    for i in range(n_uniq):
+        dfs[i] = term_df[uniq[i]]
+    order = np.argsort(dfs, kind="mergesort")  # rarest first, ties by term id (as PrunedTopK)
+    terms = uniq[:n_uniq][order]
+    repeats = reps[:n_uniq][order]
+    n_terms = n_uniq
+    # the most terms i.. can still add, and the same with the float32 margin
+    rest = np.zeros(n_terms + 1, dtype=np.float64)
+    for i in range(n_terms - 1, -1, -1):
+        rest[i] = rest[i + 1] + np.float64(repeats[i]) * np.float64(term_max[terms[i]])
+    bound = rest * (1 + 1e-5)
+    docs = np.empty(128, dtype=np.int64)
+    tf_buffer = np.empty(128, dtype=np.int64)
+    weights = np.empty(128, dtype=np.float32)
+    n_found = 0
+    theta = -np.inf
+    n = 0
+    # essential terms: every posting added, except in blocks that cannot lift a new passage to theta
+    while n < n_terms:
+        if n and bound[n] < theta:
+            break
+        t = terms[n]
+        repeat = repeats[n]
+        first = term_first[t]
+        df = term_df[t]
+        nb = (df + 127) // 128
+        prior = np.empty(0, dtype=np.int32)
+        prior_sorted = False
+        p = 0
+        for j in range(nb):
+            b = first + j
+            count = min(128, df - j * 128)
+            if theta > -np.inf and (np.float64(block_max[b]) * repeat + rest[n + 1]) * (1 + 1e-5) < theta:
+                # no passage first reached here can make the top k: only earlier candidates need this block
+                if not prior_sorted:
+                    prior = np.sort(found[:n_found])
+                    prior_sorted = True
+                low = -1 if j == 0 else block_last[b - 1]
+                while p < len(prior) and prior[p] <= low:
+                    p += 1
+                if p >= len(prior) or prior[p] > block_last[b]:
+                    stats[1] += 1
+                    continue
+                wt, at = _decode_block(words, block_offset, block_widths, block_last, b, j, count, docs)
+                _block_weights(words, at, count, wt, idf[t], norm, repeat, docs, tf_buffer, weights)
+                stats[0] += count
+                for i in range(count):
+                    d = docs[i]
+                    if scratch[d] > 0:
+                        scratch[d] += weights[i]
+                continue
+            wt, at = _decode_block(words, block_offset, block_widths, block_last, b, j, count, docs)
+            _block_weights(words, at, count, wt, idf[t], norm, repeat, docs, tf_buffer, weights)
+            stats[0] += count
+            for i in range(count):
+                d = docs[i]
+                if scratch[d] == 0:
+                    found[n_found] = d
+                    n_found += 1
+                scratch[d] += weights[i]
+        n += 1
+        if n < n_terms:
+            theta = max(theta, _kth_best(scratch, found, n_found, k, buffer))
+    # looked-up terms: only the sorted candidates still in reach
+    stats[3] += n_terms - n
+    if n < n_terms:
+        candidates = np.sort(found[:n_found])
+        n_cand = n_found
+        for m in range(n, n_terms):
+            t = terms[m]
+            repeat = repeats[m]
+            first = term_first[t]
+            df = term_df[t]
+            nb = (df + 127) // 128
+            kept = 0
+            j = 0
+            decoded = -1
+            at_tf = np.int64(0)
+            wt = np.int64(0)
+            pos = 0
+            used = 0
+            for c in range(n_cand):
+                d = candidates[c]
+                partial = np.float64(scratch[d])
+                if partial + bound[m] < theta:
+                    continue  # cannot reach the top k any more
+                if j < nb and block_last[first + j] < d:
+                    if nb - j > 8:
+                        j += np.searchsorted(block_last[first + j:first + nb], d)
+                    else:
+                        while j < nb and block_last[first + j] < d:
+                            j += 1
+                if j >= nb:
+                    candidates[kept] = d
+                    kept += 1
+                    continue
+                b = first + j
+                if (partial + (np.float64(block_max[b]) * repeat + rest[m + 1])) * (1 + 1e-5) < theta:
+                    continue
+                count = min(128, df - j * 128)
+                if decoded != b:
+                    wt, at_tf = _decode_block(words, block_offset, block_widths, block_last, b, j, count,
+                                                     docs)
+                    decoded = b
+                    pos = 0
+                    used += 1
+                    _block_weights(words, at_tf, count, wt, idf[t], norm, repeat, docs, tf_buffer, weights)
+                    stats[0] += count
+                while pos < count and docs[pos] < d:
+                    pos += 1
+                if pos < count and docs[pos] == d:
+                    scratch[d] += weights[pos]
+                candidates[kept] = d
+                kept += 1
+            stats[2] += nb - used
+            n_cand = kept
+            theta = max(theta, _kth_best(scratch, candidates, n_cand, k, buffer))
+        final = candidates[:n_cand]
+    else:
+        final = found[:n_found]
+    # the k best of the final candidates: best first, exact ties by lower row
+    n_final = len(final)
+    if n_final > k:
+        cutoff = np.float32(_kth_best(scratch, final, n_final, k, buffer))
+        picked = np.empty(n_final, dtype=np.int64)
+        chosen = 0
+        for i in range(n_final):
+            if scratch[final[i]] >= cutoff:
+                picked[chosen] = final[i]
+                chosen += 1
+        rows = np.sort(picked[:chosen])
+    else:
+        rows = np.sort(final.astype(np.int64))
+    scores = np.empty(len(rows), dtype=np.float32)
+    negated = np.empty(len(rows), dtype=np.float32)
+    for i in range(len(rows)):
+        scores[i] = scratch[rows[i]]
+        negated[i] = -scores[i]
+    ranking = np.argsort(negated, kind="mergesort")[:k]
+    rows = rows[ranking]
+    scores = scores[ranking]
+    # reset only what was touched
+    if n_found > len(scratch) // 16:
+        scratch[:] = 0
+    else:
+        for i in range(n_found):
+            scratch[found[i]] = 0
+    return rows, scores
+
+
+_COMPILED: dict = {}
+_COMPILE_LOCK = threading.Lock()
+
+
+def _compiled() -> dict:
+    """The numba versions of the loops above (compiled on first use, cached on disk by numba)."""
+    with _COMPILE_LOCK:
+        if not _COMPILED:
+            require_numba()
+            import numba
+
+            jit = numba.njit(nogil=True, cache=True)
+            # the helpers the kernels call are module globals: numba resolves them when it compiles a kernel,
+            # so they are swapped for their compiled versions first
+            for name in ("_pack", "_unpack", "_decode_block", "_block_weights", "_kth_best"):
+                globals()[name] = jit(globals()[name])
+            _COMPILED["encode_bucket"] = jit(_encode_bucket)
+            _COMPILED["top_k"] = jit(_top_k)
+            _COMPILED["to_csc"] = jit(_to_csc_columns)
+    return _COMPILED
+
+
+class PackedIndex:
+    """A packed index folder's arrays (memory-mapped) and its scorer: `top_k(token_ids, k)` answers one query
+    in one compiled call; per-thread scratch arrays make it safe to call from several threads."""
+
+    def __init__(self, folder: Path):
+        require_numba()
+        self.folder = Path(folder)
+        self._maps = [np.load(self.folder / name, mmap_mode="r")
+                      for name in (WORDS, BLOCK_LAST, BLOCK_OFFSET, BLOCK_WIDTHS, BLOCK_MAX)]
+        # plain ndarray views of the maps: numba takes them as arrays, no copy
+        self.words, self.block_last, self.block_offset, self.block_widths, self.block_max = \
+            (np.asarray(array) for array in self._maps)
+        self.term_first = np.load(self.folder / TERM_FIRST)
+        self.df = np.load(self.folder / TERM_DF)
+        self.idf = np.load(self.folder / IDF)
+        self.term_max = np.load(self.folder / TERM_MAX)
+        self.norm = np.load(self.folder / NORM)
+        self.num_docs = len(self.norm)
+        self._top_k = _compiled()["top_k"]
+        self._local = threading.local()
+        self._stats_lock = threading.Lock()
+        # running totals: postings decoded, essential blocks skipped, looked-up blocks skipped, terms looked up
+        self.stats = np.zeros(4, dtype=np.int64)
+
+    def _scratch(self):
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = (np.zeros(self.num_docs, dtype=np.float32),
+                                             np.empty(self.num_docs, dtype=np.int32),
+                                             np.empty(self.num_docs, dtype=np.float32))
+        return scratch
+
+    def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the k best passages, best first, exact ties by lower row; fewer when fewer match."""
+        scores, found, buffer = self._scratch()
+        stats = np.zeros(4, dtype=np.int64)
+        rows, values = self._top_k(np.asarray(token_ids, dtype=np.int64), int(k), self.words, self.block_last,
+                                   self.block_offset, self.block_widths, self.block_max, self.term_first, self.df,
+                                   self.idf, self.term_max, self.norm, scores, found, buffer, stats)
+        with self._stats_lock:
+            self.stats += stats
+        return rows, values
+
+    @property
+    def postings_scanned(self) -> int:
+        return int(self.stats[0])
+
+    @property
+    def blocks_skipped(self) -> int:
+        return int(self.stats[1] + self.stats[2])
+
+    @property
+    def terms_searched(self) -> int:
+        return int(self.stats[3])
+
+    def maps(self) -> tuple:
+        """The memory maps worth reading ahead (`BM25Retriever.warm_up`)."""
+        return tuple(self._maps)
+
+
+def _to_csc_columns(words, block_last, block_offset, block_widths, term_first, term_df, idf, norm, indptr,
+                    data, indices):
+    """Every term's postings decoded into CSC columns (rows ascending), weights as the CSC builder's."""
+    docs = np.empty(128, dtype=np.int64)
+    tfs = np.empty(128, dtype=np.int64)
+    for t in range(len(term_df)):
+        df = term_df[t]
+        out = indptr[t]
+        for j in range((df + 127) // 128):
+            b = term_first[t] + j
+            count = min(128, df - j * 128)
+            wt, at = _decode_block(words, block_offset, block_widths, block_last, b, j, count, docs)
+            _unpack(words, at, count, wt, tfs)
+            for i in range(count):
+                tf = np.float32(tfs[i] + 1)
+                data[out] = idf[t] * (tf / (norm[docs[i]] + tf))
+                indices[out] = docs[i]
+                out += 1
+
+
+def to_csc(packed_dir: Path, out_dir: Path) -> Path:
+    """Export a packed index as bm25s's CSC files in `out_dir` (a new or empty folder): the same weights, so
+    `bm25s.BM25.load(out_dir, mmap=True)` scores the same index (benchmarks compare against bm25s on it)."""
+    packed_dir, out_dir = Path(packed_dir), Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ConfigError(f"{out_dir} is not empty; to_csc writes into a new or empty folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index = PackedIndex(packed_dir)
+    indptr = np.zeros(len(index.df) + 1, dtype=np.int64)
+    np.cumsum(index.df, out=indptr[1:])
+    total = int(indptr[-1])
+    data = np.lib.format.open_memmap(out_dir / "data.csc.index.npy", mode="w+", dtype=np.float32, shape=(total,))
+    indices = np.lib.format.open_memmap(out_dir / "indices.csc.index.npy", mode="w+", dtype=np.int32,
+                                        shape=(total,))
+    np.save(out_dir / "indptr.csc.index.npy", indptr)
+    _compiled()["to_csc"](index.words, index.block_last, index.block_offset, index.block_widths, index.term_first,
+                          index.df, index.idf, index.norm, indptr, data, indices)
+    data.flush()
+    indices.flush()
+    del data, indices
+    for name in ("vocab.index.json", "params.index.json", TERM_MAX):
+        (out_dir / name).write_bytes((packed_dir / name).read_bytes())
+    return out_dir
+
+
+def build(corpus: Path, out_dir: Path, settings=None, show_progress: bool = True,
+          memory_budget: int = 2 << 30, **kwargs) -> dict:
+    """Stream `corpus` into a packed index at `out_dir` (replaced atomically). Returns the index metadata."""
+    from ragzoo.retrieval.bm25 import BM25Settings, build_bm25_index
+
+    return build_bm25_index(Path(corpus), Path(out_dir), settings or BM25Settings(), show_progress=show_progress,
+                            index_format=FORMAT, memory_budget=memory_budget, **kwargs)
+
+
+def load(index_dir: Path, **kwargs):
+    """The retriever over a built index folder (packed or csc, as its meta.json says)."""
+    from ragzoo.retrieval.bm25 import BM25Retriever
+
+    return BM25Retriever(Path(index_dir), **kwargs)
+
+
+def index_bytes(folder: Path) -> dict:
+    """Sizes on disk: the postings files vs the passage store (which dominates at wiki scale)."""
+    sizes = {path.name: path.stat().st_size for path in Path(folder).iterdir() if path.is_file()}
+    store = sum(size for name, size in sizes.items() if name.startswith("passage"))
+    return {"postings bytes": sum(sizes.values()) - store, "passages bytes": store, "total bytes": sum(sizes.values())}

@@ -1,0 +1,327 @@
+"""The packed bm25 index (`format=packed`): exactly the exhaustive top k with scores bit-identical to the csc
+index's, through blocks of 128 postings, block-max skipping, the retriever, `ragzoo serve`, and a build that
+spools postings to buckets within a memory budget and leaves nothing behind when killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from ragzoo.cli import main  # noqa: E402
+from ragzoo.errors import ConfigError  # noqa: E402
+from ragzoo.retrieval import bm25_packed, make_retriever  # noqa: E402
+from ragzoo.retrieval.bm25 import BM25Retriever, build_bm25_index, ensure_bm25_index  # noqa: E402
+
+WORDS = [f"w{i}" for i in range(40)]
+
+
+def _write(path, texts):
+    path.write_text("".join(json.dumps({"id": f"d{i}", "title": "", "text": text}) + "\n"
+                            for i, text in enumerate(texts)))
+    return path
+
+
+def _random_corpus(path, seed, n_docs):
+    """Zipf-ish words, some passages duplicated (exact score ties), lengths 1..30."""
+    rng = np.random.default_rng(seed)
+    texts = []
+    for i in range(n_docs):
+        if texts and rng.random() < 0.1:
+            texts.append(texts[int(rng.integers(0, len(texts)))])  # an exact duplicate: tied scores
+            continue
+        size = int(rng.integers(1, 30))
+        texts.append(" ".join(WORDS[min(int(rng.zipf(1.3)) - 1, len(WORDS) - 1)] for _ in range(size)))
+    return _write(path, texts)
+
+
+def _both(tmp_path, corpus, **packed_options):
+    csc = build_bm25_index(corpus, tmp_path / "csc", show_progress=False)
+    assert csc["index_format"] == "csc"
+    build_bm25_index(corpus, tmp_path / "packed", show_progress=False, index_format="packed", **packed_options)
+    return BM25Retriever(tmp_path / "csc"), BM25Retriever(tmp_path / "packed")
+
+
+def _exhaustive(csc, token_ids, k):
+    """Every posting of every query term added into a dense array, terms rarest first (the order both scorers
+    sum in), then the k best, exact ties by lower row."""
+    data, indices, indptr = csc.pruned.data, csc.pruned.indices, csc.pruned.indptr
+    terms, repeats = np.unique(np.asarray(token_ids, dtype=np.int64), return_counts=True)
+    known = (terms >= 0) & (terms < len(indptr) - 1)
+    terms, repeats = terms[known], repeats[known]
+    terms, repeats = terms[indptr[terms + 1] > indptr[terms]], repeats[indptr[terms + 1] > indptr[terms]]
+    order = np.argsort(indptr[terms + 1] - indptr[terms], kind="stable")
+    dense = np.zeros(csc.num_docs, dtype=np.float32)
+    for term, repeat in zip(terms[order], repeats[order].astype(np.float32)):
+        lo, hi = indptr[term], indptr[term + 1]
+        dense[indices[lo:hi]] += data[lo:hi] * repeat
+    rows = np.flatnonzero(dense > 0)
+    ranked = np.lexsort((rows, -dense[rows]))[:k]
+    return rows[ranked], dense[rows][ranked]
+
+
+def _queries(rng, vocab_ids, n):
+    queries = []
+    for _ in range(n):
+        ids = [int(t) for t in rng.choice(vocab_ids, size=int(rng.integers(1, 6)))]
+        if rng.random() < 0.3:
+            ids.append(ids[0])  # a repeated query term counts twice
+        if rng.random() < 0.2:
+            ids.append(10**6)  # an id no passage has
+        queries.append(ids)
+    return queries
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_top_k_is_the_exhaustive_top_k_with_scores_bit_identical_to_csc(tmp_path, seed):
+    import bm25s
+
+    corpus = _random_corpus(tmp_path / "c.jsonl", seed, 1500)
+    csc, packed = _both(tmp_path, corpus)
+    rng = np.random.default_rng(seed)
+    vocab_ids = np.asarray(sorted(csc.vocab.values()))
+    raw = bm25s.BM25.load(str(tmp_path / "csc"), mmap=True, load_corpus=False)
+    checked = 0
+    for ids in _queries(rng, vocab_ids, 150) + [[int(t)] for t in vocab_ids]:
+        for k in (1, 3, 10, 2000):  # 2000 > matches: every matching passage
+            rows, scores = packed.pruned.top_k(ids, k)
+            expected_rows, expected_scores = _exhaustive(csc, ids, k)
+            assert rows.tolist() == expected_rows.tolist(), (ids, k)
+            assert scores.tobytes() == expected_scores.tobytes(), (ids, k)  # bit-identical
+            # the csc index's pruned scorer: the same contract (ties straddling the k-th place: lower rows)
+            csc_rows, csc_scores = csc.pruned.top_k([t for t in ids if t < 10**6], k)
+            assert csc_rows.tolist() == rows.tolist() and csc_scores.tobytes() == scores.tobytes(), (ids, k)
+            checked += 1
+        known = [t for t in ids if t < 10**6]
+        # bm25s's own exhaustive retrieve on the csc (it sums in query order: equal up to float32 rounding)
+        bm_rows, bm_scores = raw.retrieve([known], k=10, show_progress=False)
+        matched = bm_scores[0] > 0
+        rows, scores = packed.pruned.top_k(ids, 10)
+        assert np.allclose(scores, bm_scores[0][matched], rtol=1e-5)
+        clear = scores > scores[-1] + 1e-4  # above ties at the cut, the same passages
+        assert set(rows[clear].tolist()) == set(bm_rows[0][matched][bm_scores[0][matched] > scores[-1] + 1e-4].tolist())
+    assert checked > 500
+
+
+def test_unknown_and_empty_queries(tmp_path):
+    corpus = _random_corpus(tmp_path / "c.jsonl", 3, 200)
+    _csc, packed = _both(tmp_path, corpus)
+    for ids in ([], [10**6], [-1, 10**7]):
+        rows, scores = packed.pruned.top_k(ids, 10)
+        assert rows.tolist() == [] and scores.tolist() == []
+    assert packed.pruned.top_k([0], 0)[0].tolist() == []
+    assert packed.batch(["the of", "zzzunknown"], 5) == [[], []]  # stopwords only; no known term
+
+
+@pytest.mark.parametrize("df", [1, 127, 128, 129, 256, 300])
+def test_block_boundaries_decode_to_the_csc_columns(tmp_path, df):
+    """A term in exactly df passages (blocks of 128: a last block of 1, 127, 128 or 2 postings), tfs that need
+    0..3 bits and runs of consecutive passages (0-bit gaps): the export decodes every posting back to the csc
+    index's rows and weights, bit for bit."""
+    rng = np.random.default_rng(df)
+    n_docs = 700
+    holders = set(rng.choice(n_docs, size=df, replace=False).tolist())
+    texts = []
+    for i in range(n_docs):
+        words = ["filler"] * int(rng.integers(1, 9))
+        if i in holders:
+            words += ["target"] * int(rng.choice([1, 1, 1, 2, 5]))
+        if i < 200:
+            words.append("run")  # 200 consecutive passages
+        texts.append(" ".join(words))
+    corpus = _write(tmp_path / "c.jsonl", texts)
+    csc, packed = _both(tmp_path, corpus)
+    bm25_packed.to_csc(tmp_path / "packed", tmp_path / "export")
+    for name in ("data", "indices", "indptr"):
+        exported = np.load(tmp_path / "export" / f"{name}.csc.index.npy")
+        built = np.load(tmp_path / "csc" / f"{name}.csc.index.npy")
+        assert exported.dtype == built.dtype and exported.tobytes() == built.tobytes(), name
+    target = csc.vocab["target"]
+    assert int(packed.pruned.df[target]) == df
+    rows, scores = packed.pruned.top_k([target], 1000)
+    assert sorted(rows.tolist()) == sorted(holders)
+
+
+def test_bit_fields_up_to_32_bits_round_trip():
+    """Gaps needing 31 bits (doc ids near 2**31) and every width 0..32 pack and unpack exactly, across word
+    boundaries."""
+    kernels = bm25_packed._compiled()
+    assert kernels
+    pack, unpack = bm25_packed._pack, bm25_packed._unpack
+    rng = np.random.default_rng(5)
+    for width in range(33):
+        for count in (1, 5, 127, 128):
+            values = rng.integers(0, 2**width, size=count, dtype=np.int64) if width else np.zeros(count, np.int64)
+            values[0] = 2**width - 1
+            words = np.zeros((count * width + 31) // 32 + 1, dtype=np.uint32)
+            pack(words, 0, values, count, width)
+            out = np.empty(count, dtype=np.int64)
+            unpack(words, 0, count, width, out)
+            assert out.tolist() == values.tolist(), (width, count)
+    # a block of doc ids 5, 2**31 - 2 (a gap of 2**31 - 8, 31 bits) decodes back
+    docs = np.asarray([5, 2**31 - 2], dtype=np.int64)
+    gaps = np.asarray([docs[0] - (-1) - 1, docs[1] - docs[0] - 1], dtype=np.int64)
+    width = int(gaps.max()).bit_length()
+    assert width == 31
+    words = np.zeros(4, dtype=np.uint32)
+    pack(words, 0, gaps, 2, width)
+    out = np.empty(128, dtype=np.int64)
+    bm25_packed._decode_block(words, np.zeros(1, np.int64), np.asarray([[width, 0]], np.uint8),
+                              np.asarray([docs[1]], np.int32), 0, 0, 2, out)
+    assert out[:2].tolist() == docs.tolist()
+
+
+def test_block_max_skips_blocks_and_stays_exact(tmp_path):
+    """A rare term in a few long passages sets theta; a frequent term whose first blocks hold long passages
+    (small weights) and whose last ones short passages with tf 3 (large weights) stays essential, but its
+    low blocks cannot lift a new passage to theta: they are skipped, never decoded, and the answer is still
+    the exhaustive one."""
+    texts = ["noise " * 3 for _ in range(6000)]
+    for i in range(0, 600):
+        texts[i] = "beta " + "pad " * 60
+    for i in range(600, 700):
+        texts[i] = "beta beta beta x"
+    for i in range(5900, 5915):
+        texts[i] = "alpha " + "pad " * 60
+    corpus = _write(tmp_path / "c.jsonl", texts)
+    csc, packed = _both(tmp_path, corpus)
+    ids = packed.tokenize(["alpha beta"])[0]
+    before = packed.pruned.stats.copy()
+    for k in (1, 5, 10):
+        rows, scores = packed.pruned.top_k(ids, k)
+        expected_rows, expected_scores = _exhaustive(csc, ids, k)
+        assert rows.tolist() == expected_rows.tolist()
+        assert scores.tobytes() == expected_scores.tobytes()
+    skipped = packed.pruned.stats - before
+    assert skipped[1] > 0, skipped  # essential blocks skipped by their block max
+    # fewer postings decoded than the two terms hold
+    assert skipped[0] < 3 * (700 + 15)
+
+
+def test_format_packed_through_the_spec_and_cli(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGZOO_CACHE", str(tmp_path / "cache"))
+    corpus = _random_corpus(tmp_path / "c.jsonl", 9, 400)
+    packed = make_retriever(f"bm25:{corpus}?format=packed", show_progress=False)
+    csc = make_retriever(f"bm25:{corpus}?backend=numba", show_progress=False)
+    assert packed.index_format == "packed" and csc.index_format == "csc"
+    assert packed.index_dir != csc.index_dir  # the cache key includes the format
+    queries = [" ".join(WORDS[i:i + 3]) for i in range(0, 30, 2)] + ["w1 w1 w7", "nothing"]
+    for a, b in zip(packed.batch(queries, 7), csc.batch(queries, 7)):
+        assert [(p.pid, p.score) for p in a] == [(p.pid, p.score) for p in b]
+    out = tmp_path / "out"
+    assert main(["index", "build", "--corpus", str(corpus), "--out", str(out), "--format", "packed",
+                 "--quiet"]) == 0
+    assert json.loads((out / "meta.json").read_text())["index_format"] == "packed"
+    with pytest.raises(ConfigError, match="csc bm25 index, not packed"):
+        BM25Retriever(csc.index_dir, index_format="packed")
+
+
+def test_format_packed_without_numba_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    corpus = _random_corpus(tmp_path / "c.jsonl", 9, 50)
+    monkeypatch.setitem(sys.modules, "numba", None)
+    monkeypatch.setattr(bm25_packed, "_COMPILED", {})
+    assert main(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "o"), "--format", "packed",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs numba" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(ConfigError, match="format must be one of"):
+        make_retriever(f"bm25:{corpus}?format=zip")
+
+
+def test_build_spools_buckets_within_a_tiny_memory_budget(tmp_path, monkeypatch):
+    """Postings never sit in memory all at once: with a small budget they go to several bucket spools, each
+    holding a part, encoded one at a time; the index is the same as with one bucket."""
+    corpus = _random_corpus(tmp_path / "c.jsonl", 4, 800)
+    seen = []
+    real_write = bm25_packed.write_packed
+
+    def recording(folder, spool, *args, **kwargs):
+        seen.append((spool.n_buckets, spool.sizes.copy()))
+        return real_write(folder, spool, *args, **kwargs)
+
+    monkeypatch.setattr(bm25_packed, "write_packed", recording)
+    meta = build_bm25_index(corpus, tmp_path / "small", show_progress=False, index_format="packed",
+                            memory_budget=200_000)
+    n_buckets, sizes = seen[0]
+    assert n_buckets > 1 and meta["buckets"] == n_buckets
+    assert sizes.sum() == meta["postings"] and (sizes > 0).sum() > 1 and sizes.max() < meta["postings"]
+    assert not list((tmp_path / "small").glob("spool*"))  # spools removed
+    build_bm25_index(corpus, tmp_path / "one", show_progress=False, index_format="packed", memory_budget=1 << 40)
+    assert seen[1][0] == 1
+    small, one = BM25Retriever(tmp_path / "small"), BM25Retriever(tmp_path / "one")
+    for term in range(len(small.vocab)):
+        a, b = small.pruned.top_k([term], 50), one.pruned.top_k([term], 50)
+        assert a[0].tolist() == b[0].tolist() and a[1].tobytes() == b[1].tobytes()
+
+
+def test_killed_build_leaves_no_index_and_the_next_build_cleans_up(tmp_path):
+    corpus = _random_corpus(tmp_path / "c.jsonl", 6, 3000)
+    out = tmp_path / "idx"
+    script = ("import sys, time\n"
+              "from pathlib import Path\n"
+              "from ragzoo.retrieval import bm25_packed\n"
+              "real = bm25_packed.write_packed\n"
+              "def stuck(*a, **k):\n"
+              "    print('spooled', flush=True)\n"
+              "    time.sleep(600)\n"
+              "bm25_packed.write_packed = stuck\n"
+              "bm25_packed.build(Path(sys.argv[1]), Path(sys.argv[2]), show_progress=False, memory_budget=100000)\n")
+    process = subprocess.Popen([sys.executable, "-c", script, str(corpus), str(out)], stdout=subprocess.PIPE,
+                               env={**os.environ, "RAGZOO_CACHE": str(tmp_path / "cache")})
+    assert process.stdout.readline().strip() == b"spooled"
+    staging = [p for p in tmp_path.iterdir() if ".building-" in p.name]
+    assert staging and list(staging[0].glob("spool.bucket*"))
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not out.exists()
+    time.sleep(0.1)
+    bm25_packed.build(corpus, out, show_progress=False)
+    assert [p.name for p in tmp_path.iterdir() if ".building-" in p.name] == []
+    assert len(BM25Retriever(out)) == 3000
+
+
+def test_serve_answers_the_same_passages_for_both_formats(tmp_path):
+    import httpx
+
+    corpus = _random_corpus(tmp_path / "c.jsonl", 8, 300)
+    results = {}
+    for spec in (f"bm25:{corpus}?format=packed", f"bm25:{corpus}"):
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        process = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--retriever", spec,
+                                    "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env={**os.environ, "RAGZOO_CACHE": str(tmp_path / "cache")})
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                assert process.poll() is None, "ragzoo serve exited"
+                try:
+                    if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "ragzoo serve did not start"
+                time.sleep(0.2)
+            answers = []
+            for query in ("w0 w3", "w5 w5 w2", "w11 w1 w0 w30"):
+                reply = httpx.get(url + "/", params={"query": query, "k": 5}, timeout=10).json()
+                answers.append([(p["pid"], round(p["score"], 5)) for p in reply["topk"]])
+            results[spec] = answers
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    packed, csc = results.values()
+    assert packed == csc and all(packed)
