@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     how = {"pin": "verified against ragzoo's pinned sha256", "hub": "verified against the hub's sha256",
            "hub+pin": "verified: each file against ragzoo's pinned sha256, or the hub's where ragzoo pins none"}.get(
         verified_by, "UNVERIFIED: no sha256 checked it")
-    print(f"corpus {args.name} {'fetched' if fetched else 'already complete'} ({how}): {path}")
+    count = corpora.passages_in(path)
+    print(f"corpus {args.name} {'fetched' if fetched else 'already complete'} ({how}): {path}"
+          f"{f' ({count:,} passages)' if count is not None else ''}")
     print(f"next: ragzoo index build --corpus {args.name}")
     return 0

@@ -475,6 +475,15 @@ def unpack(archive: Path, member: str, target: Path, expected_sha256: str | None
         raise
 
 
+def passages_in(path: Path) -> int | None:
+    """The passages a converted corpus holds, as its marker records them (None: not recorded, e.g. a tar member)."""
+    try:
+        count = json.loads(_marker(path).read_text(encoding="utf-8")).get("passages")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return count if isinstance(count, int) else None
+
+
 def verification(path: Path) -> str | None:
     """What vouched for a fetched corpus ("pin", "hub"), or None if it was fetched unverified."""
     try:
@@ -565,7 +574,7 @@ def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], targ
         except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
             raise BadArchive(f"a file of the corpus is not readable parquet ({error}); rerun with --force "
                              f"after removing it from the hub cache") from None
-        with open(partial, "w", encoding="utf-8") as sink, \
+        with open(partial, "wb") as sink, \
                 tqdm(total=rows, unit=" passages", unit_scale=True, desc=f"convert -> {target.name}",
                      disable=not progress) as bar:
             for name, path, _, _ in shards:
@@ -576,11 +585,11 @@ def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], targ
                                    f"{', '.join(table.schema_arrow.names)}); not a psgs_w100 file, it was removed",
                                    path)
                 for batch in table.iter_batches(batch_size=65536, columns=list(PSGS_COLUMNS)):
-                    lines = "".join(ujson.dumps({"id": str(pid), "title": title or "", "text": text or ""},
-                                                ensure_ascii=False, escape_forward_slashes=False) + "\n"
-                                    for pid, title, text in zip(*(batch.column(c).to_pylist()
-                                                                  for c in PSGS_COLUMNS)))
-                    written += len(lines.encode("utf-8"))
+                    lines = "".join([ujson.dumps({"id": str(pid), "title": title or "", "text": text or ""},
+                                                 ensure_ascii=False, escape_forward_slashes=False) + "\n"
+                                     for pid, title, text in zip(*(batch.column(c).to_pylist()
+                                                                   for c in PSGS_COLUMNS))]).encode("utf-8")
+                    written += len(lines)
                     if written > limit:
                         raise BadArchive(f"the parquet files of {target.name} convert to more than {limit:,} "
                                          f"bytes, past the most this corpus can be; refused, nothing kept")

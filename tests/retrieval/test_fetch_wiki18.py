@@ -197,7 +197,7 @@ def test_fetch_converts_the_28_files_into_one_corpus_that_indexes_and_searches(o
         assert code == 0, err
         assert all(len(hub.gets(name)) == 1 for name in files)  # each of the 28 files, from the dataset repo
     target = _target(online)
-    assert f"corpus {NAME} fetched (verified:" in out and str(target) in out
+    assert f"corpus {NAME} fetched (verified:" in out and f"{target} (56 passages)" in out
     assert [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()] == \
         [{"id": r["id"], "title": r["title"], "text": r["text"]} for r in rows]
     passages = list(iter_corpus(target))
