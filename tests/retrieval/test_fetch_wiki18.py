@@ -312,6 +312,31 @@ def test_an_interrupted_fetch_resumes_where_it_stopped_on_the_next_run(online, s
     assert len(_target(online).read_text(encoding="utf-8").splitlines()) == len(rows)
 
 
+def test_offline_the_corpus_is_converted_again_from_the_hub_cache(online, shards, monkeypatch, capsys):
+    import huggingface_hub.constants as constants
+
+    files, rows = shards
+    pin(monkeypatch, files, unpinned=(5,))
+    with MultiFileHub(files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        assert fetch_cli(capsys, NAME, "--quiet")[0] == 0
+        target = _target(online)
+        target.unlink()  # the converted corpus is gone; the 28 files are still in the hub cache
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        before = len(hub.requests)
+        code, out, err = fetch_cli(capsys, NAME, "--quiet")
+        assert code == 0, err
+        assert len(hub.requests) == before  # not one request
+    assert len(target.read_text(encoding="utf-8").splitlines()) == len(rows)
+    cached = next(p for p in (online / "hub").rglob("train-00009-of-00028.parquet"))
+    cached.unlink()  # one file missing from the cache: offline, that is one line saying so
+    target.unlink()
+    code, out, err = fetch_cli(capsys, NAME, "--quiet")
+    (line,) = _lines(err)
+    assert code != 0 and "HF_HUB_OFFLINE" in line and "train-00009-of-00028.parquet" in line
+
+
 def test_files_that_are_not_psgs_w100_are_refused(online, shards, monkeypatch, capsys):
     from ragzoo.retrieval import fetch
 
