@@ -81,13 +81,18 @@ def use_paper_corpus(grid):
              if spec and fetch.over_sample(spec, name)]
     if not specs:
         return grid
-    if path:
+    missing = fetch.missing_modules(name) if path else []
+    if path and not missing:
         grid.retriever = fetch.over_sample(grid.retriever or "", name) or grid.retriever
         grid.datasets = [replace(d, retriever=fetch.over_sample(d.retriever or "", name) or d.retriever)
                          for d in grid.datasets]
         why = (f"the paper's corpus {name} ({src.passages} passages) is fetched at {path}; it replaces the "
-               f"sample {src.sample}")
+               f"sample {src.sample} (bm25 {src.options})")
         grid.paper = {**grid.paper, "differences": [f"corpus: {why}", *grid.paper.get("differences", [])]}
+    elif path:
+        why = (f"the paper's corpus {name} is fetched, but searching it at its size needs "
+               f"{', '.join(missing)} (pip install 'ragzoo[fast]'), so the sample {src.sample} stands in for it")
+        path = None
     else:
         why = (f"the paper's corpus {name} is not fetched, so the sample {src.sample} stands in for it "
                f"(`ragzoo corpus fetch {name}` to retrieve from all {src.passages} passages)")

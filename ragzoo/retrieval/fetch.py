@@ -87,6 +87,9 @@ class CorpusSource:
     unpacked_size: str = ""
     sample: str | None = None  # the shipped sample (under RAGZOO_DATA) presets use when this is not fetched
     why_not: str = ""  # set: known by name for --list, but not fetchable (and why)
+    # retriever options a preset adds when it swaps the sample for this corpus, and the modules they need
+    options: str = ""
+    needs: tuple[str, ...] = ()
 
     def pin(self, filename: str) -> str | None:
         return self.sha256s.get(filename) if self.files else self.sha256
@@ -141,7 +144,9 @@ CORPORA: dict[str, CorpusSource] = {
         passages="21,015,324", max_unpacked_bytes=WIKI18_MAX_UNPACKED,
         papers=("Post-Fusion (NQ, TriviaQA)", "FILCO", "RA-ISF"),
         download_size="about 7.5 GB (28 parquet files of 250-280 MB)", unpacked_size="about 14 GB",
-        sample="wiki18_passages/corpus.jsonl"),
+        sample="wiki18_passages/corpus.jsonl",
+        # 21M passages: the compressed postings (bm25_packed) keep the index within a 24 GB machine
+        options="format=packed&backend=numba", needs=("numba",)),
     "kilt-wikipedia": CorpusSource(
         name="kilt-wikipedia", repo_id="facebook/kilt_wikipedia", repo_type="dataset", filename="",
         member="kilt_wikipedia.jsonl",
@@ -203,14 +208,27 @@ def resolve_named(name: str) -> Path | None:
 
 def over_sample(spec: str, name: str) -> str | None:
     """For a retriever spec over the shipped sample that stands in for corpus `name` (e.g.
-    `bm25:wiki18_passages/corpus.jsonl?k1=0.9`), the same spec over `name` itself (`bm25:wiki18-100w?k1=0.9`);
-    None for any other spec."""
+    `bm25:wiki18_passages/corpus.jsonl?k1=0.9`), the same spec over `name` itself, with the options the corpus
+    needs at its size where the spec sets none of its own (`bm25:wiki18-100w?k1=0.9&format=packed&backend=numba`);
+    None for any other spec. Only bm25 is swapped: embedding 21M passages for a dense index takes days on CPU."""
+    from urllib.parse import parse_qsl
+
     src = source(name)
     scheme, sep, rest = spec.partition(":")
-    target, question, options = rest.partition("?")
-    if not sep or not src.sample or target.strip() != src.sample:
+    target, _, options = rest.partition("?")
+    if scheme.strip().lower() != "bm25" or not sep or not src.sample or target.strip() != src.sample:
         return None
-    return f"{scheme}:{name}{question}{options}"
+    given = dict(parse_qsl(options, keep_blank_values=True))
+    added = [f"{key}={value}" for key, value in parse_qsl(src.options) if key not in given]
+    merged = "&".join(part for part in [options, *added] if part)
+    return f"{scheme}:{name}{'?' + merged if merged else ''}"
+
+
+def missing_modules(name: str) -> list[str]:
+    """The modules searching corpus `name` at its size needs (`CorpusSource.needs`) that are not installed."""
+    from importlib.util import find_spec
+
+    return [module for module in source(name).needs if find_spec(module) is None]
 
 
 def fetched(name: str) -> Path | None:

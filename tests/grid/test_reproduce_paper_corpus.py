@@ -81,7 +81,7 @@ def test_with_the_corpus_fetched_the_preset_retrieves_from_it(corpora, tmp_path,
     assert line.startswith("postfusion-table2: the paper's corpus wiki18-100w") and str(target) in line
     used = json.loads((out / "grid.json").read_text())["paper"]["corpus_used"]
     assert used["corpus"] == "wiki18-100w" and used["fetched"] is True and str(target) in used["why"]
-    assert cell_retrievers(out) == {"bm25:wiki18-100w"}
+    assert cell_retrievers(out) == {"bm25:wiki18-100w?format=packed&backend=numba"}  # 21M: compressed postings
     assert "corpus: the paper's corpus wiki18-100w" in (out / "results.md").read_text()
 
 
@@ -99,8 +99,35 @@ def test_each_wiki18_preset_names_its_corpus_and_swaps_only_the_sample(name, cor
     tiny_wiki18(corpora)
     swapped = use_paper_corpus(load_grid(bundled_grids()[name]))
     after = {d.label: d.retriever or swapped.retriever for d in swapped.datasets}
-    assert after == {label: "bm25:wiki18-100w" if spec == f"bm25:{SAMPLE}" else spec
+    full = "bm25:wiki18-100w?format=packed&backend=numba"
+    assert after == {label: full if spec == f"bm25:{SAMPLE}" else spec
                      for label, spec in before.items()}  # the wiki17 and 2Wiki columns keep their corpora
+
+
+def test_a_fetched_corpus_that_cannot_be_searched_here_keeps_the_sample_and_says_why(corpora, monkeypatch,
+                                                                                       capsys):
+    import importlib.util
+
+    from ragzoo.commands.reproduce import use_paper_corpus
+    from ragzoo.grid import bundled_grids, load_grid
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+    tiny_wiki18(corpora)
+    grid = use_paper_corpus(load_grid(bundled_grids()["filco-table4"]))
+    assert grid.retriever == f"bm25:{SAMPLE}"
+    assert grid.paper["corpus_used"]["fetched"] is False and grid.paper["corpus_used"]["corpus"] == SAMPLE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "is fetched, but" in line and "numba" in line and "ragzoo[fast]" in line
+
+
+def test_the_swap_keeps_a_spec_s_own_options():
+    from ragzoo.retrieval import fetch
+
+    assert fetch.over_sample(f"bm25:{SAMPLE}?k1=1.2&backend=numpy", "wiki18-100w") == \
+        "bm25:wiki18-100w?k1=1.2&backend=numpy&format=packed"
+    assert fetch.over_sample("bm25:hotpotqa/corpus_wiki17_abstracts.jsonl", "wiki18-100w") is None
+    assert fetch.over_sample(f"dense:{SAMPLE}", "wiki18-100w") is None  # 21M passages to embed: not swapped
 
 
 def test_grids_of_other_corpora_are_left_alone(corpora, capsys):
