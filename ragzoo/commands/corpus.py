@@ -80,5 +80,6 @@ def run(args: argparse.Namespace) -> int:
     count = corpora.passages_in(path)
     print(f"corpus {args.name} {'fetched' if fetched else 'already complete'} ({how}): {path}"
           f"{f' ({count:,} passages)' if count is not None else ''}")
-    print(f"next: ragzoo index build --corpus {args.name}")
+    packed = " --format packed" if "format=packed" in corpora.source(args.name).options else ""
+    print(f"next: ragzoo index build --corpus {args.name}{packed}")
     return 0

@@ -198,6 +198,7 @@ def test_fetch_converts_the_28_files_into_one_corpus_that_indexes_and_searches(o
         assert all(len(hub.gets(name)) == 1 for name in files)  # each of the 28 files, from the dataset repo
     target = _target(online)
     assert f"corpus {NAME} fetched (verified:" in out and f"{target} (56 passages)" in out
+    assert f"next: ragzoo index build --corpus {NAME} --format packed" in out
     assert [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()] == \
         [{"id": r["id"], "title": r["title"], "text": r["text"]} for r in rows]
     passages = list(iter_corpus(target))
@@ -215,9 +216,10 @@ def test_index_and_search_by_name_find_a_passage_by_its_dpr_id(online, shards, m
     with MultiFileHub(files) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
         assert fetch_cli(capsys, NAME, "--quiet")[0] == 0
-    assert main(["index", "build", "--corpus", NAME, "--quiet"]) == 0
+    assert main(["index", "build", "--corpus", NAME, "--format", "packed", "--quiet"]) == 0  # as fetch advises
     assert f"{len(rows):,} passages" in capsys.readouterr().out
-    assert main(["search", "topic33 word33", "-k", "1", "--json", "--retriever", f"bm25:{NAME}"]) == 0
+    assert main(["search", "topic33 word33", "-k", "1", "--json", "--retriever",
+                 f"bm25:{NAME}?format=packed&backend=numba"]) == 0
     top = json.loads(capsys.readouterr().out)["topk"][0]
     assert top["pid"] == "33" and top["text"].startswith(rows[32]["title"] + " | ")
 
