@@ -8,6 +8,11 @@ response-cache key, and pre-flight checks before anything is spent.
   per endpoint, across every thread and every run of the process; more wait for a slot. The slot is held
   for one request, not for DSPy's retries of it (`endpoint_calls`, installed around DSPy's single attempt).
   A request still waiting for a slot when its question's deadline passes is never sent (`TimeoutError`).
+- **One limit for several processes** (`share_limits(folder)`, what a grid does under its OUT folder): the
+  processes of this machine that share the folder (a grid's cells, their `evaluate --processes` workers,
+  `--storage` workers started in the same OUT) also share each endpoint's `--max-concurrency`: a request holds
+  one of n slot files (`MachineSlots`) as well as its process's slot, so the requests in flight to an endpoint,
+  summed over those processes, never pass n. Per machine: the folder is named after the host.
 - **429s**: a rate-limited request gives its slot back, waits as the server's `Retry-After` says
   (exponentially without one: DSPy's own back-off rule, 1 s, 2 s, 4 s, ... 60 s) and is sent again until
   the question's deadline (`start_question_deadline`, set by `ragzoo.runs` for each example; 600 s from the first
@@ -34,11 +39,15 @@ response-cache key, and pre-flight checks before anything is spent.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
+import hashlib
 import os
+import socket
 import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -71,17 +80,203 @@ def endpoint_of(lm) -> str:
 # Concurrency
 
 
+class MachineSlots:
+    """`count` request slots of one endpoint shared by every process of this machine that uses `folder`.
+
+    A slot is a file `folder/slot-<i>` locked with `flock`: the kernel gives each lock to one open file at a time
+    and drops it when its process dies, however it dies (a SIGKILL leaks no slot, no cleanup is needed, nothing
+    runs beside the processes: no daemon, no scheduler). A thread takes a free slot with a non-blocking `flock`;
+    when none is free it queues here, and one watcher thread per slot this process does not hold waits in a
+    blocking `flock` on that slot (in the kernel, no polling), which hands the slot to the first thread queued.
+    So when any process frees a slot, every process with queued requests is waiting on it and the kernel gives it
+    to one of them: the requests in flight stay at `count` while work remains, and a process that ends early or
+    starts late strands nothing. The threads exist because `flock` cannot time out: a queued request still
+    leaves at its deadline (`TimeoutError`)."""
+
+    def __init__(self, folder: Path, count: int):
+        self.folder, self.count = Path(folder), count
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: dict[int, int] = {}
+        self._held: set[int] = set()      # slots this process holds (for a request, or a watcher's hand-over)
+        self._watched: set[int] = set()   # slots a watcher of this process waits on in the kernel
+        self._queue: collections.deque = collections.deque()  # [condition, slot or None] per queued request
+        self._wake: dict[int, threading.Condition] = {}       # one per watcher thread started
+        self._next = 0
+
+    def _fd(self, index: int) -> int:
+        fd = self._fds.get(index)
+        if fd is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = self._fds[index] = os.open(self.folder / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o600)
+        return fd
+
+    def _take_free(self) -> int | None:
+        """A slot no process holds, taken now (with `_lock` held), or None."""
+        import fcntl
+
+        start = self._next
+        for step in range(self.count):
+            index = (start + step) % self.count
+            if index in self._held or index in self._watched:
+                continue  # flock on our own open file would succeed again: never ask the kernel for these
+            try:
+                fcntl.flock(self._fd(index), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            self._held.add(index)
+            self._next = index + 1
+            return index
+        return None
+
+    def acquire(self, deadline: float | None = None, *, wait: bool = True) -> int | None:
+        """Take a slot (its number); past `deadline` (monotonic) `TimeoutError`. `wait=False`: None if none is free."""
+        with self._lock:
+            if not self._queue:
+                index = self._take_free()
+                if index is not None or not wait:
+                    return index
+            elif not wait:
+                return None
+            entry = [threading.Condition(self._lock), None]
+            self._queue.append(entry)
+            self._watch()
+            try:
+                while entry[1] is None:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError("the question's deadline passed while its LM request waited for a slot of "
+                                           "the endpoint, shared with other processes (--deadline, --max-concurrency)")
+                    entry[0].wait(remaining)
+            except BaseException:  # the deadline, or Ctrl-C in the main thread: leave the queue, keep no slot
+                if entry[1] is None:
+                    self._queue.remove(entry)
+                else:
+                    self._release(entry[1])
+                raise
+            return entry[1]
+
+    def release(self, index: int) -> None:
+        with self._lock:
+            self._release(index)
+
+    def _release(self, index: int) -> None:
+        import fcntl
+
+        if index not in self._held:
+            return
+        self._held.discard(index)
+        fcntl.flock(self._fd(index), fcntl.LOCK_UN)
+        if self._queue:  # the kernel decides who gets it next, this process's watcher or another's
+            self._watch()
+
+    def _watch(self) -> None:
+        """Wake (or start) a watcher on every slot this process neither holds nor waits on (with `_lock` held)."""
+        for index in range(self.count):
+            if index in self._held or index in self._watched:
+                continue
+            self._watched.add(index)
+            wake = self._wake.get(index)
+            if wake is None:
+                self._fd(index)
+                wake = self._wake[index] = threading.Condition(self._lock)
+                threading.Thread(target=self._watcher, args=(index, wake), name=f"ragzoo-slot-{index}",
+                                 daemon=True).start()
+            else:
+                wake.notify()
+
+    def _watcher(self, index: int, wake: threading.Condition) -> None:
+        import fcntl
+
+        fd = self._fds[index]
+        while True:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # in the kernel until no other process holds the slot
+            with self._lock:
+                self._watched.discard(index)
+                if self._queue:
+                    entry = self._queue.popleft()
+                    entry[1] = index
+                    self._held.add(index)
+                    entry[0].notify()
+                else:  # the requests that queued left (deadline): the slot goes back at once
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                while index not in self._watched:  # until `_watch` needs this slot again
+                    wake.wait()
+
+    def after_fork_in_child(self) -> None:
+        """A forked child holds none of its parent's slots and has none of its threads: start afresh. Its copies
+        of the parent's files are closed, never unlocked (an unlock through a copy would free the parent's slot)."""
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fresh()
+
+
+_SHARED_FOLDER: Path | None = None
+_MACHINE: dict[tuple[str, str, int], MachineSlots] = {}
+
+
+def machine_folder(folder: str | os.PathLike) -> Path:
+    """Where `share_limits(folder)` keeps this machine's slots: under the host's name, so workers of several
+    machines that share `folder` (a network file system) each keep their own limit."""
+    return Path(folder) / socket.gethostname()
+
+
+def share_limits(folder: str | os.PathLike | None) -> Path | None:
+    """From now, every endpoint limit of this process (and of processes forked from it) is shared with the other
+    processes of this machine that share `folder` (None: each process keeps its own); returns the previous one."""
+    global _SHARED_FOLDER
+    previous = _SHARED_FOLDER
+    _SHARED_FOLDER = None if folder is None else machine_folder(folder)
+    return previous
+
+
+@contextmanager
+def shared_limits(folder: str | os.PathLike | None) -> Iterator[None]:
+    previous = share_limits(folder)
+    try:
+        yield
+    finally:
+        global _SHARED_FOLDER
+        _SHARED_FOLDER = previous
+
+
+def limits_shared() -> bool:
+    return _SHARED_FOLDER is not None
+
+
+def machine_slots(endpoint: str, limit: int | None) -> MachineSlots | None:
+    """The machine-wide slots of `endpoint` under the shared folder, or None (not shared, or no limit)."""
+    folder = _SHARED_FOLDER
+    if folder is None or limit is None:
+        return None
+    key = (str(folder), endpoint, limit)
+    with _LIMITERS_LOCK:
+        found = _MACHINE.get(key)
+        if found is None:
+            # the endpoint has no credentials (`endpoint_of`), and its hash keeps it out of the file names anyway
+            digest = hashlib.sha256(endpoint.encode()).hexdigest()[:16]
+            found = _MACHINE[key] = MachineSlots(folder / digest, limit)
+        return found
+
+
 class EndpointLimiter:
     """At most `limit` holders at once (None = no limit), fewer while the server answers 429 (`window`, the
     adaptive limit: None until the first 429); the limit may change while held."""
 
     DECREASE = 0.75  # a 429 keeps 3/4 of the requests in flight: gentler than halving, which idles a hard cap
 
-    def __init__(self, limit: int | None):
+    def __init__(self, limit: int | None, endpoint: str = ""):
         self.limit = limit
+        self.endpoint = endpoint
         self.window: float | None = None
         self.epoch = 0  # bumped by each decrease; a 429 of a request sent before it does not decrease again
         self.in_flight = 0
+        self.sent = 0  # of `in_flight`, the requests sent (past the machine's slots, when limits are shared)
         self.max_in_flight = 0
         self.waited = 0
         self.rate_limited = 0
@@ -112,10 +307,15 @@ class EndpointLimiter:
             self.in_flight -= 1
             self._condition.notify()
 
+    def _sending(self, delta: int) -> None:
+        with self._condition:
+            self.sent += delta
+
     @contextmanager
     def slot(self, deadline: float | None = None) -> Iterator[int]:
         """Hold one slot; yields the ticket to hand to `rate_limited_once`. Past `deadline` (monotonic) while
-        waiting: `TimeoutError`, and no request is sent for a question already recorded as a timeout."""
+        waiting: `TimeoutError`, and no request is sent for a question already recorded as a timeout. With the
+        limits shared (`share_limits`), one of the machine's slots is held too, taken after this process's."""
         with self._condition:
             if self._full():
                 self.waited += 1
@@ -127,13 +327,24 @@ class EndpointLimiter:
                 self._condition.wait(remaining)
             ticket = self._enter()
         try:
-            yield ticket
+            machine = machine_slots(self.endpoint, self.limit)
+            if machine is None:
+                yield ticket
+                return
+            index = machine.acquire(deadline)
+            self._sending(1)
+            try:
+                yield ticket
+            finally:
+                self._sending(-1)
+                machine.release(index)
         finally:
             self._leave()
 
     @asynccontextmanager
     async def aslot(self, deadline: float | None = None) -> AsyncIterator[int]:
         """`slot` for a coroutine: polls, so the event loop is never blocked."""
+        machine = machine_slots(self.endpoint, self.limit)
         while True:
             with self._condition:
                 if not self._full():
@@ -144,7 +355,22 @@ class EndpointLimiter:
                                    "endpoint (--deadline, --max-concurrency)")
             await asyncio.sleep(0.01)
         try:
-            yield ticket
+            index = None
+            while machine is not None and index is None:  # the machine's slots, polled: the loop never blocks
+                index = machine.acquire(deadline, wait=False)
+                if index is None:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise TimeoutError("the question's deadline passed while its LM request waited for a slot "
+                                           "of the endpoint, shared with other processes (--deadline, "
+                                           "--max-concurrency)")
+                    await asyncio.sleep(0.01)
+            self._sending(1)
+            try:
+                yield ticket
+            finally:
+                self._sending(-1)
+                if index is not None:
+                    machine.release(index)
         finally:
             self._leave()
 
@@ -154,7 +380,8 @@ class EndpointLimiter:
             self.rate_limited += 1
             if ticket != self.epoch:
                 return  # sent under a larger limit that an earlier 429 already lowered
-            self.window = max(1.0, self.in_flight * self.DECREASE)
+            # the requests sent, not those still queued for the machine's slots (shared limits)
+            self.window = max(1.0, (self.sent or self.in_flight) * self.DECREASE)
             self.epoch += 1
 
     def answered(self) -> None:
@@ -176,6 +403,23 @@ _LIMITERS: dict[str, EndpointLimiter] = {}
 _LIMITERS_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (`evaluate --processes`, maybe from a grid's thread while other cells' threads hold these
+    locks) has none of its parent's requests or threads: its locks and counts start afresh, so it never waits on a
+    lock a thread that does not exist in it held at the fork."""
+    global _LIMITERS_LOCK
+    _LIMITERS_LOCK = threading.Lock()
+    for found in _LIMITERS.values():
+        found._condition = threading.Condition()
+        found.in_flight = found.sent = 0
+    for slots in _MACHINE.values():
+        slots.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def check_max_concurrency(value) -> int | None:
     if value is None:
         return None
@@ -188,7 +432,7 @@ def limiter(endpoint: str) -> EndpointLimiter:
     with _LIMITERS_LOCK:
         found = _LIMITERS.get(endpoint)
         if found is None:
-            found = _LIMITERS[endpoint] = EndpointLimiter(None)
+            found = _LIMITERS[endpoint] = EndpointLimiter(None, endpoint)
         return found
 
 
