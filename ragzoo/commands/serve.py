@@ -9,7 +9,9 @@ serve one program. The kernel spreads new connections over the sockets by their 
 socket, asyncio accepts a whole burst of connections in the first process to wake, and a keep-alive client
 stays where it landed; every bound (`--max-concurrency`, `--max-queue`, the LM's
 endpoint limit) is per worker. Spawned, not forked: the parent has loaded DSPy, LiteLLM and their threads, and a
-fork would copy their locks mid-use."""
+fork would copy their locks mid-use. Stopping: SIGTERM to the parent stops every worker (exit 0), Ctrl-C too (exit
+130; the workers ignore the terminal's SIGINT and are stopped by the parent), a worker that dies stops the others
+(exit 1), and a worker whose parent is gone (killed outright) shuts itself down, so no process keeps the port."""
 
 from __future__ import annotations
 
@@ -185,23 +187,70 @@ def _listening_sockets(host: str, port: int, count: int) -> list:
 
 def _program_worker(options: dict, sock, workers: int) -> None:
     """One `--workers` process: its own program and service, serving the parent's listening socket."""
+    def make_app():
+        from ragzoo.serving import create_app
+
+        return create_app(_program_service(argparse.Namespace(**options))[0], workers=workers)
+
+    _run_worker(make_app, sock, options["host"], options["port"])
+
+
+WORKER_GRACE = 30.0  # seconds a stopped worker has to finish the answers in flight before it is killed
+
+
+def _run_worker(make_app, sock, host: str, port: int) -> None:
+    """Serve `make_app()` on the parent's listening socket `sock` until the parent stops this worker (SIGTERM) or
+    is gone. A terminal's Ctrl-C reaches every process of its group: a worker ignores it and lets the parent stop
+    them all (otherwise each would print a KeyboardInterrupt traceback, while loading its program or after uvicorn
+    re-raises the signal it caught). A parent killed without its cleanup (SIGKILL, a crash) must not leave workers
+    holding the port: each watches its parent and shuts down when it is gone."""
     import logging
+    import multiprocessing
+    import signal
+    import threading
 
     import uvicorn
 
     from ragzoo.retrieval.server import uvicorn_config
-    from ragzoo.serving import create_app
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    service = _program_service(argparse.Namespace(**options))[0]
-    config = uvicorn_config(create_app(service, workers=workers), host=options["host"], port=options["port"])
-    uvicorn.Server(config).run(sockets=[sock])
+    serving: dict = {}
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_stop_with_parent, args=(parent.sentinel, serving), daemon=True,
+                         name="ragzoo-parent-watch").start()
+    server = uvicorn.Server(uvicorn_config(make_app(), host=host, port=port))
+    serving["server"] = server
+    server.run(sockets=[sock])
+
+
+def _stop_with_parent(sentinel: int, serving: dict) -> None:
+    """In a worker: once the parent is gone, shut the server down as SIGTERM would (answers in flight finish, for
+    at most WORKER_GRACE seconds), or exit at once when it is not serving yet."""
+    import multiprocessing.connection
+    import os
+    import time
+
+    multiprocessing.connection.wait([sentinel])
+    server = serving.get("server")
+    if server is None:
+        os._exit(1)
+    server.should_exit = True
+    time.sleep(WORKER_GRACE)
+    os._exit(1)
+
+
+class _Terminated(BaseException):
+    """SIGTERM to the parent of `--workers` processes: stop them all, exit 0."""
 
 
 def _serve_workers(args: argparse.Namespace, sockets: list) -> int:
-    """Start `args.workers` spawned processes on one listening socket and wait. SIGTERM / Ctrl-C stops them all
-    (each finishes its answers in flight, as uvicorn shuts down); a worker that dies stops the others and the exit
-    status says so, rather than leaving a server that answers a fraction of its connections."""
+    """Start `args.workers` spawned processes, one per listening socket, and wait. SIGTERM stops them all and
+    exits 0, Ctrl-C too and exits 130 (as every interrupted command); each worker finishes its answers in flight,
+    as uvicorn shuts down, for at most WORKER_GRACE seconds, or at once on a second Ctrl-C. A worker that dies
+    stops the others and the exit status (1) says so, rather than leaving a server that answers a fraction of its
+    connections."""
     import multiprocessing
     import multiprocessing.connection
     import signal
@@ -212,31 +261,55 @@ def _serve_workers(args: argparse.Namespace, sockets: list) -> int:
     children = [context.Process(target=_program_worker, args=(options, sock, args.workers), name=f"ragzoo-serve-{i}")
                 for i, sock in enumerate(sockets)]
 
-    def stop(signum, frame):
-        raise KeyboardInterrupt
+    def terminated(signum, frame):
+        raise _Terminated
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, terminated),
+                signal.SIGINT: signal.getsignal(signal.SIGINT)}
     status = 0
     try:
         for child in children:
             child.start()
-        multiprocessing.connection.wait([child.sentinel for child in children])
-        dead = [child for child in children if not child.is_alive()]
-        print(f"ragzoo serve: worker process {dead[0].pid} exited (status {dead[0].exitcode}); stopping the others",
+        ready = multiprocessing.connection.wait([child.sentinel for child in children])
+        dead = next(child for child in children if child.sentinel in ready)
+        dead.join(timeout=5)  # its pipe closes a moment before its exit status can be read
+        print(f"ragzoo serve: worker process {dead.pid} exited (status {dead.exitcode}); stopping the others",
               file=sys.stderr)
         status = 1
-    except KeyboardInterrupt:
+    except _Terminated:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        for child in children:
-            if child.is_alive():
-                child.terminate()
-        for child in children:
-            child.join(timeout=30)
-            if child.is_alive():
-                child.kill()
-                child.join(timeout=5)
+        _stop_workers(children, previous)
         for sock in sockets:
             sock.close()
     return status
+
+
+def _stop_workers(children: list, previous: dict) -> None:
+    """SIGTERM every worker still running, wait WORKER_GRACE seconds for them to finish (less after a further
+    Ctrl-C or SIGTERM: the user is in a hurry), kill what is left, and put the signal handlers back."""
+    import multiprocessing.connection
+    import signal
+    import time
+
+    hurry: list[int] = []
+    for signum in previous:  # a second signal must not cut this cleanup short and leave workers behind
+        signal.signal(signum, lambda number, frame: hurry.append(number))
+    try:
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                child.terminate()
+        deadline = time.monotonic() + WORKER_GRACE
+        while time.monotonic() < deadline and not hurry:
+            running = [child.sentinel for child in children if child.pid is not None and child.is_alive()]
+            if not running:
+                break
+            multiprocessing.connection.wait(running, timeout=0.2)
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                child.kill()
+            if child.pid is not None:
+                child.join(timeout=5)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,57 @@
+"""`ragzoo serve --program ... --workers N` with light workers, for tests of how the workers start and stop.
+
+`python serve_workers_helper.py PORT WORKERS` runs the real command (`ragzoo.cli.main`: flags, listening sockets,
+the parent that supervises the workers, the exit status), with two stand-ins: the parent builds no program, and each
+worker serves a tiny ASGI app (GET -> {"worker": pid}) instead of loading DSPy, through the same
+`ragzoo.commands.serve._run_worker` as a program worker. FAKE_WORKER_LOAD_SECONDS makes each worker take that long
+to "load its program" first."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    body = json.dumps({"worker": os.getpid()}).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def light_worker(options: dict, sock, workers: int) -> None:
+    from ragzoo.commands.serve import _run_worker
+
+    def make_app():
+        time.sleep(float(os.environ.get("FAKE_WORKER_LOAD_SECONDS", "0")))  # loading a program
+        return app
+
+    _run_worker(make_app, sock, options["host"], options["port"])
+
+
+def light_service(args):
+    return None, "ragzoo-light", "light", 120.0, 120.0
+
+
+def main() -> int:
+    import ragzoo.commands.serve as serve
+    from ragzoo.cli import main as cli
+
+    serve._program_service = light_service
+    serve._program_worker = light_worker
+    port, workers = sys.argv[1], sys.argv[2]
+    return cli(["serve", "--program", "light", "--lm", "dry-run", "--port", port, "--workers", workers])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
