@@ -3,7 +3,12 @@ query throughput of our bm25 against raw bm25s and rank_bm25 in the same run, bm
 documents (--big), dense and hybrid (--dense: embeds 17,703 passages once, ~10 min, cached), and latency
 of the ColBERTv2-compatible server under 1/8/32 concurrent loopback clients.
 
-    python -m benchmarks.retrieval [--dense] [--big] [--questions N] [--big-docs N]
+The side-by-side table sets ragzoo's bm25 (each index format) against bm25s's own `retrieve` (numba and numpy)
+on the same index files and questions, both from query strings to ranked rows, in interleaved rounds of one
+process, and prints the ratio with its range and the load average: on a shared machine the absolute q/s
+move with the load, the interleaved ratio much less (`side_by_side`, also used by `benchmarks.scale`).
+
+    python -m benchmarks.retrieval [--dense] [--big] [--questions N] [--big-docs N] [--format csc,packed]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from benchmarks.common import wait_healthy
+from ragzoo.errors import ConfigError
 from ragzoo.retrieval.specs import DEFAULT_CORPUS as CORPUS  # the default retriever's corpus
 from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
 
@@ -45,13 +51,25 @@ def _measured(function, *args):
     return result, peak_kb / 1024
 
 
-def _build_ours(corpus: str, cache: str):
+def _build_ours(corpus: str, cache: str, index_format: str = "csc"):
     os.environ["RAGZOO_CACHE"] = cache
     from ragzoo.retrieval.bm25 import ensure_bm25_index
 
     started = time.perf_counter()
-    folder, meta, _ = ensure_bm25_index(Path(corpus), show_progress=False, rebuild=True)
+    formatted = {} if index_format == "csc" else {"index_format": index_format}
+    folder, meta, _ = ensure_bm25_index(Path(corpus), show_progress=False, rebuild=True, **formatted)
     return time.perf_counter() - started, str(folder), meta["num_docs"]
+
+
+def index_formats() -> list[str]:
+    """The bm25 index formats this checkout can build: bm25s's CSC, and the packed one when present."""
+    try:
+        from ragzoo.retrieval import bm25_packed
+
+        bm25_packed.require_numba()
+        return ["csc", bm25_packed.FORMAT]
+    except (ImportError, AttributeError, ConfigError):  # no packed module, or no numba: csc only
+        return ["csc"]
 
 
 def recall_table(ranked_titles: list[list[str]], gold: list[list[str]]) -> dict[str, float]:
@@ -90,8 +108,119 @@ def _fmt(value) -> str:
     return str(value)
 
 
+# -- side by side with bm25s ---------------------------------------------------------------------------
+def interleaved(contenders: dict, n_queries: dict, rounds: int, clock=time.perf_counter) -> dict[str, list[float]]:
+    """q/s of each contender (name -> a no-argument function answering `n_queries[name]` queries) over `rounds`
+    rounds. Every round runs each contender once, forward on even rounds and backward on odd ones, so that a
+    change in the machine's load between rounds (2 cores shared with other jobs) falls on all of them alike."""
+    names = list(contenders)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        for name in (names if round_ % 2 == 0 else names[::-1]):
+            started = clock()
+            contenders[name]()
+            rates[name].append(n_queries[name] / (clock() - started))
+    return rates
+
+
+def ratio_row(label: str, ours: list[float], anchor: list[float]) -> dict:
+    """One table row: the median q/s of both and ours/anchor as the median (and range) of the per-round
+    ratios: each round's two runs were measured minutes apart at most, under the same load."""
+    ratios = [a / b for a, b in zip(ours, anchor)]
+    return {"mode": label, "bm25s q/s": statistics.median(anchor), "ours q/s": statistics.median(ours),
+            "ours/bm25s": statistics.median(ratios), "ratio range": f"{min(ratios):.2f}-{max(ratios):.2f}",
+            "rounds": len(ratios)}
+
+
+def load_average() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores"
+
+
+def bm25s_searcher(csc_dir: Path, backend: str, settings=None):
+    """bm25s end to end over a CSC index folder, as its users call it: its tokenizer (`settings`, by default the
+    folder's; the index's vocabulary), then `retrieve` on one thread. Returns search(queries) -> (rows, scores)."""
+    import bm25s
+
+    from ragzoo.retrieval.bm25 import BM25Settings, make_tokenizer
+
+    model = bm25s.BM25.load(str(csc_dir), mmap=True, load_corpus=False)
+    if backend == "numba":
+        model.backend = "numba"
+        model.activate_numba_scorer()
+    if settings is None:
+        meta_file = Path(csc_dir) / "meta.json"
+        settings = BM25Settings(**(json.loads(meta_file.read_text())["settings"] if meta_file.exists() else {}))
+    tokenizer = make_tokenizer(settings)
+    if tokenizer.stemmer:
+        tokenizer.stem_to_sid = model.vocab_dict
+    else:
+        tokenizer.word_to_id = dict(model.vocab_dict)
+
+    def search(queries: list[str], k: int = 10):
+        tokens = tokenizer.tokenize(queries, update_vocab=False, show_progress=False, allow_empty=False)
+        return model.retrieve(tokens, k=k, show_progress=False, n_threads=0)
+
+    return search
+
+
+def side_by_side(index_dir: Path, questions: list[str], csc_dir: Path | None = None, rounds: int = 5,
+                 numpy_questions: int | None = None, backends: tuple[str, ...] = ("numba", "numpy"),
+                 label: str = "") -> tuple[list[dict], dict]:
+    """ragzoo's bm25 (`BM25Retriever` over `index_dir`, one thread) against bm25s's `retrieve` over the same
+    index's CSC (`csc_dir`, default `index_dir`), same questions, k=10, end to end from query strings: interleaved
+    rounds of one question per call ("single") and one batch of all ("batch"), per backend. numpy runs
+    `numpy_questions` only (bm25s's numpy scorer answers ~4 q/s at 5.2M passages). Also "single, hits read":
+    ours reading every hit's title and text (hits decode on first read; bm25s returns row numbers only).
+    Returns (table rows, flat numbers for JSON)."""
+    import numpy as np
+
+    from ragzoo.retrieval.bm25 import BM25Retriever
+
+    csc_dir = Path(csc_dir or index_dir)
+    rows, flat = [], {}
+    for backend in backends:
+        asked = questions[:numpy_questions] if backend == "numpy" and numpy_questions else questions
+        ours = BM25Retriever(Path(index_dir), backend=backend, check_stale=False)
+        ours.warm_up()
+        theirs = bm25s_searcher(csc_dir, backend, ours.settings)
+        theirs(asked[:5])  # numba compiles bm25s's scorer on its first query
+
+        def read_all(ranked):
+            return sum(len(p.title) + len(p.text) for hits in ranked for p in hits)
+
+        contenders = {
+            "ours single": lambda: [ours(q, 10) for q in asked],
+            "bm25s single": lambda: [theirs([q]) for q in asked],
+            "ours batch": lambda: ours.batch(asked, 10),
+            "bm25s batch": lambda: theirs(asked),
+            "ours single, hits read": lambda: [read_all([ours(q, 10)]) for q in asked],
+        }
+        for function in contenders.values():  # warm every path (and the page cache) before timing
+            function()
+        # the two answer the same: every question's top-10 scores (ties may order rows differently)
+        _rows, their_scores = theirs(asked)
+        same = sum(len(hits) == int((row > 0).sum()) and bool(np.allclose([p.score for p in hits], row[row > 0],
+                                                                           rtol=1e-5))
+                   for hits, row in zip(ours.batch(asked, 10), their_scores))
+        flat[f"{backend} top-10 scores == bm25s (of {len(asked)})"] = same
+        rates = interleaved(contenders, {name: len(asked) for name in contenders}, rounds)
+        for mode, anchor in (("single", "bm25s single"), ("batch", "bm25s batch"),
+                             ("single, hits read", "bm25s single")):
+            row = ratio_row(f"{label}{backend} {mode}", rates[f"ours {mode}"], rates[anchor])
+            row["questions"] = len(asked)
+            rows.append(row)
+            key = f"{backend} {mode}"
+            if anchor == f"bm25s {mode}":  # (the hits-read row shares the single row's anchor)
+                flat[f"bm25s {key} q/s"] = row["bm25s q/s"]
+            flat.update({f"ours {key} q/s": row["ours q/s"], f"ours/bm25s {key}": row["ours/bm25s"],
+                         f"ours/bm25s {key} range": row["ratio range"]})
+    flat["side by side load"] = load_average()
+    return rows, flat
+
+
 # -- parts ---------------------------------------------------------------------------------------------
-def bench_sparse(data: Path, n_questions: int, rank_bm25_questions: int, tmp: Path) -> tuple[list[dict], list[dict], dict]:
+def bench_sparse(data: Path, n_questions: int, rank_bm25_questions: int, tmp: Path, formats: tuple[str, ...] = ("csc",),
+                 rounds: int = 5) -> tuple[list[dict], list[dict], dict, list[dict]]:
     import bm25s
     from rank_bm25 import BM25Okapi
 
@@ -158,7 +287,19 @@ def bench_sparse(data: Path, n_questions: int, rank_bm25_questions: int, tmp: Pa
     ratios = {"ours/raw single": ours_single / raw_single, "ours/raw batch": ours_batch / raw_batch,
               "ours/rank_bm25": ours_single / okapi_qps,
               "ours numba/raw batch": fast_batch / raw_batch, "docs": num_docs, "questions": len(questions)}
-    return quality, speed, ratios
+    # bm25s on the very index ours reads (its CSC files), both end to end from query strings, interleaved
+    side: list[dict] = []
+    for index_format in formats:
+        index = folder
+        if index_format != "csc":
+            (_s, index, _n), _rss = in_child(_build_ours, str(corpus), str(tmp / "cache"), index_format)
+        # a packed index scores with numba whatever the backend: its numpy row would repeat the numba one
+        rows, flat = side_by_side(Path(index), questions, csc_dir=Path(folder), rounds=rounds,
+                                  backends=("numba", "numpy") if index_format == "csc" else ("numba",),
+                                  label=f"{index_format} ")
+        side += rows
+        ratios.update({f"{index_format} {key}": value for key, value in flat.items()})
+    return quality, speed, ratios, side
 
 
 def bench_dense(data: Path, n_questions: int) -> list[dict]:
@@ -270,7 +411,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-docs", type=int, default=1_000_000)
     parser.add_argument("--questions", type=int, default=1525)
     parser.add_argument("--rank-bm25-questions", type=int, default=200)
+    parser.add_argument("--format", default=None,
+                        help="bm25 index formats to set beside bm25s, comma-separated: csc, packed (default: all "
+                             "this checkout can build)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the side-by-side runs")
     args = parser.parse_args(argv)
+    formats = tuple(args.format.split(",")) if args.format else tuple(index_formats())
+    unknown = set(formats) - set(index_formats())
+    if unknown:
+        parser.error(f"--format {','.join(sorted(unknown))}: this checkout builds {', '.join(index_formats())}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from ragzoo.paths import data_root
@@ -278,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     data = data_root()
     with tempfile.TemporaryDirectory(prefix="ragzoo-bench-") as scratch:
         tmp = Path(scratch)
-        quality, speed, ratios = bench_sparse(data, args.questions, args.rank_bm25_questions, tmp)
+        quality, speed, ratios, side = bench_sparse(data, args.questions, args.rank_bm25_questions, tmp, formats,
+                                                    args.rounds)
         if args.dense:
             quality += bench_dense(data, args.questions)  # uses the user's cache: embeddings are kept
         print_table(f"Recall of gold titles, {ratios['questions']} HotPotQA dev questions, {ratios['docs']:,} docs",
@@ -286,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
         print_table("BM25 speed (one thread)", speed)
         print_table("Ratios (targets: ours/raw >= 0.9, ours/rank_bm25 >= 10)",
                     [{k: v for k, v in ratios.items() if k.startswith("ours")}])
+        print_table(f"ragzoo bm25 vs bm25s retrieve on the same index, end to end from query strings, k=10, "
+                    f"one thread, medians of {args.rounds} interleaved rounds ({load_average()}; target: numba "
+                    f"ours/bm25s >= 0.8)", side)
         print_table("ColBERTv2-compatible server over loopback (bm25, k=10)", bench_server(data, tmp))
         if args.big:
             print_table(f"bm25 over {args.big_docs:,} synthetic 60-word documents", [bench_big(tmp, args.big_docs)])

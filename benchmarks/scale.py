@@ -15,7 +15,15 @@ profile of one batch with the postings read per query, agreement with bm25s's ex
 p99 of `ragzoo serve` at 8 loopback clients. Targets (issue 15, 2 cores): RSS <= 4 GB, build <= 10 min,
 load <= 5 s, q/s >= bm25s's published figures at 5.23M passages (21 numpy, 47 numba, one core).
 
+Then the anchor, side by side (issue 24): bm25s's own `retrieve` (numba, and numpy on `--numpy-questions`) over
+the same index files (a packed index is exported to bm25s's CSC first, `bm25_packed.to_csc`), same questions,
+both end to end from query strings, in interleaved rounds in one process; the table gives the ratio ours/bm25s
+(median and range of the per-round ratios) with the load average, since on a shared machine only ratios measured
+so are comparable. Targets: numba ours/bm25s >= 1.0 at 1M, >= 1.5 at 5.2M and 21M.
+
     nice -n 10 python -m benchmarks.scale --docs 5200000 --workdir /big/disk --out benchmarks/results/scale_5m.json
+    python -m benchmarks.scale --corpus first_1m_lines.jsonl --format packed --workdir /big/disk
+    python -m benchmarks.scale --index /big/disk/cache/bm25/... --no-serve      # measure a built index again
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from pathlib import Path
 
 from benchmarks.common import percentile, wait_healthy, write_json
 from benchmarks.loadgen import get_request, run_load
-from benchmarks.retrieval import QUESTIONS, _free_port, in_child, qps
+from benchmarks.retrieval import QUESTIONS, _free_port, in_child, load_average, print_table, qps, side_by_side
 from ragzoo.retrieval.specs import DEFAULT_CORPUS
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -138,6 +146,8 @@ def _serve_p99(folder: str, questions: list[str], cache: str, clients: int = 8, 
 def profile_batch(retriever, questions: list[str]) -> dict:
     """Where one batch of queries spends its time: tokenizing, scoring (the pruned top-k), passage lookup; and
     how much of the query terms' postings the pruning read in full."""
+    import numpy as np
+
     started = time.perf_counter()
     tokens = [t for t in retriever.tokenize(questions) if t]
     tokenize_s = time.perf_counter() - started
@@ -152,8 +162,9 @@ def profile_batch(retriever, questions: list[str]) -> dict:
             retriever.store.get(int(row))
     lookup_s = time.perf_counter() - started
     total = tokenize_s + score_s + lookup_s
-    indptr = pruned.indptr
-    postings = sum(int(indptr[t + 1] - indptr[t]) for ids in tokens for t in set(ids))
+    df = getattr(pruned, "df", None)  # the packed index keeps document frequencies; the CSC its column bounds
+    df = np.diff(pruned.indptr) if df is None else df
+    postings = sum(int(df[t]) for ids in tokens for t in set(ids))
     return {"profile tokenize %": 100 * tokenize_s / total, "profile score %": 100 * score_s / total,
             "profile lookup %": 100 * lookup_s / total,
             "query terms' postings per query": postings / len(tokens),
@@ -187,6 +198,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="chance a resampled passage keeps the sample's names (1: plain resampling, every "
                              "question term ~300x as frequent as in the sample at 5.2M)")
     parser.add_argument("--no-serve", action="store_true")
+    parser.add_argument("--format", default="csc", choices=("csc", "packed"),
+                        help="the index format to build (an --index is measured in its own format)")
+    parser.add_argument("--corpus", default=None,
+                        help="a corpus of the scale model written earlier (e.g. the first N lines of a larger one) "
+                             "instead of generating one; never deleted")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the side-by-side runs")
+    parser.add_argument("--numpy-questions", type=int, default=100,
+                        help="questions for the numpy rows of the side by side (bm25s numpy: ~4 q/s at 5.2M)")
+    parser.add_argument("--no-anchor", action="store_true", help="skip the side by side with bm25s")
     parser.add_argument("--serve-only", action="store_true", help="with --index: only the served p99")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -203,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row, indent=2), flush=True)
         write_json(args.out, row)
         return 0
+    anchor = None if args.no_anchor else {"rounds": args.rounds, "numpy_questions": args.numpy_questions}
     if args.index:
-        row.update(_measure(args.index, rows, args.no_serve, str(Path(args.index).parent)))
+        row.update(_measure(args.index, rows, args.no_serve, str(Path(args.index).parent), anchor))
         print(json.dumps(row, indent=2), flush=True)
         write_json(args.out, row)
         return 0
@@ -212,20 +233,26 @@ def main(argv: list[str] | None = None) -> int:
     with keep as scratch:
         tmp = Path(scratch)
         tmp.mkdir(parents=True, exist_ok=True)
-        corpus = tmp / f"wiki17_like_{args.docs}.jsonl"
-        started = time.perf_counter()
-        row.update(synthetic_corpus(data / DEFAULT_CORPUS, corpus, args.docs, keep_names=args.keep_names))
-        row["generate s"] = time.perf_counter() - started
+        if args.corpus:
+            corpus = Path(args.corpus)
+            row["corpus"] = str(corpus)
+        else:
+            corpus = tmp / f"wiki17_like_{args.docs}.jsonl"
+            started = time.perf_counter()
+            row.update(synthetic_corpus(data / DEFAULT_CORPUS, corpus, args.docs, keep_names=args.keep_names))
+            row["generate s"] = time.perf_counter() - started
         row["corpus MB"] = corpus.stat().st_size / 2**20
         print(json.dumps(row), flush=True)
         cache = str(tmp / "cache")
-        (build_s, folder, num_docs), rss = in_child(_build, str(corpus), cache)
-        row.update({"build s": build_s, "build peak RSS MB": rss,
+        (build_s, folder, num_docs), rss = in_child(_build, str(corpus), cache, args.format)
+        row.update({"format": args.format, "docs": num_docs, "build s": build_s, "build peak RSS MB": rss,
+                    "build load": load_average(),
                     "index MB": sum(f.stat().st_size for f in Path(folder).iterdir()) / 2**20})
         print(json.dumps(row), flush=True)
-        corpus.unlink()  # the passages live in the index; free the disk
+        if not args.corpus:
+            corpus.unlink()  # the passages live in the index; free the disk
         row["index"] = folder
-        row.update(_measure(folder, rows, args.no_serve, cache))
+        row.update(_measure(folder, rows, args.no_serve, cache, anchor))
         row["targets"] = {"build peak RSS MB <= 4096": row["build peak RSS MB"] <= 4096,
                           "build s <= 600": row["build s"] <= 600, "load s <= 5": row["load s"] <= 5,
                           "q/s numpy >= 21 (bm25s, 5.23M)": row["QPS numpy batch"] >= 21,
@@ -235,22 +262,51 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measure(folder: str, rows: list[dict], no_serve: bool, cache: str) -> dict:
+def _measure(folder: str, rows: list[dict], no_serve: bool, cache: str, anchor: dict | None = None) -> dict:
     questions = [row["question"] for row in rows]
     (row, query_rss) = in_child(_query, folder, rows)
     row["query peak RSS MB"] = query_rss
     print(json.dumps(row), flush=True)
+    if anchor is not None:
+        (table, flat), _rss = in_child(_anchor, folder, questions, cache, anchor["rounds"], anchor["numpy_questions"])
+        docs = json.loads((Path(folder) / "meta.json").read_text())["num_docs"]
+        print_table(f"ragzoo bm25 vs bm25s retrieve on the same index, {docs:,} passages, end to end "
+                    f"from query strings, k=10, one thread, medians of {anchor['rounds']} interleaved rounds "
+                    f"({flat['side by side load']})", table)
+        row.update(flat)
     if not no_serve:
         row.update(_serve_p99(folder, questions, cache))
     return row
 
 
-def _build(corpus: str, cache: str):
+def _anchor(folder: str, questions: list[str], cache: str, rounds: int, numpy_questions: int):
+    """The side by side with bm25s (in its own process: both scorers' memory maps, not the earlier runs')."""
+    index_format = json.loads((Path(folder) / "meta.json").read_text()).get("index_format", "csc")
+    csc_dir = Path(folder)
+    flat: dict = {}
+    if index_format != "csc":
+        from ragzoo.retrieval import bm25_packed
+
+        csc_dir = Path(cache) / f"{Path(folder).name}.bm25s-csc"
+        if not (csc_dir / "params.index.json").exists():
+            started = time.perf_counter()
+            bm25_packed.to_csc(Path(folder), csc_dir)
+            flat["csc export s"] = time.perf_counter() - started
+    # a packed index scores with numba whatever the backend: its numpy rows would repeat the numba ones
+    table, measured = side_by_side(Path(folder), questions, csc_dir=csc_dir, rounds=rounds,
+                                   numpy_questions=numpy_questions, label=f"{index_format} ",
+                                   backends=("numba", "numpy") if index_format == "csc" else ("numba",))
+    flat.update(measured)
+    return table, flat
+
+
+def _build(corpus: str, cache: str, index_format: str = "csc"):
     os.environ["RAGZOO_CACHE"] = cache
     from ragzoo.retrieval.bm25 import ensure_bm25_index
 
     started = time.perf_counter()
-    folder, meta, _ = ensure_bm25_index(Path(corpus), show_progress=False, rebuild=True)
+    formatted = {} if index_format == "csc" else {"index_format": index_format}
+    folder, meta, _ = ensure_bm25_index(Path(corpus), show_progress=False, rebuild=True, **formatted)
     return time.perf_counter() - started, str(folder), meta["num_docs"]
 
 
@@ -283,6 +339,8 @@ def _query(folder: str, rows: list[dict]) -> dict:
                for a, b in zip(retriever.batch(questions[:100], 10), fast.batch(questions[:100], 10)))
     out["numba == numpy top-10 (of 100)"] = same
     exhaustive = 0
+    if retriever.model is None:  # a packed index: the side by side compares every question with bm25s
+        return out
     for ids, ranked in zip(retriever.tokenize(questions[:20]), retriever.batch(questions[:20], 10)):
         _rows, scores = retriever.model.retrieve([ids], k=10, show_progress=False)  # bm25s, every posting
         expected = [s for s in scores[0] if s > 0]

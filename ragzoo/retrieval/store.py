@@ -71,12 +71,19 @@ class PassageStore:
     def get_many(self, rows, scores) -> list[Passage]:
         """The passages at `rows` (a numpy integer array), with `scores`, in that order; decoded when first read."""
         rows = np.asarray(rows, dtype=np.int64)
-        if len(rows) and not (0 <= int(rows.min()) and int(rows.max()) < len(self._offsets) - 1):
+        if len(rows) and rows.min() < 0:  # a row past the end fails in the indexing below
             raise IndexError(f"passage rows out of range 0..{len(self._offsets) - 2}")
         starts, ends = self._offsets[rows].tolist(), self._offsets[rows + 1].tolist()
-        lines = self._map
         scores = scores.tolist() if isinstance(scores, np.ndarray) else [float(score) for score in scores]
-        return [_stored(lines[start:end], score) for start, end, score in zip(starts, ends, scores)]
+        lines, new, hits = self._map, object.__new__, []
+        for start, end, score in zip(starts, ends, scores):
+            # StoredPassage without the frozen dataclass's __init__: two dict writes instead of five setattrs
+            hit = new(StoredPassage)
+            state = hit.__dict__
+            state["_line"] = lines[start:end]
+            state["score"] = score
+            hits.append(hit)
+        return hits
 
     def __iter__(self):
         for row in range(len(self)):
@@ -118,9 +125,3 @@ class StoredPassage(Passage):
     def __getstate__(self):
         self.pid  # noqa: B018 -- decode first: a pickle holds the fields, never the raw line
         return dict(self.__dict__)
-
-
-def _stored(line: bytes, score: float) -> StoredPassage:
-    passage = object.__new__(StoredPassage)  # skips the frozen dataclass's __init__: one dict write instead of five
-    passage.__dict__.update(_line=line, score=score)
-    return passage
