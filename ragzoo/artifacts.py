@@ -442,7 +442,7 @@ def load(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None 
 
 def recorded_adapter(manifest: dict) -> tuple[str | None, int | None]:
     """(the adapter an artifact was compiled under, its `max_reasks`) as its manifest records them; None for what
-    it does not record. `load` runs the program under them; `ragzoo evaluate` and `ragzoo ask` follow them unless
+    it does not record. `load` runs the program under them; `ragzoo evaluate --program` follows them unless
     --adapter is given."""
     adapter, reasks = manifest.get("adapter"), manifest.get("max_reasks")
     if isinstance(adapter, dict):  # {"name": ...}, as some hand-written manifests have it
