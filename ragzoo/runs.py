@@ -832,6 +832,8 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
     import multiprocessing
     from multiprocessing.connection import wait
 
+    from ragzoo import endpoints
+
     limits = _endpoint_limits()
     context = multiprocessing.get_context("fork")
     halt = context.RawValue("b", 0)  # lock-free: a killed worker cannot leave it locked
@@ -848,7 +850,9 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
             if not items:
                 continue
             receiver, sender = context.Pipe(duplex=False)
-            shares = {name: _share(limit, index, processes) for name, limit in limits.items()}
+            # limits the machine's processes share (a grid's: `endpoints.share_limits`) need no even split
+            shares = {name: limit if endpoints.limits_shared() else _share(limit, index, processes)
+                      for name, limit in limits.items()}
             calls = _share(max_calls, index, processes)
             cost = _share(None if max_cost is None else float(max_cost), index, processes)
             worker = context.Process(target=_process_worker, name=f"ragzoo-evaluate-{index}", daemon=True,

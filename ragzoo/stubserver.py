@@ -27,7 +27,8 @@ requests past the end are answered normally), a dict {index: fault}, or a functi
     "echo"           HTTP 200 whose text fields repeat the key the request was sent with (its Authorization
                      header), as an upstream that echoes what it is sent: the test of what ragzoo keeps
 `latency` (seconds) delays every chat reply. Counters: `requests` (chat requests), `faults_served`,
-`log` (one `(index, fault kind or "ok")` per chat request), `models_requests`.
+`log` (one `(index, fault kind or "ok")` per chat request), `models_requests`; `GET /v1/stats` answers
+{requests, in_flight, max_in_flight, rejected} (a stub in a process of its own, sampled by a benchmark).
 
 Slips (`slips=`): format slips of a real model, on HTTP 200 replies. A rate (`slips=0.1`: a seeded 10% of
 replies slip, the shape drawn from `slip_shapes`, default all of `SLIP_SHAPES`; the draw is a function of
@@ -652,6 +653,11 @@ class StubLMServer:
             self._count_models()
             return self._write(writer, 200, {"object": "list", "data": [
                 {"id": self.model, "object": "model", "created": 0, "owned_by": "ragzoo-stub"}]}, keep_alive=keep_alive)
+        if path.rstrip("/") in ("/v1/stats", "/stats"):  # a load test's view of a stub in another process
+            with self._lock:
+                stats = {"requests": self.requests, "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
+                         "rejected": self.rejected}
+            return self._write(writer, 200, stats, keep_alive=keep_alive)
         return self._write(writer, 404, {"error": {"message": f"no route {path}", "type": "not_found"}},
                            keep_alive=keep_alive)
 

@@ -30,8 +30,13 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="examples in parallel inside a cell (default: the grid's)")
     add_budget_args(parser, scope=" in the whole grid, counted from what its cells on disk used")
     parser.add_argument("--max-concurrency", type=int, help="LM requests in flight per endpoint, one limit shared "
-                                                            "by all cells running at once (default: the grid's, "
-                                                            "else evaluate's default)")
+                                                            "by all cells running at once and all their processes "
+                                                            "on this machine; with --storage workers on several "
+                                                            "machines, each machine has this limit (default: the "
+                                                            "grid's, else evaluate's default)")
+    parser.add_argument("--processes", type=int, help="worker processes of each cell's evaluation (evaluate "
+                                                      "--processes; default: the grid's, else 1): past ~32 requests "
+                                                      "in flight one interpreter is the limit")
     parser.add_argument("--dry-run", action="store_true", help="price every cell and the total; run nothing")
     parser.add_argument("--price-as", metavar="MODEL", help="price the dry run as this model (default: each cell's "
                                                             "LM; openai/gpt-4o-mini for dry-run LMs)")
@@ -92,9 +97,13 @@ def apply_overrides(grid, args: argparse.Namespace):
     if args.threads is not None:
         grid.threads = args.threads
     if args.max_concurrency is not None:
-        if args.max_concurrency < 1:
-            raise ConfigError("--max-concurrency must be at least 1")
-        grid.max_concurrency = args.max_concurrency
+        from ragzoo.endpoints import check_max_concurrency
+
+        grid.max_concurrency = check_max_concurrency(args.max_concurrency)
+    if args.processes is not None:
+        if args.processes < 1:
+            raise ConfigError(f"--processes must be a positive integer, got {args.processes!r}")
+        grid.processes = args.processes
     return grid
 
 

@@ -6,7 +6,14 @@ directory under `OUT/cells/<cell key>/` (`artifact/` and `run/`), written by the
   its predictions.jsonl (`evaluate --resume`: an example already written is never run again); a compile cut
   short left no artifact (artifacts are swapped in atomically) and is redone.
 - `--parallel N`: N cells at a time in threads of this process (each command's output goes to the cell's
-  `log.txt`; the terminal shows one progress view).
+  `log.txt`; the terminal shows one progress view). `--processes P`: each cell's evaluation runs in P worker
+  processes (`evaluate --processes`), forked from the cell's thread: one interpreter spends ~3-6 ms of CPU per
+  LM call, so past ~32 requests in flight the requests need more than one.
+- `--max-concurrency N`: one limit per endpoint for the whole grid on this machine: the requests in flight to
+  an endpoint, summed over every cell running and every process of theirs (and `--storage` workers sharing OUT
+  on this machine), never pass N, and stay near N while cells have questions left (`endpoints.share_limits`:
+  N slot files under `OUT/.ragzoo-slots/<host>/`, locked with flock, so a killed process leaks no slot).
+  Workers on several machines each keep N: the limit is per machine.
 - `--max-cost`: a budget for the whole grid: each cell gets what is left (split between the cells running),
   counted from what the cells on disk have spent.
 - `--storage URL`: an Optuna storage (sqlite:///grid.db, postgresql://..., or journal:PATH) shared by N workers
@@ -32,7 +39,8 @@ from ragzoo.grid.spec import Cell, Grid
 
 GRID_FILE = "grid.json"
 CELLS_DIR = "cells"
-GRID_OUTPUTS = (GRID_FILE, CELLS_DIR, "results.md", "results.csv", "results.json")  # all a grid writes in OUT
+SLOTS_DIR = ".ragzoo-slots"  # the machine's shared endpoint limits (`endpoints.share_limits`): empty lock files
+GRID_OUTPUTS = (GRID_FILE, CELLS_DIR, "results.md", "results.csv", "results.json", SLOTS_DIR)  # all a grid writes
 
 
 def cell_dir(out: Path, cell: Cell) -> Path:
@@ -204,7 +212,7 @@ def _common_args(cell: Cell, lm_spec: str, api_base: str | None) -> list[str]:
     if not cell.lm.cache:
         args.append("--no-cache")
     if cell.grid.max_concurrency:
-        # the limiter is per endpoint and per process: every cell of this sweep shares it
+        # one limit per endpoint: every cell of this sweep and every process of theirs share it (`sweep`)
         args += ["--max-concurrency", str(cell.grid.max_concurrency)]
     if cell.retriever:
         args += ["--retriever", cell.retriever]
@@ -251,6 +259,8 @@ def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, r
     dataset = cell.dataset
     argv = ["evaluate", "--dataset", dataset.name, "--out", str(run), "--threads", str(cell.grid.threads),
             *_common_args(cell, cell.lm.spec, cell.lm.api_base)]
+    if cell.grid.processes > 1:
+        argv += ["--processes", str(cell.grid.processes)]
     # a grid never scores a program on questions it was compiled on
     argv += ["--program", str(artifact), "--refuse-leakage"] if artifact is not None \
         else ["--method", cell.method.id, *_knob_args(cell)]
@@ -622,6 +632,35 @@ def check_budget_options(grid: Grid, *, max_cost: float | None, max_calls: int |
                               f"rented by the hour)")
 
 
+_FORK_LOCKS: list = []  # locks other cells' threads may hold while a cell forks its workers (`_fresh_locks`)
+
+
+def _fresh_locks() -> None:
+    """In a worker forked from a cell's thread (`--processes`) while other cells' threads run: the locks those
+    threads share with it (the grid's budget, DSPy's response cache, the price tables) start unlocked, as
+    `threading` and `logging` do for theirs; a lock copied while another thread held it would never be released
+    in the child, whose first LM call would wait on it for ever."""
+    for lock in _FORK_LOCKS:
+        reinit = getattr(lock, "_at_fork_reinit", None)
+        if reinit is not None:
+            reinit()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks)
+
+
+def _shared_locks(budget) -> list:
+    import dspy
+
+    from ragzoo import usage
+
+    cache = getattr(dspy, "cache", None)
+    found = [getattr(budget, "_lock", None), getattr(cache, "_lock", None), getattr(usage, "_PRICE_LOCK", None),
+             getattr(usage, "_PRICE_MEMO_LOCK", None)]
+    return [lock for lock in found if lock is not None]
+
+
 def _lines_of(path: Path, seen: dict) -> int:
     """Lines of a growing file, reading only what was appended since the last call (`seen` keeps the place)."""
     try:
@@ -654,6 +693,13 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     if not grid.lms:
         raise ConfigError("the grid names no LM; pass --lm SPEC (or add lms = [...] under [grid])")
     check_budget_options(grid, max_cost=max_cost, max_calls=max_calls, price=price, price_per_hour=price_per_hour)
+    if grid.processes > 1 and (max_cost is not None or max_calls is not None):
+        # the grid's budget is reserved call by call in this process; a worker process's calls are not seen here
+        raise ConfigError("a grid's --max-cost/--max-calls is counted call by call in this process and cannot see its "
+                          "cells' worker processes: drop --processes, or the budget")
+    if grid.processes > 1 and grid.max_concurrency and grid.processes > grid.max_concurrency:
+        raise ConfigError(f"--processes {grid.processes} is more than --max-concurrency {grid.max_concurrency}: each "
+                          f"process needs a request slot of its own; lower --processes or raise --max-concurrency")
     cells = grid.cells()
     if storage:
         from ragzoo.secrets import register_url
@@ -823,6 +869,13 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         previous_handler = signal.signal(signal.SIGINT, on_sigint)
     beats = threading.Thread(target=ticker, daemon=True)
     beats.start()
+    from ragzoo import endpoints
+
+    # one limit per endpoint for every cell and process of the grid on this machine (module docstring)
+    sharing = endpoints.shared_limits(out / SLOTS_DIR)
+    sharing.__enter__()
+    if grid.processes > 1:
+        _FORK_LOCKS[:] = _shared_locks(budget)
     try:
         with (_routed() if quiet_cells else contextlib.nullcontext()) as routers:
             if parallel == 1:
@@ -848,6 +901,8 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         ticking.set()
         if previous_handler is not None:
             signal.signal(signal.SIGINT, previous_handler)
+        _FORK_LOCKS.clear()
+        sharing.__exit__(None, None, None)
     result.interrupted = interrupted.is_set()
     for cell in cells:  # cells done by other workers (shared storage) count too
         if cell.key not in result.skipped:

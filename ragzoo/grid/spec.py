@@ -8,6 +8,8 @@ n = 100                      # questions per cell (default: the whole split)
 seed = 0
 threads = 1                  # examples in parallel inside a cell
 max_concurrency = 8          # LM requests in flight per endpoint, one limit shared by all cells (--parallel)
+                             # and all their processes on this machine (--processes)
+processes = 1                # worker processes of each cell's evaluation (evaluate --processes)
 retriever = "bm25:hotpotqa/corpus_wiki17_abstracts.jsonl"   # default retriever (optional)
 lms = ["openai/gpt-4o-mini"] # or [{spec = "openai/llama", api_base = "http://...", cache = false}]; --lm overrides
 scale = 100                  # paper numbers in percent (1 = fractions); ours are shown on the same scale
@@ -98,7 +100,8 @@ class Grid:
     n: int | None = None
     seed: int = 0
     threads: int = 1
-    max_concurrency: int | None = None  # LM requests in flight per endpoint, shared by every cell of the process
+    max_concurrency: int | None = None  # LM requests in flight per endpoint, shared by every cell and process
+    processes: int = 1  # worker processes of each cell's evaluation (`evaluate --processes`)
     retriever: str | None = None
     train_n: int = 50
     dev_n: int = 50
@@ -232,13 +235,27 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
                 title=str(head.get("title") or head.get("name") or "grid"), methods=methods, datasets=datasets,
                 optimizers=optimizers, lms=_lms(_as_list(head.get("lms"), [])), n=head.get("n"),
                 seed=int(head.get("seed", 0)), threads=int(head.get("threads", 1)), retriever=head.get("retriever"),
-                max_concurrency=head.get("max_concurrency"),
+                max_concurrency=_positive(head, "max_concurrency", None, where),
+                processes=_positive(head, "processes", 1, where),
                 train_n=int(compile_section.get("train_n", 50)), dev_n=int(compile_section.get("dev_n", 50)),
                 scale=float(head.get("scale", 1.0)), main=head.get("main"), paper=dict(data.get("paper") or {}),
                 source=source)
     if grid.main and grid.main not in labels and grid.main not in [m.id for m in methods]:
         raise ConfigError(f"{where}: main = {grid.main!r} is not one of the methods")
     return grid
+
+
+def _positive(head: dict, key: str, default, where: str):
+    """A whole number >= 1 from [grid] (`default` when absent), by the rule its command-line flag follows
+    (`ragzoo.config.check_number`; `processes` is checked as `evaluate --processes` is)."""
+    from ragzoo.config import NUMBER_OPTIONS, check_number
+
+    value = head.get(key, default)
+    if key in NUMBER_OPTIONS:
+        return check_number(key, value, f"{where}: [grid] ")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{where}: [grid] {key} {value!r}: expected a positive integer")
+    return value
 
 
 def load_grid(path: str | Path) -> Grid:
