@@ -170,16 +170,18 @@ def test_a_worker_stopped_by_ctrl_c_hands_its_cell_back_to_the_workers_still_run
     methods = "\n".join(f'[[methods]]\nid = "{m}"\nlabel = "{m}"\n' for m in ("direct", "cot", "rag", "cot_rag"))
     grid.write_text(f'[grid]\nname = "wide"\nn = {n}\nlms = [{stub_lms(stub_server)}]\n\n'
                     f'[[datasets]]\nname = "hotpotqa"\nsplit = "dev_first500"\nmetrics = ["em", "f1"]\n\n{methods}')
-    stub_server.latency = 0.25
+    # Slow replies until both workers are inside a cell (a cell lasts 8 s, the grid 32 s for one worker alone): the
+    # two start together, so a loaded machine's slow start of one cannot let the other finish every cell first.
+    stub_server.latency = 1.0
     out = tmp_path / "g"
     storage = f"sqlite:///{tmp_path / 'grid.db'}"
     argv = ragzoo_argv("sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet")
     stopped = subprocess.Popen(argv, env=grid_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
-    deadline = time.monotonic() + 120
-    while stub_server.requests < 2 and time.monotonic() < deadline:  # the first worker is inside its first cell
-        time.sleep(0.02)
     running = subprocess.Popen(argv, env=grid_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while stub_server.requests < 1 and time.monotonic() < deadline:  # a worker is inside a cell: the study is there
+        time.sleep(0.02)
     import optuna
 
     def claims_of(pid: int) -> list:
@@ -192,6 +194,7 @@ def test_a_worker_stopped_by_ctrl_c_hands_its_cell_back_to_the_workers_still_run
     os.killpg(stopped.pid, signal.SIGINT)
     _, err = stopped.communicate(timeout=30)
     assert stopped.returncode == 130, err
+    stub_server.latency = 0.0  # the worker still running finishes the grid at full speed
     _, err = running.communicate(timeout=120)
     assert running.returncode == 0, err[-3000:]
     assert _written(out) == 4 * n  # the interrupted cell was finished by the worker still running, no rerun
