@@ -2,8 +2,9 @@
 used and a trace of every LM call (predictor, tokens) and retrieval. `--max-calls`/`--max-cost` hold: the
 call past the budget is never sent (one line on stderr, exit 3). `--retriever fixed` replays the passages
 recorded with this question in `--dataset/--split` (or `--data`). With `--program` and no `--lm`, the LM the
-artifact was compiled with answers (its api base and price too; keys from the environment), under its adapter
-unless `--adapter` is given; one line on stderr says which."""
+artifact was compiled with answers (its api base and price too; keys from the environment); one line on stderr
+says which. A `--program` runs under the adapter and re-asks it was compiled with unless `--adapter` is given, as
+in `evaluate` (`common.follow_recorded_adapter`); an explicit one that differs wins, said in one line."""
 
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ def _recorded_questions(config: dict, question: str) -> list:
     return examples
 
 
-def _use_recorded_lm(config: dict, *, adapter_given: bool) -> None:
+def _use_recorded_lm(config: dict) -> None:
     """No --lm with --program: the LM the artifact was compiled with (model, api base, price; the key from the
-    environment), and its adapter unless --adapter is given. Says which in one line on stderr."""
+    environment). Says which in one line on stderr, with the adapter `follow_recorded_adapter` chose."""
     import sys
 
     from ragzoo.artifacts import read_manifest
@@ -79,10 +80,6 @@ def _use_recorded_lm(config: dict, *, adapter_given: bool) -> None:
     for key in ("price", "price_per_hour"):
         if config.get(key) is None and compiled.get(key) is not None:
             config[key] = compiled[key]
-    if not adapter_given and isinstance(manifest.get("adapter"), str):
-        config["adapter"] = manifest["adapter"]
-        if isinstance(manifest.get("max_reasks"), int):
-            config["max_reasks"] = manifest["max_reasks"]
     where = f" at {config['api_base']}" if config.get("api_base") else ""
     print(f"ragzoo ask: using the LM recorded in {config['program']}: {spec}{where} (adapter {config['adapter']}; "
           f"keys from the environment; --lm overrides)", file=sys.stderr)
@@ -94,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     import dspy
 
     from ragzoo.commands.common import (budget_stop, build_adapter, build_lm, check_question_source,
-                                        find_budget_error, is_fixed_spec, program_from_config)
+                                        find_budget_error, follow_recorded_adapter, is_fixed_spec,
+                                        program_from_config, say_adapter_mismatch)
     from ragzoo.config import refuse_secrets, resolve
     from ragzoo.errors import ConfigError
     from ragzoo.runs import classify_error
@@ -108,8 +106,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("the question is empty")
     refuse_secrets({"question": question})
     check_question_source(config, required=False)
+    follow_recorded_adapter(args, config)
     if config.get("program") and not config.get("lm"):
-        _use_recorded_lm(config, adapter_given=getattr(args, "adapter", None) is not None)
+        _use_recorded_lm(config)
     lm = build_lm(config)
     examples = None
     spec = config.get("retriever")
@@ -120,8 +119,10 @@ def run(args: argparse.Namespace) -> int:
     if is_fixed_spec(spec):
         examples = _recorded_questions(config, question)
     program, description = program_from_config(config, examples)
+    adapter = build_adapter(config)
+    say_adapter_mismatch("ask", config, adapter)
     budget = None
-    with dspy.context(lm=lm, adapter=build_adapter(config)), \
+    with dspy.context(lm=lm, adapter=adapter), \
             metering(max_calls=config.get("max_calls"), max_cost=config.get("max_cost")), \
             trace_example() as trace:
         try:

@@ -260,6 +260,48 @@ def build_adapter(config: dict):
     return make_adapter(config.get("adapter"), max_reasks=DEFAULT_MAX_REASKS if reasks is None else int(reasks))
 
 
+def follow_recorded_adapter(args: argparse.Namespace, config: dict) -> None:
+    """`--program`: the artifact runs under the adapter it was compiled with (its demos and instructions were
+    chosen in that format), with its re-asks, unless --adapter is given (as a flag or in the --config file): an
+    explicit choice wins, and `say_adapter_mismatch` says so. The one decision of `evaluate` and `ask`."""
+    if not config.get("program"):
+        return
+    from ragzoo.adapters import ADAPTERS, EXTRA_ADAPTERS
+    from ragzoo.artifacts import read_manifest, recorded_adapter
+    from ragzoo.config import load_config_file
+
+    in_file = set(load_config_file(args.config)) if getattr(args, "config", None) else set()
+    if getattr(args, "adapter", None) is not None or "adapter" in in_file:
+        return
+    try:
+        adapter, reasks = recorded_adapter(read_manifest(config["program"]))
+    except Exception:  # noqa: BLE001 - the loader says what is wrong with the artifact
+        return
+    if adapter not in (*ADAPTERS, *EXTRA_ADAPTERS):  # none recorded, or a name the loader reports
+        return
+    config["adapter"] = adapter
+    if reasks is not None and getattr(args, "max_reasks", None) is None and "max_reasks" not in in_file:
+        config["max_reasks"] = reasks
+
+
+def say_adapter_mismatch(command: str, config: dict, adapter) -> None:
+    """A compiled program run under another adapter than its own (an explicit --adapter): one line on stderr.
+    Not `ragzoo.adapters.warn_adapter_mismatch`, a Python warning, whose source line would reach the user too."""
+    if not config.get("program"):
+        return
+    from ragzoo.adapters import adapter_name
+    from ragzoo.artifacts import read_manifest, recorded_adapter
+
+    try:
+        compiled = recorded_adapter(read_manifest(config["program"]))[0]
+    except Exception:  # noqa: BLE001 - the loader already said what is wrong with the artifact
+        return
+    running = adapter_name(adapter)
+    if compiled and compiled != running:
+        print(f"ragzoo {command}: warning: {config['program']} was compiled under the {compiled} adapter and runs "
+              f"under {running}; pass --adapter {compiled} to run it as compiled", file=sys.stderr)
+
+
 def lm_description(lm) -> dict:
     from ragzoo.lm import describe_lm
 

@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     import dspy
 
     from ragzoo.commands.common import (EXIT_STOPPED, apply_dataset_defaults, build_adapter, build_lm,
-                                        check_metrics, check_question_source, lm_description, load_examples,
-                                        program_from_config, say_defaults)
+                                        check_metrics, check_question_source, follow_recorded_adapter,
+                                        lm_description, load_examples, program_from_config,
+                                        say_adapter_mismatch, say_defaults)
     from ragzoo.config import resolve
     from ragzoo.engines import is_dry_run
     from ragzoo.errors import ConfigError
@@ -93,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
     from ragzoo.ownership import claim
 
     claim(config["out"], "run", error=RunError)  # only a run folder ragzoo made (or a new one), before any work
-    _follow_recorded_adapter(args, config)
+    follow_recorded_adapter(args, config)
     adapter = build_adapter(config)
     lm = build_lm(config)
     examples = load_examples(config)  # before the program: a `fixed` retriever replays their passages
     program, description = program_from_config(config, examples)
-    _warn_adapter_mismatch(config, adapter)
+    say_adapter_mismatch("evaluate", config, adapter)
     from ragzoo.secrets import storable
 
     run_config = storable({**{k: v for k, v in config.items()  # endpoints stored without credentials
@@ -151,42 +152,3 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILURES
     return 0
 
-
-def _follow_recorded_adapter(args: argparse.Namespace, config: dict) -> None:
-    """An artifact runs under the adapter it was compiled with (its demos and instructions were chosen in that
-    format), with its re-asks, unless --adapter is given (as a flag or in the --config file): an explicit choice
-    wins, and `_warn_adapter_mismatch` says so."""
-    if not config.get("program"):
-        return
-    from ragzoo.adapters import ADAPTERS, EXTRA_ADAPTERS
-    from ragzoo.artifacts import read_manifest, recorded_adapter
-    from ragzoo.config import load_config_file
-
-    in_file = set(load_config_file(args.config)) if getattr(args, "config", None) else set()
-    if getattr(args, "adapter", None) is not None or "adapter" in in_file:
-        return
-    try:
-        adapter, reasks = recorded_adapter(read_manifest(config["program"]))
-    except Exception:  # noqa: BLE001 - the loader says what is wrong with the artifact
-        return
-    if adapter not in (*ADAPTERS, *EXTRA_ADAPTERS):  # none recorded, or a name the loader reports
-        return
-    config["adapter"] = adapter
-    if reasks is not None and getattr(args, "max_reasks", None) is None and "max_reasks" not in in_file:
-        config["max_reasks"] = reasks
-
-
-def _warn_adapter_mismatch(config: dict, adapter) -> None:
-    """A compiled program records its adapter; running it under another one (an explicit --adapter) warns once."""
-    if not config.get("program"):
-        return
-    from ragzoo.adapters import adapter_name, warn_adapter_mismatch
-    from ragzoo.artifacts import read_manifest, recorded_adapter
-
-    try:
-        compiled = recorded_adapter(read_manifest(config["program"]))[0]
-    except Exception:  # noqa: BLE001 - the loader already said what is wrong with the artifact
-        return
-    if warn_adapter_mismatch(compiled, adapter_name(adapter), where=str(config["program"])):
-        print(f"ragzoo evaluate: warning: {config['program']} was compiled under the {compiled} adapter and runs "
-              f"under {adapter_name(adapter)}; pass --adapter {compiled} to run it as compiled", file=sys.stderr)
