@@ -70,7 +70,7 @@ def _is_passage_list(value: Any) -> bool:
 def _evidence_judge(example: Any):
     """(mode, judge(passage) -> bool) for this example; (None, None) when evidence cannot be judged."""
     from ragzoo.errors import DataError
-    from ragzoo.metrics.answer import normalize_answer
+    from ragzoo.metrics.answer import contains_normalized, normalize_answer
     from ragzoo.metrics.fields import gold_answers
     from ragzoo.metrics.retrieval import gold_titles, normalize_title, passage_title
 
@@ -97,8 +97,7 @@ def _evidence_judge(example: Any):
     def answer_in(passage: Any) -> bool:
         text = str(getattr(passage, "long_text", None) or (passage if isinstance(passage, str) else ""))
         if text not in judged:
-            normalized = normalize_answer(text)
-            judged[text] = any(gold in normalized for gold in expected)
+            judged[text] = contains_normalized(text, expected)
         return judged[text]
 
     return "answer", answer_in
