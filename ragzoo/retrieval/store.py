@@ -102,9 +102,12 @@ class StoredPassage(Passage):
         # only reached while a field is still undecoded (decoded fields live in the instance's __dict__)
         if name in _FIELDS or name == "meta":
             state = self.__dict__
-            line = state.pop("_line", None)
+            line = state.get("_line")
             if line is not None:
+                # fields first, then the line goes: a thread reading the same hit meanwhile decodes it again or
+                # finds the fields, never neither
                 state["pid"], state["title"], state["text"] = ujson.loads(line)  # ujson: ~3x faster per hit
+                state.pop("_line", None)
             state.setdefault("meta", {})
             if name in state:
                 return state[name]
