@@ -165,3 +165,22 @@ def test_a_forked_child_never_waits_on_a_lock_held_at_the_fork():
         holder.join(5)
         if child.is_alive():
             child.kill()
+
+
+def test_the_slots_of_a_process_that_ended_all_go_to_the_one_still_running(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    folder = str(tmp_path / "slots")
+    with StubLMServer(latency=0.05) as server:
+        base = server.base_url + "/v1"
+        short = FORK.Process(target=_calls, args=(base, folder, 4, 2, 2, "short", None))
+        long = FORK.Process(target=_calls, args=(base, folder, 4, 4, 12, "long", None))
+        short.start()
+        long.start()
+        short.join(60)
+        assert short.exitcode == 0
+        with server._lock:
+            server.max_in_flight = server.in_flight  # from here on, the long process alone
+        long.join(60)
+        assert long.exitcode == 0
+        # nothing the short one took stays taken: the long one alone reaches the whole limit
+        assert server.max_in_flight == 4
