@@ -350,26 +350,141 @@ def _decode_block(words, block_offset, block_widths, block_last, b, j, count, do
     return np.int64(block_widths[b, 1]), at + (count * wd + 31) // 32
 
 
-def _block_weights(words, at, count, wt, idf, norm, repeat, docs, tf_buffer, weights):
-    _unpack(words, at, count, wt, tf_buffer)
+def _read_block(words, block_offset, block_widths, block_last, b, j, count, idf, norm, inv1, repeat, docs,
+                weights):
+    """Block `b` (the term's `j`-th, `count` postings) in one pass: doc ids into docs, weights * repeat into
+    weights (float32, as the csc builder computes them; inv1 = 1 / (norm + 1), the tf-1 factor, saves the
+    division where every tf is 1)."""
+    wd = np.int64(block_widths[b, 0])
+    wt = np.int64(block_widths[b, 1])
+    at = block_offset[b]
+    at_tf = at + (count * wd + 31) // 32
+    mask_d = (np.uint64(1) << np.uint64(wd)) - np.uint64(1)
+    mask_t = (np.uint64(1) << np.uint64(wt)) - np.uint64(1)
+    doc = np.int64(-1) if j == 0 else np.int64(block_last[b - 1])
+    tf = np.float32(1)
     for i in range(count):
-        tf = np.float32(tf_buffer[i] + 1)
-        weights[i] = (idf * (tf / (norm[docs[i]] + tf))) * repeat
+        if wd:
+            bit = i * wd
+            word = at + (bit >> 5)
+            pair = np.uint64(words[word]) | (np.uint64(words[word + 1]) << np.uint64(32))
+            doc += np.int64((pair >> np.uint64(bit & 31)) & mask_d) + 1
+        else:
+            doc += 1
+        docs[i] = doc
+        if wt:
+            bit = i * wt
+            word = at_tf + (bit >> 5)
+            pair = np.uint64(words[word]) | (np.uint64(words[word + 1]) << np.uint64(32))
+            tf = np.float32(np.int64((pair >> np.uint64(bit & 31)) & mask_t) + 1)
+            weights[i] = (idf * (tf / (norm[doc] + tf))) * repeat
+        else:
+            weights[i] = (idf * inv1[doc]) * repeat  # the same float32 value as idf * (1 / (norm + 1))
 
 
-def _kth_best(scratch, rows, count, k, buffer):
+def _heap_push(heap_scores, heap_rows, size, k, score, row):
+    """Keep the k best (score high first, then row low) in a heap whose root is the worst kept. Returns the
+    new size."""
+    if size < k:
+        i = size
+        while i > 0:
+            parent = (i - 1) >> 1
+            if score < heap_scores[parent] or (score == heap_scores[parent] and row > heap_rows[parent]):
+                heap_scores[i] = heap_scores[parent]
+                heap_rows[i] = heap_rows[parent]
+                i = parent
+            else:
+                break
+        heap_scores[i] = score
+        heap_rows[i] = row
+        return size + 1
+    if score > heap_scores[0] or (score == heap_scores[0] and row < heap_rows[0]):
+        i = 0
+        while True:
+            child = 2 * i + 1
+            if child >= size:
+                break
+            right = child + 1
+            if right < size and (heap_scores[right] < heap_scores[child] or
+                                 (heap_scores[right] == heap_scores[child] and heap_rows[right] > heap_rows[child])):
+                child = right
+            if heap_scores[child] < score or (heap_scores[child] == score and heap_rows[child] > row):
+                heap_scores[i] = heap_scores[child]
+                heap_rows[i] = heap_rows[child]
+                i = child
+            else:
+                break
+        heap_scores[i] = score
+        heap_rows[i] = row
+    return size
+
+
+def _best_k(scratch, rows, count, k, heap_scores, heap_rows):
+    """The k best of rows[:count] by partial score (ties: lower row) into the heap; returns how many."""
+    size = 0
+    for i in range(count):
+        score = scratch[rows[i]]
+        row = np.int64(rows[i])
+        # the common case, not better than the worst kept, decided here without a call
+        if size == k and (score < heap_scores[0] or (score == heap_scores[0] and row > heap_rows[0])):
+            continue
+        size = _heap_push(heap_scores, heap_rows, size, k, score, row)
+    return size
+
+
+def _kth_best(scratch, rows, count, k, heap_scores, heap_rows):
     """The k-th best partial score among rows[:count] (-inf when fewer than k)."""
     if count < k:
         return -np.inf
-    for i in range(count):
-        buffer[i] = scratch[rows[i]]
-    part = np.partition(buffer[:count], count - k)
-    return np.float64(part[count - k])
+    _best_k(scratch, rows, count, k, heap_scores, heap_rows)
+    return np.float64(heap_scores[0])
+
+
+def _merge_runs(found, run_end, runs):
+    """found[:run_end[runs - 1]] sorted, knowing it is `runs` ascending runs: pairwise merges, log2(runs)
+    passes (a general sort of 30k rows took ~0.8 ms per query at 1M passages)."""
+    total = run_end[runs - 1]
+    source = found[:total].copy()
+    target = np.empty(total, dtype=found.dtype)
+    bounds = np.empty(runs + 1, dtype=np.int64)
+    bounds[0] = 0
+    bounds[1:] = run_end[:runs]
+    count = runs
+    while count > 1:
+        merged = 0
+        for pair in range(0, count, 2):
+            lo, middle = bounds[pair], bounds[pair + 1]
+            hi = bounds[pair + 2] if pair + 2 <= count else middle
+            i, j, out = lo, middle, lo
+            while i < middle and j < hi:
+                if source[i] <= source[j]:
+                    target[out] = source[i]
+                    i += 1
+                else:
+                    target[out] = source[j]
+                    j += 1
+                out += 1
+            while i < middle:
+                target[out] = source[i]
+                i += 1
+                out += 1
+            while j < hi:
+                target[out] = source[j]
+                j += 1
+                out += 1
+            bounds[merged] = lo
+            merged += 1
+        bounds[merged] = total
+        count = merged
+        source, target = target, source
+    return source
 
 
 def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_max, term_first, term_df, idf,
-           term_max, norm, scratch, found, buffer, stats):
-    """Exact top k of one query (see the module docstring). Returns (rows, scores), best first."""
+           term_max, norm, inv1, scratch, found, touched, stats):
+    """Exact top k of one query (see the module docstring). Returns (rows, scores), best first.
+    scratch: float32 per passage, zero; found: int32 per passage; touched: uint8 per 128 passages, zero (set
+    where a passage was reached: an essential block is skipped only when no earlier candidate may lie in it)."""
     empty_rows = np.zeros(0, dtype=np.int64)
     empty_scores = np.zeros(0, dtype=np.float32)
     if len(token_ids) == 0 or k <= 0:
@@ -403,12 +518,15 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
     for i in range(n_terms - 1, -1, -1):
         rest[i] = rest[i + 1] + np.float64(repeats[i]) * np.float64(term_max[terms[i]])
     bound = rest * (1 + 1e-5)
+    heap_scores = np.empty(k, dtype=np.float32)
+    heap_rows = np.empty(k, dtype=np.int64)
     docs = np.empty(128, dtype=np.int64)
-    tf_buffer = np.empty(128, dtype=np.int64)
     weights = np.empty(128, dtype=np.float32)
     n_found = 0
     theta = -np.inf
     n = 0
+    # found[] is one ascending run per essential term (the passages it reached first): run_end[i] ends run i
+    run_end = np.zeros(n_terms, dtype=np.int64)
     # essential terms: every posting added, except in blocks that cannot lift a new passage to theta
     while n < n_terms:
         if n and bound[n] < theta:
@@ -418,48 +536,53 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
         first = term_first[t]
         df = term_df[t]
         nb = (df + 127) // 128
-        prior = np.empty(0, dtype=np.int32)
-        prior_sorted = False
-        p = 0
         for j in range(nb):
             b = first + j
             count = min(128, df - j * 128)
             if theta > -np.inf and (np.float64(block_max[b]) * repeat + rest[n + 1]) * (1 + 1e-5) < theta:
                 # no passage first reached here can make the top k: only earlier candidates need this block
-                if not prior_sorted:
-                    prior = np.sort(found[:n_found])
-                    prior_sorted = True
-                low = -1 if j == 0 else block_last[b - 1]
-                while p < len(prior) and prior[p] <= low:
-                    p += 1
-                if p >= len(prior) or prior[p] > block_last[b]:
-                    stats[1] += 1
-                    continue
-                wt, at = _decode_block(words, block_offset, block_widths, block_last, b, j, count, docs)
-                _block_weights(words, at, count, wt, idf[t], norm, repeat, docs, tf_buffer, weights)
+                low = (-1 if j == 0 else np.int64(block_last[b - 1])) + 1
+                high = np.int64(block_last[b])
+                if (high >> 7) - (low >> 7) <= 64:
+                    earlier = False
+                    for r in range(low >> 7, (high >> 7) + 1):
+                        if touched[r]:
+                            earlier = True
+                            break
+                    if not earlier:
+                        stats[1] += 1
+                        continue
+                _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1, repeat,
+                            docs, weights)
                 stats[0] += count
                 for i in range(count):
                     d = docs[i]
                     if scratch[d] > 0:
                         scratch[d] += weights[i]
                 continue
-            wt, at = _decode_block(words, block_offset, block_widths, block_last, b, j, count, docs)
-            _block_weights(words, at, count, wt, idf[t], norm, repeat, docs, tf_buffer, weights)
+            _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1, repeat,
+                        docs, weights)
             stats[0] += count
             for i in range(count):
                 d = docs[i]
-                if scratch[d] == 0:
-                    found[n_found] = d
-                    n_found += 1
-                scratch[d] += weights[i]
+                old = scratch[d]
+                # branch-free: a first reach is unpredictable, a mispredicted branch costs more than the stores
+                found[n_found] = d
+                n_found += np.int64(old == 0)
+                touched[d >> 7] = 1
+                scratch[d] = old + weights[i]
+        run_end[n] = n_found
         n += 1
-        if n < n_terms:
-            theta = max(theta, _kth_best(scratch, found, n_found, k, buffer))
-    # looked-up terms: only the sorted candidates still in reach
+        # theta helps only once what was read could outweigh the rest: to stop, or to skip the next term's blocks
+        if n < n_terms and rest[n + 1] < rest[0] - rest[n]:
+            theta = max(theta, _kth_best(scratch, found, n_found, k, heap_scores, heap_rows))
+    # looked-up terms: only for the candidates still in reach
     stats[3] += n_terms - n
+    stats[4] += n_found
     if n < n_terms:
-        candidates = np.sort(found[:n_found])
+        candidates = found[:n_found].copy()
         n_cand = n_found
+        in_order = False
         for m in range(n, n_terms):
             t = terms[m]
             repeat = repeats[m]
@@ -467,23 +590,55 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
             df = term_df[t]
             nb = (df + 127) // 128
             kept = 0
+            for c in range(n_cand):
+                d = candidates[c]
+                if np.float64(scratch[d]) + bound[m] >= theta:
+                    candidates[kept] = d
+                    kept += 1
+            n_cand = kept
+            stats[5] += n_cand
+            if n_cand * 8 > df:
+                # many candidates for this term's postings: one pass over its blocks, adding to every passage
+                # already reached, is cheaper than finding each candidate (as PrunedTopK's add_to_reached); a
+                # reached passage that is no longer a candidate only gains weight nobody reads
+                for j in range(nb):
+                    count = min(128, df - j * 128)
+                    _read_block(words, block_offset, block_widths, block_last, first + j, j, count, idf[t], norm,
+                                inv1, repeat, docs, weights)
+                    for i in range(count):
+                        d = docs[i]
+                        old = scratch[d]
+                        scratch[d] = old + weights[i] * np.float32(old > 0)  # x + w * 1 == x + w, bit for bit
+                stats[0] += df
+                if m + 1 < n_terms:
+                    theta = max(theta, _kth_best(scratch, candidates, n_cand, k, heap_scores, heap_rows))
+                continue
+            if not in_order:
+                candidates[:n_cand] = np.sort(candidates[:n_cand])
+                in_order = True
+            kept = 0
             j = 0
             decoded = -1
-            at_tf = np.int64(0)
-            wt = np.int64(0)
             pos = 0
             used = 0
             for c in range(n_cand):
                 d = candidates[c]
                 partial = np.float64(scratch[d])
-                if partial + bound[m] < theta:
-                    continue  # cannot reach the top k any more
                 if j < nb and block_last[first + j] < d:
-                    if nb - j > 8:
-                        j += np.searchsorted(block_last[first + j:first + nb], d)
-                    else:
-                        while j < nb and block_last[first + j] < d:
-                            j += 1
+                    # galloping from the current block: O(1) for dense candidates, O(log gap) for sparse ones
+                    low, high, step = j, j + 1, 1
+                    while high < nb and block_last[first + high] < d:
+                        low = high
+                        step *= 2
+                        high = low + step
+                    high = min(high, nb)
+                    while high - low > 1:  # block_last[low] < d <= block_last[high] (or high == nb)
+                        middle = (low + high) >> 1
+                        if block_last[first + middle] < d:
+                            low = middle
+                        else:
+                            high = middle
+                    j = high
                 if j >= nb:
                     candidates[kept] = d
                     kept += 1
@@ -493,12 +648,11 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
                     continue
                 count = min(128, df - j * 128)
                 if decoded != b:
-                    wt, at_tf = _decode_block(words, block_offset, block_widths, block_last, b, j, count,
-                                                     docs)
+                    _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1,
+                                repeat, docs, weights)
                     decoded = b
                     pos = 0
                     used += 1
-                    _block_weights(words, at_tf, count, wt, idf[t], norm, repeat, docs, tf_buffer, weights)
                     stats[0] += count
                 while pos < count and docs[pos] < d:
                     pos += 1
@@ -508,37 +662,26 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
                 kept += 1
             stats[2] += nb - used
             n_cand = kept
-            theta = max(theta, _kth_best(scratch, candidates, n_cand, k, buffer))
-        final = candidates[:n_cand]
+            if m + 1 < n_terms:
+                theta = max(theta, _kth_best(scratch, candidates, n_cand, k, heap_scores, heap_rows))
+        size = _best_k(scratch, candidates, n_cand, k, heap_scores, heap_rows)
     else:
-        final = found[:n_found]
-    # the k best of the final candidates: best first, exact ties by lower row
-    n_final = len(final)
-    if n_final > k:
-        cutoff = np.float32(_kth_best(scratch, final, n_final, k, buffer))
-        picked = np.empty(n_final, dtype=np.int64)
-        chosen = 0
-        for i in range(n_final):
-            if scratch[final[i]] >= cutoff:
-                picked[chosen] = final[i]
-                chosen += 1
-        rows = np.sort(picked[:chosen])
-    else:
-        rows = np.sort(final.astype(np.int64))
-    scores = np.empty(len(rows), dtype=np.float32)
-    negated = np.empty(len(rows), dtype=np.float32)
-    for i in range(len(rows)):
-        scores[i] = scratch[rows[i]]
-        negated[i] = -scores[i]
-    ranking = np.argsort(negated, kind="mergesort")[:k]
+        size = _best_k(scratch, found, n_found, k, heap_scores, heap_rows)
+    # best first, exact ties by lower row
+    by_row = np.argsort(heap_rows[:size])
+    rows = heap_rows[:size][by_row]
+    scores = heap_scores[:size][by_row]
+    ranking = np.argsort(-scores, kind="mergesort")
     rows = rows[ranking]
     scores = scores[ranking]
     # reset only what was touched
     if n_found > len(scratch) // 16:
         scratch[:] = 0
+        touched[:] = 0
     else:
         for i in range(n_found):
             scratch[found[i]] = 0
+            touched[found[i] >> 7] = 0
     return rows, scores
 
 
@@ -556,7 +699,8 @@ def _compiled() -> dict:
             jit = numba.njit(nogil=True, cache=True)
             # the helpers the kernels call are module globals: numba resolves them when it compiles a kernel,
             # so they are swapped for their compiled versions first
-            for name in ("_pack", "_unpack", "_decode_block", "_block_weights", "_kth_best"):
+            for name in ("_pack", "_unpack", "_decode_block", "_read_block", "_heap_push", "_best_k", "_merge_runs",
+                         "_kth_best"):
                 globals()[name] = jit(globals()[name])
             _COMPILED["encode_bucket"] = jit(_encode_bucket)
             _COMPILED["top_k"] = jit(_top_k)
@@ -581,28 +725,33 @@ class PackedIndex:
         self.idf = np.load(self.folder / IDF)
         self.term_max = np.load(self.folder / TERM_MAX)
         self.norm = np.load(self.folder / NORM)
+        # 1 / (norm + 1) per passage, the weight's factor where tf is 1 (most postings): computed once here with
+        # the same float32 division the scorer would do, so weights stay bit-identical
+        self.inv1 = np.float32(1) / (self.norm + np.float32(1))
         self.num_docs = len(self.norm)
         self._top_k = _compiled()["top_k"]
         self._local = threading.local()
         self._stats_lock = threading.Lock()
-        # running totals: postings decoded, essential blocks skipped, looked-up blocks skipped, terms looked up
-        self.stats = np.zeros(4, dtype=np.int64)
+        # running totals: postings decoded, essential blocks skipped, looked-up blocks skipped, terms looked up,
+        # passages reached by the essential terms, candidate visits by the looked-up terms
+        self.stats = np.zeros(6, dtype=np.int64)
 
     def _scratch(self):
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = (np.zeros(self.num_docs, dtype=np.float32),
                                              np.empty(self.num_docs, dtype=np.int32),
-                                             np.empty(self.num_docs, dtype=np.float32))
+                                             np.zeros(self.num_docs // 128 + 1, dtype=np.uint8))
         return scratch
 
     def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the k best passages, best first, exact ties by lower row; fewer when fewer match."""
-        scores, found, buffer = self._scratch()
-        stats = np.zeros(4, dtype=np.int64)
+        scores, found, touched = self._scratch()
+        stats = np.zeros(6, dtype=np.int64)
         rows, values = self._top_k(np.asarray(token_ids, dtype=np.int64), int(k), self.words, self.block_last,
                                    self.block_offset, self.block_widths, self.block_max, self.term_first, self.df,
-                                   self.idf, self.term_max, self.norm, scores, found, buffer, stats)
+                                   self.idf, self.term_max, self.norm, self.inv1, scores, found,
+                                   touched, stats)
         with self._stats_lock:
             self.stats += stats
         return rows, values
@@ -690,3 +839,55 @@ def index_bytes(folder: Path) -> dict:
     sizes = {path.name: path.stat().st_size for path in Path(folder).iterdir() if path.is_file()}
     store = sum(size for name, size in sizes.items() if name.startswith("passage"))
     return {"postings bytes": sum(sizes.values()) - store, "passages bytes": store, "total bytes": sum(sizes.values())}
+
+
+def side_by_side(packed_dir: Path, csc_dir: Path, questions: list[str], k: int = 10, rounds: int = 5) -> dict:
+    """Scorer q/s of ours (packed) and bm25s's numba `retrieve` on the same token ids, interleaved over `rounds`
+    (medians), one query at a time and as one batch, single thread; plus top-k agreement. `csc_dir`: the csc
+    index of the same corpus (e.g. `to_csc(packed_dir, ...)`). A benchmark hook: no tokenisation nor passage
+    lookup on either side (those are the retriever's, measured end to end by benchmarks/)."""
+    import statistics
+    import time
+
+    import bm25s
+
+    from ragzoo.retrieval.bm25 import BM25Retriever
+
+    ours = BM25Retriever(Path(packed_dir), check_stale=False)
+    tokens = [ids for ids in ours.tokenize(questions) if ids]
+    model = bm25s.BM25.load(str(csc_dir), mmap=True, load_corpus=False)
+    model.backend = "numba"
+    model.activate_numba_scorer()
+    for ids in tokens[:20]:  # compile / page in both
+        ours.pruned.top_k(ids, k)
+        model.retrieve([ids], k=k, show_progress=False, n_threads=0)
+    timings: dict[str, list[float]] = {"ours single": [], "bm25s single": [], "ours batch": [], "bm25s batch": []}
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for ids in tokens:
+            ours.pruned.top_k(ids, k)
+        timings["ours single"].append(len(tokens) / (time.perf_counter() - started))
+        started = time.perf_counter()
+        for ids in tokens:
+            model.retrieve([ids], k=k, show_progress=False, n_threads=0)
+        timings["bm25s single"].append(len(tokens) / (time.perf_counter() - started))
+        started = time.perf_counter()
+        ours.batch_top_k(tokens, k) if hasattr(ours, "batch_top_k") else [ours.pruned.top_k(ids, k) for ids in tokens]
+        timings["ours batch"].append(len(tokens) / (time.perf_counter() - started))
+        started = time.perf_counter()
+        model.retrieve(tokens, k=k, show_progress=False, n_threads=0)
+        timings["bm25s batch"].append(len(tokens) / (time.perf_counter() - started))
+    out = {f"q/s {name}": statistics.median(values) for name, values in timings.items()}
+    out["ratio single"] = out["q/s ours single"] / out["q/s bm25s single"]
+    out["ratio batch"] = out["q/s ours batch"] / out["q/s bm25s batch"]
+    rows, scores = model.retrieve(tokens, k=k, show_progress=False, n_threads=0)
+    same = overlap = 0
+    for ids, their_rows, their_scores in zip(tokens, rows, scores):
+        mine, _ = ours.pruned.top_k(ids, k)
+        theirs = their_rows[their_scores > 0]
+        same += mine.tolist() == theirs.tolist()
+        overlap += len(set(mine.tolist()) & set(theirs.tolist())) / max(1, len(theirs))
+    out["identical top-k (bm25s's order, ties arbitrary there)"] = same / len(tokens)
+    out["top-k overlap"] = overlap / len(tokens)
+    out["queries"] = len(tokens)
+    return out
