@@ -15,7 +15,7 @@ secret-named entries masked.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 SECRET_NAME = re.compile(r"(api[_-]?key|(^|[_-])key|secret|password|passwd|credential|token|auth|authorization)$",
                          re.IGNORECASE)
@@ -90,19 +90,44 @@ def known_secrets() -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-_redaction: tuple[tuple[str, ...], re.Pattern] = ((), re.compile(_REDACTED_SHAPES))
+def environ_memo(compute: Callable[[], Any], version: Callable[[], Any] = lambda: None) -> Callable[[], Any]:
+    """`compute()`, computed again only once `os.environ` (or `version()`) changed. For what is derived from the
+    environment on every LM call or record (secret values, proxy settings): reading it decodes every variable,
+    which cost more than the rest of a record's scrub. The check compares the environment's raw items with a
+    copy (C code, no decoding); where there are none to compare (`os.environ` replaced by a plain mapping),
+    every call computes."""
+    import os
+
+    state: list = [None]  # (raw items, version, value), swapped whole: threads read one consistent state
+
+    def cached() -> Any:
+        raw = getattr(os.environ, "_data", None)
+        if not isinstance(raw, dict):
+            return compute()
+        seen, now = state[0], version()
+        if seen is not None and seen[1] == now and seen[0] == raw:
+            return seen[2]
+        snapshot = dict(raw)  # before computing: a change meanwhile makes the next call compute again
+        value = compute()
+        state[0] = (snapshot, now, value)
+        return value
+
+    return cached
+
+
+def _compile_redaction() -> tuple[tuple[str, ...], re.Pattern]:
+    values = tuple(known_secrets())
+    return values, re.compile("|".join([*map(re.escape, values), _REDACTED_SHAPES]))
+
+
+# registered credentials are only ever added: their count says whether the set changed
+_redaction = environ_memo(_compile_redaction, version=lambda: len(_registered))
 
 
 def _redaction_pattern() -> re.Pattern:
     """One regex for every known secret value (longest first) and the key shapes, compiled once per set of
     values: a record's strings are each scanned once, whatever the number of keys."""
-    global _redaction
-    values = tuple(known_secrets())
-    cached = _redaction  # one read: another thread may swap it in meanwhile, with the same content
-    if cached[0] != values:
-        cached = (values, re.compile("|".join([*map(re.escape, values), _REDACTED_SHAPES])))
-        _redaction = cached
-    return cached[1]
+    return _redaction()[1]
 
 
 def redact(text: Any) -> Any:
