@@ -650,6 +650,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_locks)
 
 
+def _stop_cell_workers() -> None:
+    """Ctrl-C: end the worker processes of the cells running (`--processes`), whose calls the grid's budget stop
+    does not reach (they run in processes of their own); their questions in flight are dropped, as the threads'
+    are, and each cell's evaluate keeps what its workers sent."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        if child.name.startswith("ragzoo-evaluate-"):  # `runs._run_in_processes` names its workers so
+            child.terminate()
+
+
 def _shared_locks(budget) -> list:
     import dspy
 
@@ -893,6 +904,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                 except KeyboardInterrupt:
                     if not interrupted.is_set():
                         raise
+                    _stop_cell_workers()
                     while not all(future.done() for future in futures):  # the cells stop at their next LM call
                         time.sleep(0.05)
                 finally:

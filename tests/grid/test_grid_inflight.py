@@ -166,3 +166,31 @@ def test_a_worker_forked_while_another_cell_holds_the_grid_budget_lock_does_not_
             child.join(5)
             if child.is_alive():
                 child.kill()
+
+
+def test_ctrl_c_stops_a_grid_whose_cells_run_in_processes(tmp_path, stub_server, grid_env):
+    import signal
+
+    grid = tmp_path / "two.toml"
+    grid.write_text(TWO_DIRECT.format(lms=stub_lms(stub_server)).replace("n = 24", "n = 200"))
+    stub_server.latency = 0.5
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid), "--out", str(out), "--quiet", "--parallel", "2", "--processes", "2", "--threads", "4",
+            "--max-concurrency", "8"]
+    sweep = FORK.Process(target=_worker, args=(argv,))
+    sweep.start()
+    try:
+        for _ in range(600):
+            if stub_server.requests >= 10:
+                break
+            time.sleep(0.05)
+        os.kill(sweep.pid, signal.SIGINT)
+        sweep.join(10)  # the 400 questions would take ~25 s more: the workers are stopped, not waited for
+        assert sweep.exitcode == 130
+        sent = stub_server.requests
+        time.sleep(1.0)
+        assert stub_server.requests == sent and sent < 2 * 200  # no worker left sending
+    finally:
+        if sweep.is_alive():
+            sweep.kill()
+            sweep.join(5)
