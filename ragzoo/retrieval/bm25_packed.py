@@ -440,46 +440,6 @@ def _kth_best(scratch, rows, count, k, heap_scores, heap_rows):
     return np.float64(heap_scores[0])
 
 
-def _merge_runs(found, run_end, runs):
-    """found[:run_end[runs - 1]] sorted, knowing it is `runs` ascending runs: pairwise merges, log2(runs)
-    passes (a general sort of 30k rows took ~0.8 ms per query at 1M passages)."""
-    total = run_end[runs - 1]
-    source = found[:total].copy()
-    target = np.empty(total, dtype=found.dtype)
-    bounds = np.empty(runs + 1, dtype=np.int64)
-    bounds[0] = 0
-    bounds[1:] = run_end[:runs]
-    count = runs
-    while count > 1:
-        merged = 0
-        for pair in range(0, count, 2):
-            lo, middle = bounds[pair], bounds[pair + 1]
-            hi = bounds[pair + 2] if pair + 2 <= count else middle
-            i, j, out = lo, middle, lo
-            while i < middle and j < hi:
-                if source[i] <= source[j]:
-                    target[out] = source[i]
-                    i += 1
-                else:
-                    target[out] = source[j]
-                    j += 1
-                out += 1
-            while i < middle:
-                target[out] = source[i]
-                i += 1
-                out += 1
-            while j < hi:
-                target[out] = source[j]
-                j += 1
-                out += 1
-            bounds[merged] = lo
-            merged += 1
-        bounds[merged] = total
-        count = merged
-        source, target = target, source
-    return source
-
-
 def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_max, term_first, term_df, idf,
            term_max, norm, inv1, scratch, found, touched, stats):
     """Exact top k of one query (see the module docstring). Returns (rows, scores), best first.
@@ -525,8 +485,6 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
     n_found = 0
     theta = -np.inf
     n = 0
-    # found[] is one ascending run per essential term (the passages it reached first): run_end[i] ends run i
-    run_end = np.zeros(n_terms, dtype=np.int64)
     # essential terms: every posting added, except in blocks that cannot lift a new passage to theta
     while n < n_terms:
         if n and bound[n] < theta:
@@ -571,7 +529,6 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
                 n_found += np.int64(old == 0)
                 touched[d >> 7] = 1
                 scratch[d] = old + weights[i]
-        run_end[n] = n_found
         n += 1
         # theta helps only once what was read could outweigh the rest: to stop, or to skip the next term's blocks
         if n < n_terms and rest[n + 1] < rest[0] - rest[n]:
@@ -580,7 +537,7 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
     stats[3] += n_terms - n
     stats[4] += n_found
     if n < n_terms:
-        candidates = found[:n_found].copy()
+        candidates = np.empty(n_found, dtype=found.dtype)
         n_cand = n_found
         in_order = False
         for m in range(n, n_terms):
@@ -590,8 +547,9 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
             df = term_df[t]
             nb = (df + 127) // 128
             kept = 0
+            source = found if m == n else candidates  # the first filter copies from found
             for c in range(n_cand):
-                d = candidates[c]
+                d = source[c]
                 if np.float64(scratch[d]) + bound[m] >= theta:
                     candidates[kept] = d
                     kept += 1
@@ -699,8 +657,7 @@ def _compiled() -> dict:
             jit = numba.njit(nogil=True, cache=True)
             # the helpers the kernels call are module globals: numba resolves them when it compiles a kernel,
             # so they are swapped for their compiled versions first
-            for name in ("_pack", "_unpack", "_decode_block", "_read_block", "_heap_push", "_best_k", "_merge_runs",
-                         "_kth_best"):
+            for name in ("_pack", "_unpack", "_decode_block", "_read_block", "_heap_push", "_best_k", "_kth_best"):
                 globals()[name] = jit(globals()[name])
             _COMPILED["encode_bucket"] = jit(_encode_bucket)
             _COMPILED["top_k"] = jit(_top_k)
