@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="dense: sentence-transformers model name or path (None: all-MiniLM-L6-v2)")
     build.add_argument("--checkpoint", default=None, help="colbert: path to a ColBERTv2 checkpoint")
     build.add_argument("--format", choices=["csc", "packed"], default="csc", dest="index_format",
-                       help="bm25: bm25s's score matrix (csc) or ragzoo's compressed postings (packed: ~5x "
-                            "smaller, needs numba)")
+                       help="bm25: bm25s's score matrix (csc) or ragzoo's compressed postings (packed: about half "
+                            "the postings' size, same scores, needs numba)")
     build.add_argument("--rebuild", action="store_true", help="rebuild even if an up-to-date index exists")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
 
