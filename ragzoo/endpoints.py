@@ -105,6 +105,7 @@ class MachineSlots:
         self._queue: collections.deque = collections.deque()  # [condition, slot or None] per queued request
         self._wake: dict[int, threading.Condition] = {}       # one per watcher thread started
         self._next = 0
+        self._closed = False
 
     def _fd(self, index: int) -> int:
         fd = self._fds.get(index)
@@ -203,7 +204,23 @@ class MachineSlots:
                 else:  # the requests that queued left (deadline): the slot goes back at once
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 while index not in self._watched:  # until `_watch` needs this slot again
+                    if self._closed:
+                        return
                     wake.wait()
+
+    def close(self) -> bool:
+        """Close the slot files when nothing holds or awaits a slot here (the grid that shared them is over): True
+        if closed, False if still in use (the files then stay open until the process ends)."""
+        with self._lock:
+            if self._held or self._queue or self._watched:
+                return False
+            self._closed = True
+            for wake in self._wake.values():
+                wake.notify()
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds = {}
+            return True
 
     def after_fork_in_child(self) -> None:
         """A forked child holds none of its parent's slots and has none of its threads: start afresh. Its copies
@@ -243,6 +260,12 @@ def shared_limits(folder: str | os.PathLike | None) -> Iterator[None]:
     finally:
         global _SHARED_FOLDER
         _SHARED_FOLDER = previous
+        if folder is not None:  # a long-lived process (a notebook, a test run) does not keep every grid's files open
+            where = str(machine_folder(folder))
+            with _LIMITERS_LOCK:
+                for key in [key for key in _MACHINE if key[0] == where]:
+                    if _MACHINE[key].close():
+                        del _MACHINE[key]
 
 
 def limits_shared() -> bool:

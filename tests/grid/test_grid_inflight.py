@@ -194,3 +194,19 @@ def test_ctrl_c_stops_a_grid_whose_cells_run_in_processes(tmp_path, stub_server,
         if sweep.is_alive():
             sweep.kill()
             sweep.join(5)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="open files are read from /proc")
+def test_a_grid_that_ended_keeps_no_slot_file_open(tmp_path, stub_server, grid_env):
+    from ragzoo import endpoints
+
+    grid = tmp_path / "two.toml"
+    grid.write_text(TWO_DIRECT.format(lms=stub_lms(stub_server)).replace("n = 24", "n = 3"))
+    out = tmp_path / "g"
+    assert main(["sweep", str(grid), "--out", str(out), "--quiet", "--threads", "2", "--max-concurrency", "2"]) == 0
+    slots = out / ".ragzoo-slots" / socket.gethostname()
+    assert list(slots.glob("*/slot-*"))  # the cells' requests took the machine's slots
+    assert not [key for key in endpoints._MACHINE if key[0] == str(slots)]
+    opened = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+              if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert not [path for path in opened if str(slots) in path]
