@@ -146,6 +146,33 @@ def scrub(value: Any) -> Any:
     return _scrub(value, _redaction_pattern())
 
 
+def holds_secret(value: Any) -> bool:
+    """Whether `scrub(value)` would hide anything: every text of `value` (keys and values, and the `str` of a value
+    JSON cannot hold) is searched at once, joined by NUL. A match inside one text is a match of the joined texts
+    (the patterns look neither behind nor at word boundaries), so False means `scrub` changes no text and the
+    value may be written as it is: a clean record (nearly all) is not copied string by string."""
+    texts: list[str] = []
+    _texts(value, texts)
+    return _redaction_pattern().search("\x00".join(texts)) is not None
+
+
+def _texts(value: Any, texts: list[str]) -> None:
+    if isinstance(value, str):
+        texts.append(value)
+    elif value is None or isinstance(value, (bool, int, float)):
+        return
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                texts.append(key)
+            _texts(item, texts)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _texts(item, texts)
+    else:
+        texts.append(str(value))
+
+
 def _scrub(value: Any, pattern: re.Pattern) -> Any:
     if isinstance(value, str):
         return pattern.sub(MASK, value) if value else value
