@@ -672,8 +672,9 @@ def _shared_locks(budget) -> list:
     return [lock for lock in found if lock is not None]
 
 
-def _lines_of(path: Path, seen: dict) -> int:
-    """Lines of a growing file, reading only what was appended since the last call (`seen` keeps the place)."""
+def _lines_of(path: Path, seen: dict, *, sums: bool = False) -> int:
+    """Lines of a growing file, reading only what was appended since the last call (`seen` keeps the place);
+    `sums`: also the LM calls and cost of its complete records (`seen["calls"]`, `seen["cost"]`)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(seen.get("offset", 0))
@@ -682,6 +683,15 @@ def _lines_of(path: Path, seen: dict) -> int:
         return seen.get("lines", 0)
     seen["offset"] = seen.get("offset", 0) + len(chunk)
     seen["lines"] = seen.get("lines", 0) + chunk.count(b"\n")
+    if sums:
+        *complete, seen["tail"] = (seen.get("tail", b"") + chunk).split(b"\n")
+        for line in complete:
+            try:
+                record = json.loads(line)
+                seen["calls"] = seen.get("calls", 0) + int(record.get("lm_calls") or 0)
+                seen["cost"] = seen.get("cost", 0.0) + float(record.get("cost") or 0.0)
+            except (ValueError, TypeError, AttributeError):
+                continue  # a torn line: a killed worker's last write
     return seen["lines"]
 
 
@@ -781,10 +791,15 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             entry = live.get(cell.key)
             if entry is not None:
                 usage = entry["meter"].usage
-                done = _lines_of(cell_dir(out, cell) / "run" / "predictions.jsonl", entry["seen"])
+                seen, workers = entry["seen"], grid.processes > 1
+                done = _lines_of(cell_dir(out, cell) / "run" / "predictions.jsonl", seen, sums=workers)
+                # worker processes' calls reach no meter here: their records' calls since the cell started
+                extra_calls = seen.get("calls", 0) - entry["base"][0] if workers else 0
+                extra_cost = seen.get("cost", 0.0) - entry["base"][1] if workers else 0.0
                 row = {"label": f"{cell.method.label} {cell.dataset.label}", "done": done,
-                       "total": entry["prior"].get("total"), "calls": entry["prior"]["lm_calls"] + usage.lm_calls,
-                       "cost": entry["prior"]["cost"] + usage.total_cost}
+                       "total": entry["prior"].get("total"),
+                       "calls": entry["prior"]["lm_calls"] + usage.lm_calls + extra_calls,
+                       "cost": entry["prior"]["cost"] + usage.total_cost + extra_cost}
                 rows.append(row)
                 done_q, calls, spent = done_q + done, calls + row["calls"], spent + row["cost"]
             else:
@@ -832,8 +847,11 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             try:
                 with _cell_log(routers, cell_dir(out, cell) / "log.txt"), metering(budget=budget) as meter, \
                         tracking.grid_cells(track), cell_track.working(cell_dir(out, cell)):
+                    seen: dict = {}
+                    _lines_of(cell_dir(out, cell) / "run" / "predictions.jsonl", seen, sums=grid.processes > 1)
                     with lock:
-                        running[key] = {"meter": meter, "prior": cell_state(out, cell), "seen": {}}
+                        running[key] = {"meter": meter, "prior": cell_state(out, cell), "seen": seen,
+                                        "base": (seen.get("calls", 0), seen.get("cost", 0.0))}
                     claims.heartbeat(token)
                     state = run_cell(cell, out, price=price, price_per_hour=price_per_hour, meter=meter,
                                      **cell_budget)

@@ -210,3 +210,21 @@ def test_a_grid_that_ended_keeps_no_slot_file_open(tmp_path, stub_server, grid_e
     opened = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
               if os.path.exists(f"/proc/self/fd/{fd}")]
     assert not [path for path in opened if str(slots) in path]
+
+
+def test_the_progress_view_counts_the_calls_of_cells_running_in_processes(tmp_path, stub_server, grid_env):
+    from ragzoo.grid.runner import sweep
+    from ragzoo.grid.spec import load_grid
+
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_DIRECT.format(lms=stub_lms(stub_server)).replace("n = 24", "n = 20"))
+    stub_server.latency = 0.1
+    grid = load_grid(path)
+    grid.processes, grid.threads, grid.max_concurrency = 2, 2, 4
+    snapshots = []
+    result = sweep(grid, tmp_path / "g", parallel=2, progress=snapshots.append, tick=0.05)
+    assert not result.failed
+    running = [row for snap in snapshots if snap["event"] == "tick" for row in snap["running"]]
+    # mid-cell rows show the workers' calls as their records arrive (they used to stay at 0 until the cell ended)
+    assert any(0 < row["calls"] < 20 and row["calls"] == row["done"] for row in running), running[-3:]
+    assert snapshots[-1]["calls"] == 40
