@@ -2,7 +2,8 @@
 an ordinary compile (when the grid compiles) + evaluate run directory under `OUT/cells/`, so `ask` and
 `report` work on any cell. `--dry-run` prices every cell and the total (compile and evaluation apart) with no
 LM; `--max-cost` is a budget for the whole grid; rerunning the same command resumes (finished cells are not
-touched, half-finished ones resume from their predictions); `--parallel N` runs N cells at a time;
+touched, half-finished ones resume from their predictions); `--parallel N` runs N cells at a time, `--processes P`
+each cell's evaluation in P processes, and `--max-concurrency` is one limit for all of them on this machine;
 `--storage URL` lets several workers share the grid through an Optuna storage. The grid ends with
 `results.md`, `results.csv` and `results.json` in OUT ("ours [95% CI] | paper | delta")."""
 
