@@ -138,6 +138,7 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
             del doc_nnz
             extra = bm25_packed.write_packed(staging, buckets, doc_freq[:len(vocab)], lengths, settings.k1,
                                              settings.b, show_progress)
+            bm25_packed.write_sorted_vocab(staging, vocab)
         else:
             nnz = np.concatenate(doc_nnz)
             _write_score_matrix(staging, settings, doc_freq[:len(vocab)], lengths, nnz, show_progress)
@@ -320,7 +321,8 @@ class BM25Retriever(BaseRetriever):
             self.model = None
             self.backend = "numba"
             self.pruned = bm25_packed.PackedIndex(self.index_dir)
-            self.vocab = json.loads((self.index_dir / "vocab.index.json").read_text(encoding="utf-8"))
+            self.vocab = bm25_packed.SortedVocab(self.index_dir) if (self.index_dir / bm25_packed.VOCAB_IDS).exists() \
+                else json.loads((self.index_dir / "vocab.index.json").read_text(encoding="utf-8"))
         else:
             self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
             self.backend = _select_backend(self.model, backend)
@@ -340,7 +342,7 @@ class BM25Retriever(BaseRetriever):
         if self.tokenizer.stemmer:
             self.tokenizer.stem_to_sid = self.vocab
         else:
-            self.tokenizer.word_to_id = dict(self.vocab)
+            self.tokenizer.word_to_id = self.vocab if self.model is None else dict(self.vocab)
         self.store = PassageStore(self.index_dir)
 
     @classmethod

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -857,3 +858,55 @@ def side_by_side(packed_dir: Path, csc_dir: Path, questions: list[str], k: int =
     out["top-k overlap"] = overlap / len(tokens)
     out["queries"] = len(tokens)
     return out
+
+
+VOCAB_BLOB = "packed_vocab_blob.npy"  # uint8: the terms, UTF-8, sorted by their bytes, concatenated
+VOCAB_OFFSETS = "packed_vocab_offsets.npy"  # int64 (terms + 1): where each term starts in the blob
+VOCAB_IDS = "packed_vocab_ids.npy"  # int32: each sorted term's id
+
+
+def write_sorted_vocab(folder: Path, vocab: dict) -> None:
+    """The vocabulary as three arrays (`SortedVocab`): memory-mapped at load in milliseconds, where parsing
+    vocab.index.json (kept for bm25s and `to_csc`) took 2.8-6 s at 1M passages (1.85M terms) and grows with it."""
+    encoded = sorted((term.encode("utf-8"), term_id) for term, term_id in vocab.items())
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(term) for term, _ in encoded], out=offsets[1:])
+    np.save(folder / VOCAB_BLOB, np.frombuffer(b"".join(term for term, _ in encoded), dtype=np.uint8))
+    np.save(folder / VOCAB_OFFSETS, offsets)
+    np.save(folder / VOCAB_IDS, np.asarray([term_id for _, term_id in encoded], dtype=np.int32))
+
+
+class SortedVocab(Mapping):
+    """term -> id by binary search over the sorted, memory-mapped vocabulary (a read-only Mapping: `get`, `in`,
+    `[]`, `len`, iteration), ~20 steps a lookup; the query tokenizer caches words above it."""
+
+    def __init__(self, folder: Path):
+        folder = Path(folder)
+        self._blob = np.load(folder / VOCAB_BLOB, mmap_mode="r")
+        self._bytes = memoryview(self._blob) if len(self._blob) else memoryview(b"")
+        self._offsets = np.load(folder / VOCAB_OFFSETS, mmap_mode="r")
+        self._ids = np.load(folder / VOCAB_IDS, mmap_mode="r")
+
+    def _term(self, i: int) -> bytes:
+        return bytes(self._bytes[int(self._offsets[i]):int(self._offsets[i + 1])])
+
+    def __getitem__(self, term: str) -> int:
+        key = term.encode("utf-8") if isinstance(term, str) else None
+        if key is None:
+            raise KeyError(term)
+        low, high = 0, len(self._ids)
+        while low < high:
+            middle = (low + high) // 2
+            if self._term(middle) < key:
+                low = middle + 1
+            else:
+                high = middle
+        if low < len(self._ids) and self._term(low) == key:
+            return int(self._ids[low])
+        raise KeyError(term)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self):
+        return (self._term(i).decode("utf-8") for i in range(len(self._ids)))
