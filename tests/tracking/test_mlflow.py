@@ -54,7 +54,9 @@ def mlflow_server(tmp_path_factory):
     pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'ragzoo[mlflow]')")
     root = tmp_path_factory.mktemp("mlflow")
     port = _free_port()
-    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    # no job runner: it serves GenAI scorer jobs, none of which these tests start, and loading them imports LiteLLM
+    # (the server's start-up: 11 s of CPU with it, 8 s without)
+    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     env.pop("OPENAI_API_KEY", None)  # the server never sees the key either way; it must not hold it by accident
     log = open(root / "server.log", "wb")
     server = subprocess.Popen(
@@ -122,6 +124,7 @@ def _artifacts(client, run_id: str, path: str | None = None) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_evaluate_logs_one_run_with_params_metrics_and_the_run_folder(mlflow_server, env, stub, tmp_path):
     out = tmp_path / "run-rag"
     code = main(["evaluate", "--method", "rag", "--knob", "k=3", "--dataset", "nq_open", "--split", "dev_activerag500",
@@ -145,6 +148,7 @@ def test_evaluate_logs_one_run_with_params_metrics_and_the_run_folder(mlflow_ser
     assert {"config.json", "predictions.jsonl", "summary.json"} <= _artifacts(client, run.info.run_id)
 
 
+@pytest.mark.slow
 def test_compile_logs_its_artifact(mlflow_server, env, tmp_path):
     out = tmp_path / "art"
     code = main(["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0",
@@ -157,6 +161,7 @@ def test_compile_logs_its_artifact(mlflow_server, env, tmp_path):
     assert "manifest.json" in _artifacts(client, run.info.run_id)
 
 
+@pytest.mark.slow
 def test_sweep_logs_a_parent_run_with_one_nested_run_per_cell(mlflow_server, env, tmp_path):
     grid = tmp_path / "grid.toml"
     grid.write_text(GRID, encoding="utf-8")
@@ -181,6 +186,7 @@ def test_sweep_logs_a_parent_run_with_one_nested_run_per_cell(mlflow_server, env
     assert not [run for run in cells if str(out) in run.data.tags.get("ragzoo.folder", "")]
 
 
+@pytest.mark.slow
 def test_traces_on_request_and_no_key_anywhere_in_mlflow(mlflow_server, env, stub, tmp_path):
     out = tmp_path / "traced"
     code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "2", "--lm", "openai/stub",
@@ -224,6 +230,7 @@ def test_a_tracking_server_that_does_not_answer_is_one_line_before_the_run(tmp_p
     assert "Traceback" not in err and not out.exists()
 
 
+@pytest.mark.slow
 def test_without_the_flag_mlflow_is_not_even_imported(tmp_path):
     out = tmp_path / "run"
     script = ("import sys; from ragzoo.cli import main; "
