@@ -34,6 +34,10 @@ Choices:
   `ragzoo.usage`.
 - Nothing happens at import. `make_lm` tells LiteLLM to use its bundled price table (offline, fetching one
   waits for a network timeout) unless the user set `LITELLM_LOCAL_MODEL_COST_MAP` themselves.
+- CPU per call (an evaluation against a fast server is bound by it): `make_lm` also installs, once, shortcuts
+  in DSPy with the same results: its model-price lookup memoised (`ragzoo.usage.memoize_price_metadata`), the
+  proxy variables read again only when the environment changed (`_memoize_env_proxies`), plain strings
+  formatted into prompts without a pydantic TypeAdapter each (`_plain_text_serialization`).
 """
 
 from __future__ import annotations
@@ -210,10 +214,35 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
 
     memoize_price_metadata()  # DSPy prices each call from its model table: a full scan for unknown models
     _memoize_env_proxies()
+    _plain_text_serialization()
     return lm
 
 
-_PROXY_MEMO = threading.Lock()
+_INSTALL_LOCK = threading.Lock()
+
+
+def _plain_text_serialization() -> bool:
+    """DSPy's adapters put every input value of a prompt through `dspy.adapters.utils.serialize_for_json`, which
+    builds a pydantic TypeAdapter for the value's type each time (~6% of ragzoo's CPU per LM call, nearly all
+    for plain strings, whose JSON-ready form is themselves): a `str` is returned as it is, any other value
+    (a str subclass included) goes to DSPy's function. Idempotent; True if installed."""
+    try:
+        from dspy.adapters import utils
+    except ImportError:
+        return False
+    with _INSTALL_LOCK:
+        current = getattr(utils, "serialize_for_json", None)
+        if current is None or getattr(current, "_ragzoo_plain_text", False):
+            return current is not None
+
+        def serialize_for_json(value):
+            return value if type(value) is str else current(value)
+
+        serialize_for_json._ragzoo_plain_text = True
+        serialize_for_json.__wrapped__ = current
+        serialize_for_json.__doc__ = current.__doc__
+        utils.serialize_for_json = serialize_for_json
+        return True
 
 
 def _memoize_env_proxies() -> bool:
@@ -227,7 +256,7 @@ def _memoize_env_proxies() -> bool:
         from dspy._vendor.lm15.transports import _proxy
     except ImportError:
         return False
-    with _PROXY_MEMO:
+    with _INSTALL_LOCK:
         current = getattr(_proxy, "getproxies", None)
         if getattr(current, "_ragzoo_memo", False):
             return True
