@@ -58,6 +58,7 @@ import hmac
 import json
 import os
 import re
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -90,6 +91,10 @@ class QuestionTimeout(Exception):
 
 class ClientGone(Exception):
     """The client disconnected while its question waited or ran; nobody is left to answer."""
+
+
+class ShuttingDown(Exception):
+    """The server is stopping and no longer waits for this question's answer (HTTP 503, see `ProgramService.cut`)."""
 
 
 class QuestionCancelled(Exception):
@@ -210,6 +215,9 @@ class ProgramService:
         self._meter = self._needs_meter()
         self.workers = max_concurrency + self.max_abandoned
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="ragzoo-ask")
+        self._on_threads = 0  # questions on a worker thread (any thread), read by `close`
+        self._on_threads_lock = threading.Lock()
+        self._questions: set = set()  # event-loop thread only: the `_run` task of each question admitted
         # event-loop thread only:
         self.admitted = 0  # answering + waiting (`in_flight` of /health)
         self.running = 0  # questions on a worker thread
@@ -267,13 +275,19 @@ class ProgramService:
         """`answer` on a worker thread, for a question that may have been abandoned meanwhile."""
         if ticket.cancelled:  # its client left or its deadline passed while it waited for this thread
             raise QuestionCancelled("the question was abandoned before it started")
-        _QUESTION.set(ticket)  # in a context of this question's own (see `_run`)
-        if ticket.ends is not None:
-            from ragzoo.endpoints import start_question_deadline
+        with self._on_threads_lock:
+            self._on_threads += 1
+        try:
+            _QUESTION.set(ticket)  # in a context of this question's own (see `_run`)
+            if ticket.ends is not None:
+                from ragzoo.endpoints import start_question_deadline
 
-            # 429s are retried until the question's deadline, not past it (what is left of it: it waited)
-            start_question_deadline(max(0.001, ticket.ends - time.monotonic()))
-        return self.answer(question)
+                # 429s are retried until the question's deadline, not past it (what is left of it: it waited)
+                start_question_deadline(max(0.001, ticket.ends - time.monotonic()))
+            return self.answer(question)
+        finally:
+            with self._on_threads_lock:
+                self._on_threads -= 1
 
     def _has_room(self) -> bool:
         return self.running < self.max_concurrency and self.running + self.abandoned < self.workers
@@ -343,11 +357,15 @@ class ProgramService:
         self.admitted += 1
         ticket = _Ticket(self.deadline)
         work = asyncio.ensure_future(self._run(question, ticket))
+        self._questions.add(work)
+        work.add_done_callback(self._questions.discard)
         watcher = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         try:
             done, _ = await asyncio.wait([work] if watcher is None else [work, watcher], timeout=self.deadline,
                                          return_when=asyncio.FIRST_COMPLETED)
             if work in done:
+                if work.cancelled():  # only `cut` cancels it while this waits
+                    raise ShuttingDown()
                 try:
                     result = work.result()
                 except Exception as exc:
@@ -379,8 +397,22 @@ class ProgramService:
         return QuestionTimeout(f"the question did not finish within its {self.deadline:g} s deadline "
                                f"(ragzoo serve --deadline)")
 
-    def close(self) -> None:
+    def cut(self) -> int:
+        """On the event loop, as the server stops and waits no longer: every question admitted is answered at once
+        with 503 (`ShuttingDown`); one still queued never starts, one on a worker thread is abandoned as past its
+        deadline. Returns how many were cut."""
+        questions = [work for work in self._questions if not work.done()]
+        for work in questions:
+            work.cancel()
+        return len(questions)
+
+    def close(self) -> int:
+        """Once the server has stopped: questions still queued for a thread never start. Returns how many are still
+        on a worker thread: abandoned (nobody waits for their answer), each until its LM request's timeout, and
+        the interpreter would wait for them at exit (`ragzoo serve` cuts them)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
+        with self._on_threads_lock:
+            return self._on_threads
 
 
 def _chat_question(body: Any) -> tuple[str | None, str | None]:
@@ -479,6 +511,8 @@ def _failure(exc: BaseException) -> tuple[int, str, str, dict | None]:
 
     if isinstance(exc, Overloaded):
         return 503, "the server is at capacity; retry later", "server_busy", None
+    if isinstance(exc, ShuttingDown):
+        return 503, "the server is shutting down; retry later", "server_busy", None
     if isinstance(exc, QuestionTimeout):
         return 504, str(exc), "timeout", None
     if isinstance(exc, ClientGone):  # nobody reads this; the connection is gone

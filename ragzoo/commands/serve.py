@@ -11,7 +11,9 @@ stays where it landed; every bound (`--max-concurrency`, `--max-queue`, the LM's
 endpoint limit) is per worker. Spawned, not forked: the parent has loaded DSPy, LiteLLM and their threads, and a
 fork would copy their locks mid-use. Stopping: SIGTERM to the parent stops every worker (exit 0), Ctrl-C too (exit
 130; the workers ignore the terminal's SIGINT and are stopped by the parent), a worker that dies stops the others
-(exit 1), and a worker whose parent is gone (killed outright) shuts itself down, so no process keeps the port."""
+(exit 1), and a worker whose parent is gone (killed outright) shuts itself down, so no process keeps the port.
+One process (`--workers 1`, the `--retriever` server) stops alike: SIGTERM exits 0, Ctrl-C 130, once the answers in
+flight are finished (at most WORKER_GRACE seconds, or until a second signal; a program's questions still running are then answered 503)."""
 
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"serving {spec} on http://{args.host}:{args.port}{args.path} (GET ?query=&k=, POST JSON; /health; "
           f"queries up to {args.max_query_chars:,} characters)", file=sys.stderr)
     serve(retriever, host=args.host, port=args.port, path=args.path, max_query_chars=args.max_query_chars,
-          max_pending=args.max_pending)
+          max_pending=args.max_pending, grace=WORKER_GRACE)
     return 0
 
 
@@ -107,8 +109,6 @@ def _serve_program(args: argparse.Namespace) -> int:
     import sys
 
     from ragzoo.errors import ConfigError
-    from ragzoo.retrieval.server import run_app
-    from ragzoo.serving import create_app
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
@@ -127,7 +127,40 @@ def _serve_program(args: argparse.Namespace) -> int:
           f"{f', {args.workers} worker processes' if args.workers > 1 else ''})", file=sys.stderr)
     if args.workers > 1:  # the parent's service never answers (its pool starts no thread until asked)
         return _serve_workers(args, sockets)
-    run_app(create_app(service), host=args.host, port=args.port)
+    return _serve_one(service, args)
+
+
+def _serve_one(service, args: argparse.Namespace) -> int:
+    """`--workers 1`: serve in this process until SIGTERM (exit 0) or Ctrl-C (130); the answers in flight finish,
+    for at most WORKER_GRACE seconds or until a second signal, then what is left is answered 503 (`run_app`,
+    `ProgramService.cut`). A question still on a worker thread after that (its LM request hung; nobody waits for
+    its answer) would hold the process until the request's timeout, since the interpreter waits for the thread at
+    exit: the process exits without it, as the --workers parent kills a worker that outlives its grace."""
+    import os
+    import sys
+
+    from ragzoo.retrieval.server import run_app
+    from ragzoo.serving import create_app
+
+    status = None
+    cut, close = getattr(service, "cut", None), getattr(service, "close", None)  # any service object serves
+    try:
+        run_app(create_app(service), host=args.host, port=args.port, grace=WORKER_GRACE, on_hurry=cut)
+        status = 0
+    except KeyboardInterrupt:
+        status = 130
+        raise
+    finally:
+        left = close() if close is not None else 0
+        if left and status is not None:
+            print(f"ragzoo serve: {left} question{'s' if left > 1 else ''} still waiting on the LM "
+                  f"{'were' if left > 1 else 'was'} cut (nobody waits for {'their' if left > 1 else 'its'} answer)",
+                  file=sys.stderr)
+            if status == 130:
+                print("ragzoo serve: interrupted; nothing was written", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
     return 0
 
 
@@ -195,7 +228,7 @@ def _program_worker(options: dict, sock, workers: int) -> None:
     _run_worker(make_app, sock, options["host"], options["port"])
 
 
-WORKER_GRACE = 30.0  # seconds a stopped worker has to finish the answers in flight before it is killed
+WORKER_GRACE = 30.0  # seconds a stopped server (or worker) has to finish the answers in flight before they are cut
 
 
 def _run_worker(make_app, sock, host: str, port: int) -> None:

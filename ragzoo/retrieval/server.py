@@ -548,19 +548,84 @@ def uvicorn_config(app, host: str = "127.0.0.1", port: int = 8893, log_level: st
                           h11_max_incomplete_event_size=max_head_bytes or max_body_bytes(max_query_chars))
 
 
-def run_app(app, host: str = "127.0.0.1", port: int = 8893, log_level: str = "warning", **limits) -> None:
-    import uvicorn
+def run_app(app, host: str = "127.0.0.1", port: int = 8893, log_level: str = "warning", grace: float | None = None,
+            on_hurry=None, **limits) -> None:
+    """Serve `app` in this (the main) thread until SIGTERM or Ctrl-C, then stop as uvicorn does: no new connection,
+    the answers in flight finish, for at most `grace` seconds (None: however long they take) or until a second
+    signal of either kind. Then `on_hurry()`, run on the event loop, answers what is still in flight at once (a
+    program server: 503), or, without it, uvicorn cuts the connections. SIGTERM then returns and Ctrl-C raises
+    KeyboardInterrupt, as in any interrupted command. (uvicorn alone re-raises the signal it caught once it has
+    stopped: SIGTERM's default action then kills the process, status 143, after its clean shutdown.)"""
+    import signal
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level=log_level, **limits)).run()
+    server = _stopping_server(uvicorn_config(app, host=host, port=port, log_level=log_level, **limits), grace,
+                              on_hurry)
+    if threading.current_thread() is not threading.main_thread():  # no signals here: the caller stops it
+        server.run()
+        return
+
+    def stopping(signum, frame):  # a signal before uvicorn's handlers are on or after it put them back
+        server.handle_exit(signum, frame)
+
+    previous = {signum: signal.signal(signum, stopping) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if server.stop_signal == signal.SIGINT:
+        raise KeyboardInterrupt
+
+
+HURRIED_GRACE = 5.0  # seconds the connections have to close once the answers in flight were cut (`on_hurry`)
+
+
+def _stopping_server(config, grace: float | None, on_hurry):
+    """A uvicorn.Server that notes the first signal it got (`stop_signal`), re-raises none, and stops waiting for
+    the answers in flight after `grace` seconds or a second signal of either kind (see `run_app`)."""
+    import time
+
+    import uvicorn
+
+    class StoppingServer(uvicorn.Server):
+        stop_signal = None
+        hurried = False
+
+        def handle_exit(self, sig, frame):  # a signal handler: sets flags, nothing more
+            if self.stop_signal is None:
+                self.stop_signal = sig
+            elif self.should_exit:
+                self.hurried = True
+            self.should_exit = True
+
+        async def shutdown(self, sockets=None):
+            watch = asyncio.ensure_future(self._hurry())
+            try:
+                await super().shutdown(sockets=sockets)
+            finally:
+                watch.cancel()
+
+        async def _hurry(self):
+            ends = None if grace is None else time.monotonic() + grace
+            while not self.hurried and (ends is None or time.monotonic() < ends):
+                await asyncio.sleep(0.1)
+            if on_hurry is not None:
+                on_hurry()
+                ends = time.monotonic() + HURRIED_GRACE
+                while time.monotonic() < ends:
+                    await asyncio.sleep(0.1)
+            self.force_exit = True
+
+    return StoppingServer(config)
 
 
 def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8893, path: str = "/",
           log_level: str = "warning", max_query_chars: int = MAX_QUERY_CHARS,
-          max_pending: int = DEFAULT_MAX_PENDING) -> None:
-    """Bind first, then warm up (`/health` says "warming" until the first searches ran)."""
+          max_pending: int = DEFAULT_MAX_PENDING, grace: float | None = None) -> None:
+    """Bind first, then warm up (`/health` says "warming" until the first searches ran). Stops as `run_app`."""
     run_app(create_app(retriever, path=path, max_query_chars=max_query_chars, max_pending=max_pending,
-                       warm="background"), host=host, port=port, log_level=log_level)
+                       warm="background"), host=host, port=port, log_level=log_level, grace=grace)
 
 
 class BackgroundServer:
