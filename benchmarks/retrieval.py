@@ -156,22 +156,53 @@ def bm25s_searcher(csc_dir: Path, backend: str, settings=None):
     else:
         tokenizer.word_to_id = dict(model.vocab_dict)
 
-    def search(queries: list[str], k: int = 10):
-        tokens = tokenizer.tokenize(queries, update_vocab=False, show_progress=False, allow_empty=False)
+    def tokenize(queries: list[str]):
+        return tokenizer.tokenize(queries, update_vocab=False, show_progress=False, allow_empty=False)
+
+    def retrieve(tokens, k: int = 10):
         return model.retrieve(tokens, k=k, show_progress=False, n_threads=0)
 
+    def search(queries: list[str], k: int = 10):
+        return retrieve(tokenize(queries), k)
+
+    search.tokenize, search.retrieve = tokenize, retrieve  # the two halves, for `cpu_split`
     return search
+
+
+def cpu_split(ours, theirs, questions: list[str], repeats: int = 3) -> dict:
+    """Where a question's CPU time goes, one question per call (process CPU time, best of `repeats`; on a
+    shared machine less noisy than wall time): ours tokenize / score / build hits / whole call, bm25s tokenize /
+    retrieve / whole call, in microseconds per question."""
+    def per_question(function) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.process_time()
+            function()
+            best = min(best, time.process_time() - started)
+        return 1e6 * best / len(questions)
+
+    tokens = ours.tokenize(questions)
+    ranked = [ours.pruned.top_k(ids, 10) for ids in tokens]
+    their_tokens = [theirs.tokenize([q]) for q in questions]
+    return {"ours tokenize us": per_question(lambda: [ours.tokenize([q]) for q in questions]),
+            "ours score us": per_question(lambda: [ours.pruned.top_k(ids, 10) for ids in tokens]),
+            "ours hits us": per_question(lambda: [ours.store.get_many(rows, scores) for rows, scores in ranked]),
+            "ours call us": per_question(lambda: [ours(q, 10) for q in questions]),
+            "bm25s tokenize us": per_question(lambda: [theirs.tokenize([q]) for q in questions]),
+            "bm25s retrieve us": per_question(lambda: [theirs.retrieve(ids) for ids in their_tokens]),
+            "bm25s call us": per_question(lambda: [theirs([q]) for q in questions])}
 
 
 def side_by_side(index_dir: Path, questions: list[str], csc_dir: Path | None = None, rounds: int = 5,
                  numpy_questions: int | None = None, backends: tuple[str, ...] = ("numba", "numpy"),
-                 label: str = "") -> tuple[list[dict], dict]:
+                 label: str = "", cpu_backends: tuple[str, ...] = ("numba",)) -> tuple[list[dict], dict]:
     """ragzoo's bm25 (`BM25Retriever` over `index_dir`, one thread) against bm25s's `retrieve` over the same
     index's CSC (`csc_dir`, default `index_dir`), same questions, k=10, end to end from query strings: interleaved
     rounds of one question per call ("single") and one batch of all ("batch"), per backend. numpy runs
     `numpy_questions` only (bm25s's numpy scorer answers ~4 q/s at 5.2M passages). Also "single, hits read":
     ours reading every hit's title and text (hits decode on first read; bm25s returns row numbers only).
-    Returns (table rows, flat numbers for JSON)."""
+    For `cpu_backends`, also where a question's CPU time goes (`cpu_split`). Returns (table rows, flat numbers
+    for JSON)."""
     import numpy as np
 
     from ragzoo.retrieval.bm25 import BM25Retriever
@@ -203,6 +234,9 @@ def side_by_side(index_dir: Path, questions: list[str], csc_dir: Path | None = N
                                                                            rtol=1e-5))
                    for hits, row in zip(ours.batch(asked, 10), their_scores))
         flat[f"{backend} top-10 scores == bm25s (of {len(asked)})"] = same
+        if ours.pruned is not None and backend in cpu_backends:  # (bm25s numpy: minutes at 1M+)
+            flat.update({f"{backend} cpu per question, {key}": value
+                         for key, value in cpu_split(ours, theirs, asked).items()})
         rates = interleaved(contenders, {name: len(asked) for name in contenders}, rounds)
         for mode, anchor in (("single", "bm25s single"), ("batch", "bm25s batch"),
                              ("single, hits read", "bm25s single")):
@@ -216,6 +250,17 @@ def side_by_side(index_dir: Path, questions: list[str], csc_dir: Path | None = N
                          f"ours/bm25s {key} range": row["ratio range"]})
     flat["side by side load"] = load_average()
     return rows, flat
+
+
+def cpu_rows(flat: dict) -> list[dict]:
+    """`cpu_split`'s figures out of a flat result (keys "<format> <backend> cpu per question, <what>"), one row
+    per format and backend."""
+    rows: dict[str, dict] = {}
+    for key, value in flat.items():
+        if " cpu per question, " in key:
+            setup, what = key.split(" cpu per question, ")
+            rows.setdefault(setup, {"setup": setup})[what] = value
+    return list(rows.values())
 
 
 # -- parts ---------------------------------------------------------------------------------------------
@@ -439,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(f"ragzoo bm25 vs bm25s retrieve on the same index, end to end from query strings, k=10, "
                     f"one thread, medians of {args.rounds} interleaved rounds ({load_average()}; target: numba "
                     f"ours/bm25s >= 0.8)", side)
+        print_table("CPU per question, one question per call (us, best of 3)", cpu_rows(ratios))
         print_table("ColBERTv2-compatible server over loopback (bm25, k=10)", bench_server(data, tmp))
         if args.big:
             print_table(f"bm25 over {args.big_docs:,} synthetic 60-word documents", [bench_big(tmp, args.big_docs)])

@@ -42,7 +42,8 @@ from pathlib import Path
 
 from benchmarks.common import percentile, wait_healthy, write_json
 from benchmarks.loadgen import get_request, run_load
-from benchmarks.retrieval import QUESTIONS, _free_port, in_child, load_average, print_table, qps, side_by_side
+from benchmarks.retrieval import (QUESTIONS, _free_port, cpu_rows, in_child, load_average, print_table, qps,
+                                  side_by_side)
 from ragzoo.retrieval.specs import DEFAULT_CORPUS
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -273,6 +274,8 @@ def _measure(folder: str, rows: list[dict], no_serve: bool, cache: str, anchor: 
         print_table(f"ragzoo bm25 vs bm25s retrieve on the same index, {docs:,} passages, end to end "
                     f"from query strings, k=10, one thread, medians of {anchor['rounds']} interleaved rounds "
                     f"({flat['side by side load']})", table)
+        print_table("CPU per question, one question per call (us, best of 3)",
+                    cpu_rows(flat))
         row.update(flat)
     if not no_serve:
         row.update(_serve_p99(folder, questions, cache))

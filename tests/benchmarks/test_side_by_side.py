@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.retrieval import interleaved, print_table, ratio_row, side_by_side
+from benchmarks.retrieval import cpu_rows, interleaved, print_table, ratio_row, side_by_side
 
 
 class FakeClock:
@@ -64,7 +64,8 @@ def tiny_index(tmp_path):
 
 def test_side_by_side_runs_both_on_one_index(tiny_index):
     questions = ["which river city", "film album band", "king and queen of paris", "war music"] * 3
-    rows, flat = side_by_side(tiny_index, questions, rounds=2, backends=("numpy",), label="csc ")
+    rows, flat = side_by_side(tiny_index, questions, rounds=2, backends=("numpy",), label="csc ",
+                              cpu_backends=("numpy",))
     assert [row["mode"] for row in rows] == ["csc numpy single", "csc numpy batch", "csc numpy single, hits read"]
     for row in rows:
         assert row["ours q/s"] > 0 and row["bm25s q/s"] > 0 and row["rounds"] == 2
@@ -72,3 +73,9 @@ def test_side_by_side_runs_both_on_one_index(tiny_index):
     assert flat["ours/bm25s numpy batch"] == rows[1]["ours/bm25s"]
     assert flat[f"numpy top-10 scores == bm25s (of {len(questions)})"] == len(questions)
     assert flat["side by side load"].startswith("load average ")
+    split = cpu_rows({f"csc {key}": value for key, value in flat.items()})
+    assert [row["setup"] for row in split] == ["csc numpy"]
+    parts = split[0]
+    assert set(parts) == {"setup", "ours tokenize us", "ours score us", "ours hits us", "ours call us",
+                          "bm25s tokenize us", "bm25s retrieve us", "bm25s call us"}
+    assert all(value >= 0 for key, value in parts.items() if key != "setup") and parts["ours call us"] > 0
