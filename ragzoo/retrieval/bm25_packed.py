@@ -547,24 +547,26 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
     stats[3] += n_terms - n
     stats[4] += n_found
     if n < n_terms:
+        # the candidates still in reach; after each looked-up term the same pass keeps those that can still
+        # reach theta with the next terms and gathers their k best (theta's next value, and at the end the answer)
         candidates = np.empty(n_found, dtype=found.dtype)
-        n_cand = n_found
+        n_cand = 0
+        for c in range(n_found):
+            d = found[c]
+            if np.float64(scratch[d]) + bound[n] >= theta:
+                candidates[n_cand] = d
+                n_cand += 1
         in_order = False
+        size = 0
         for m in range(n, n_terms):
             t = terms[m]
             repeat = repeats[m]
             first = term_first[t]
             df = term_df[t]
             nb = (df + 127) // 128
-            kept = 0
-            source = found if m == n else candidates  # the first filter copies from found
-            for c in range(n_cand):
-                d = source[c]
-                if np.float64(scratch[d]) + bound[m] >= theta:
-                    candidates[kept] = d
-                    kept += 1
-            n_cand = kept
             stats[5] += n_cand
+            kept = 0
+            size = 0
             if n_cand * 8 > df:
                 # many candidates for this term's postings: one pass over its blocks, adding to every passage
                 # already reached, is cheaper than finding each candidate (as PrunedTopK's add_to_reached); a
@@ -578,13 +580,22 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
                         old = scratch[d]
                         scratch[d] = old + weights[i] * np.float32(old > 0)  # x + w * 1 == x + w, bit for bit
                 stats[0] += df
-                if m + 1 < n_terms:
-                    theta = max(theta, _kth_best(scratch, candidates, n_cand, k, heap_scores, heap_rows))
+                for c in range(n_cand):
+                    d = candidates[c]
+                    score = scratch[d]
+                    if np.float64(score) + bound[m + 1] >= theta:
+                        candidates[kept] = d
+                        kept += 1
+                        row = np.int64(d)
+                        if size < k or score > heap_scores[0] or (score == heap_scores[0] and row < heap_rows[0]):
+                            size = _heap_push(heap_scores, heap_rows, size, k, score, row)
+                n_cand = kept
+                if size == k:
+                    theta = max(theta, np.float64(heap_scores[0]))
                 continue
             if not in_order:
                 candidates[:n_cand] = np.sort(candidates[:n_cand])
                 in_order = True
-            kept = 0
             j = 0
             decoded = -1
             pos = 0
@@ -607,32 +618,33 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
                         else:
                             high = middle
                     j = high
-                if j >= nb:
+                if j < nb:
+                    b = first + j
+                    if (partial + (np.float64(block_max[b]) * repeat + rest[m + 1])) * (1 + 1e-5) < theta:
+                        continue  # not even this block's best weight lifts it to theta
+                    count = min(128, df - j * 128)
+                    if decoded != b:
+                        _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1,
+                                    repeat, docs, weights)
+                        decoded = b
+                        pos = 0
+                        used += 1
+                        stats[0] += count
+                    while pos < count and docs[pos] < d:
+                        pos += 1
+                    if pos < count and docs[pos] == d:
+                        scratch[d] += weights[pos]
+                score = scratch[d]
+                if np.float64(score) + bound[m + 1] >= theta:
                     candidates[kept] = d
                     kept += 1
-                    continue
-                b = first + j
-                if (partial + (np.float64(block_max[b]) * repeat + rest[m + 1])) * (1 + 1e-5) < theta:
-                    continue
-                count = min(128, df - j * 128)
-                if decoded != b:
-                    _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1,
-                                repeat, docs, weights)
-                    decoded = b
-                    pos = 0
-                    used += 1
-                    stats[0] += count
-                while pos < count and docs[pos] < d:
-                    pos += 1
-                if pos < count and docs[pos] == d:
-                    scratch[d] += weights[pos]
-                candidates[kept] = d
-                kept += 1
+                    row = np.int64(d)
+                    if size < k or score > heap_scores[0] or (score == heap_scores[0] and row < heap_rows[0]):
+                        size = _heap_push(heap_scores, heap_rows, size, k, score, row)
             stats[2] += nb - used
             n_cand = kept
-            if m + 1 < n_terms:
-                theta = max(theta, _kth_best(scratch, candidates, n_cand, k, heap_scores, heap_rows))
-        size = _best_k(scratch, candidates, n_cand, k, heap_scores, heap_rows)
+            if size == k:
+                theta = max(theta, np.float64(heap_scores[0]))
     else:
         size = _best_k(scratch, found, n_found, k, heap_scores, heap_rows)
     # best first, exact ties by lower row
