@@ -151,6 +151,7 @@ def test_ctrl_c_stops_a_retriever_server_with_status_130(served):
     assert _port_is_free(server.port)
 
 
+@pytest.mark.slow  # the server imports DSPy and loads the program: ~8-15 s on a shared 2-core machine
 def test_sigterm_finishes_the_answer_in_flight_a_second_cuts_the_one_stuck_at_the_lm_then_exit_0(served, artifact):
     # two questions at the LM: one answered after 2 s, one never (until the stub stops; the LM timeout is 120 s)
     with StubLMServer(latency=2.0, faults=lambda index, body: "hang" if index == 1 else None) as stub:
@@ -173,6 +174,7 @@ def test_sigterm_finishes_the_answer_in_flight_a_second_cuts_the_one_stuck_at_th
     assert _port_is_free(server.port)
 
 
+@pytest.mark.slow  # the server imports DSPy and loads the program: ~8-15 s on a shared 2-core machine
 def test_ctrl_c_twice_cuts_an_answer_stuck_at_the_lm_and_exits_130(served, artifact):
     with StubLMServer(faults=["hang"]) as stub:
         server = served(*_program_flags(artifact, stub), OPENAI_API_KEY="sk-stub").healthy()
