@@ -324,8 +324,12 @@ def download(src: CorpusSource, *, offline: bool | None = None, cache_dir: str |
 def _hub_settings(offline: bool | None, cache_dir: str | None) -> tuple[bool, str | None, str | None]:
     from huggingface_hub import constants
 
+    from ragzoo.secrets import register_url
+
     offline = constants.is_offline_mode() if offline is None else offline
-    return offline, os.environ.get("HF_ENDPOINT") or None, cache_dir or os.environ.get("HF_HUB_CACHE") or None
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    register_url(endpoint)  # a mirror's userinfo/token: redacted from whatever echoes the URL (the hub's errors)
+    return offline, endpoint, cache_dir or os.environ.get("HF_HUB_CACHE") or None
 
 
 def _cached(src: CorpusSource, filename: str, cache_dir: str | None,
@@ -379,7 +383,9 @@ def expectation(src: CorpusSource, filename: str, *, endpoint: str | None = None
     import huggingface_hub
     from huggingface_hub import hf_hub_url
 
-    where = endpoint or "the hub"
+    from ragzoo.secrets import strip_url
+
+    where = strip_url(endpoint) if endpoint else "the hub"
     with _hub_errors(src, filename):
         meta = huggingface_hub.get_hf_file_metadata(
             hf_hub_url(src.repo_id, filename, repo_type=src.repo_type, revision=src.revision, endpoint=endpoint),
