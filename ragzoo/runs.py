@@ -451,6 +451,92 @@ def call_with_deadline(fn: Callable[[], Any], deadline: float | None) -> Any:
     return outcome.get("value")
 
 
+class _Watchdog:
+    """The one thread that ends the examples of `run_threads` pools that pass their deadline. Such an example runs
+    in its pool thread itself (a second thread per example, the first waiting on it, cost ~0.4 ms of CPU per LM
+    call at 64 threads): past the deadline, the watchdog hands on its timeout record and has another thread take
+    the pool's next questions in place of the one left behind (`_PoolSlot.leave`)."""
+
+    IDLE = 30.0  # seconds with nothing to watch before the thread exits
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._heap: list = []  # (monotonic deadline, sequence, entry); an ended example's entry is emptied
+        self._watched = 0  # entries not emptied yet
+        self._sequence = 0
+        self._running = False
+
+    def watch(self, seconds: float, expire: Callable[[], None]) -> list:
+        """Call `expire()` (on the watchdog thread) `seconds` from now, unless `cancel` comes first."""
+        import heapq
+
+        entry = [expire]
+        with self._changed:
+            self._sequence += 1
+            heapq.heappush(self._heap, (time.monotonic() + seconds, self._sequence, entry))
+            self._watched += 1
+            if len(self._heap) > 2 * self._watched + 64:  # ended examples' entries: dropped in one pass
+                self._heap = [item for item in self._heap if item[2][0] is not None]
+                heapq.heapify(self._heap)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._loop, name="ragzoo-deadlines", daemon=True).start()
+            elif self._heap[0][2] is entry:
+                self._changed.notify()
+        return entry
+
+    def cancel(self, entry: list) -> None:
+        with self._changed:
+            if entry[0] is not None:
+                entry[0] = None
+                self._watched -= 1
+
+    def _loop(self) -> None:
+        import heapq
+
+        while True:
+            with self._changed:
+                while self._heap and self._heap[0][2][0] is None:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    if not self._changed.wait(self.IDLE) and not self._heap:
+                        self._running = False
+                        return
+                    continue
+                due = self._heap[0][0] - time.monotonic()
+                if due > 0:
+                    self._changed.wait(due)
+                    continue
+                entry = heapq.heappop(self._heap)[2]
+                expire, entry[0] = entry[0], None
+                self._watched -= 1
+            try:
+                expire()
+            except Exception:  # noqa: BLE001 - one example's hand-over must not end the watch of the others
+                logger.exception("evaluate: handing on a timed-out example failed")
+
+
+_WATCHDOG = _Watchdog()
+_POOL = threading.local()  # .slot: this thread's `_PoolSlot` while it is a `run_threads` pool thread
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCHDOG.__init__)
+
+
+class _PoolSlot:
+    """A `run_threads` pool thread's place in its pool. `leave()` (the watchdog, once the thread's example passed
+    its deadline) starts a thread to take the pool's next items in its place; the thread stops after that
+    example, whenever it ends."""
+
+    def __init__(self, replace: Callable[[], None]) -> None:
+        self.left = False
+        self._replace = replace
+
+    def leave(self) -> None:
+        if not self.left:
+            self._replace()
+            self.left = True
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     """An error message as one short line: never an example's whole content in a run record or a log."""
     line = " ".join(str(text).split())
@@ -469,24 +555,73 @@ def program_inputs(program, example) -> dict:
     return inputs
 
 
+def _error_record(exc: BaseException) -> dict:
+    from ragzoo.secrets import redact  # a server that echoes the key must not get it stored
+
+    return {"kind": classify_error(exc), "type": type(exc).__name__, "message": _one_line(redact(str(exc)))}
+
+
 def run_example(program, example, position: int, metrics: list[tuple[str, Callable]], *,
-                deadline: float | None = None) -> dict:
+                deadline: float | None = None, deliver: Callable[[dict], Any] | None = None) -> dict | None:
     """Run one example inside a trace and return its prediction record (exceptions recorded, scored 0).
     `BudgetExceeded` propagates: the example was not run and must not be recorded. With `deadline`, an example
-    still running after that many seconds is recorded as a `timeout` failure."""
+    still running after that many seconds is recorded as a `timeout` failure.
+
+    In a `run_threads` pool thread, with `deliver`, the example runs in this thread: past its deadline the
+    watchdog hands its timeout record to `deliver` and another thread takes the pool's next questions; this
+    call then returns None whenever the example ends (its late result is dropped)."""
+    import contextvars
+
     from ragzoo.tracing import trace_example
 
     prediction, error = None, None
     started = time.perf_counter()
+    slot = getattr(_POOL, "slot", None) if deadline and deliver is not None else None
     with trace_example() as trace:
-        try:
-            prediction = call_with_deadline(lambda: program(**program_inputs(program, example)), deadline)
-        except BudgetExceeded:
-            raise
-        except Exception as exc:  # one example's failure is data, not the end of the run
-            from ragzoo.secrets import redact  # a server that echoes the key must not get it stored
+        if slot is None:
+            try:
+                prediction = call_with_deadline(lambda: program(**program_inputs(program, example)), deadline)
+            except BudgetExceeded:
+                raise
+            except Exception as exc:  # one example's failure is data, not the end of the run
+                error = _error_record(exc)
+            return _example_record(program, example, position, metrics, prediction, error, trace, started)
 
-            error = {"kind": classify_error(exc), "type": type(exc).__name__, "message": _one_line(redact(str(exc)))}
+        from ragzoo.endpoints import start_question_deadline
+
+        ended = threading.Lock()  # held by whichever comes first: the example's end or its deadline
+
+        def expire() -> None:
+            if not ended.acquire(blocking=False):
+                return
+            try:
+                timeout = ExampleTimeout(f"the example did not finish within its {deadline:g} s deadline "
+                                         f"(--deadline)")
+                deliver(_example_record(program, example, position, metrics, None, _error_record(timeout), trace,
+                                        started))
+            finally:
+                slot.leave()
+
+        context = contextvars.copy_context()  # the question's deadline is its own (it is not reset)
+        context.run(start_question_deadline, deadline)  # its LM calls stop retrying 429s at its deadline
+        watched = _WATCHDOG.watch(deadline, expire)
+        try:
+            prediction = context.run(program, **program_inputs(program, example))
+        except BudgetExceeded:
+            _WATCHDOG.cancel(watched)
+            if ended.acquire(blocking=False):
+                raise
+            return None
+        except Exception as exc:  # one example's failure is data, not the end of the run
+            error = _error_record(exc)
+        _WATCHDOG.cancel(watched)
+        if not ended.acquire(blocking=False):
+            return None  # past its deadline: the watchdog recorded it
+        return _example_record(program, example, position, metrics, prediction, error, trace, started)
+
+
+def _example_record(program, example, position: int, metrics, prediction, error: dict | None, trace,
+                    started: float) -> dict:
     latency = time.perf_counter() - started
     calls = list(trace.lm_calls)  # a timed-out example's calls may still be landing
     scores = {}
@@ -647,7 +782,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             if stop or closing.is_set():
                 return None
             try:
-                record = run_example(program, example, position, resolved, deadline=deadline)
+                record = run_example(program, example, position, resolved, deadline=deadline, deliver=accept)
             except BudgetExceeded as error:
                 with lock:
                     if not stop:
@@ -660,6 +795,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                 from ragzoo.secrets import redact  # before the cut: a key cut in two is no longer its value
 
                 logger.warning("example %s: %s", example_id(example, position), _one_line(redact(str(error)), 200))
+                return None
+            if record is None:  # past its deadline: the watchdog handed its record to accept
                 return None
             return accept(record)  # which keeps nothing once the run is closing
 
@@ -760,29 +897,41 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int) -> None:
     parent = thread_local_overrides.get().copy()
     queue = iter(items)
     take = threading.Lock()
+    pool: list[tuple[threading.Thread, _PoolSlot]] = []
+    pool_lock = threading.Lock()
 
-    def loop() -> None:
+    def loop(slot: _PoolSlot) -> None:
         overrides = {**thread_local_overrides.get(), **parent.copy()}
         if overrides.get("usage_tracker"):  # as DSPy: each thread tracks its own usage
             overrides["usage_tracker"] = copy.deepcopy(overrides["usage_tracker"])
         token = thread_local_overrides.set(overrides)
+        _POOL.slot = slot  # `run_example` runs a question under a deadline in this thread (`_Watchdog`)
         try:
-            while True:
+            while not slot.left:  # a thread left behind by a question past its deadline takes no other
                 with take:
                     item = next(queue, _DONE)
                 if item is _DONE:
                     return
                 work(item)
         finally:
+            _POOL.slot = None
             thread_local_overrides.reset(token)
 
-    pool = [threading.Thread(target=loop, name=f"ragzoo-evaluate-{i}", daemon=True)
-            for i in range(min(threads, len(items)))]
-    for thread in pool:
+    def start() -> None:
+        slot = _PoolSlot(start)
+        with pool_lock:
+            thread = threading.Thread(target=loop, args=(slot,), name=f"ragzoo-evaluate-{len(pool)}", daemon=True)
+            pool.append((thread, slot))
         thread.start()
-    for thread in pool:
-        while thread.is_alive():
-            thread.join(0.5)  # a timed wait: Ctrl-C is raised here, in the main thread
+
+    for _ in range(min(threads, len(items))):
+        start()
+    while True:  # every thread but those left behind (their questions are recorded; they may never end)
+        with pool_lock:
+            running = next((thread for thread, slot in pool if not slot.left and thread.is_alive()), None)
+        if running is None:
+            return
+        running.join(0.5)  # a timed wait: Ctrl-C is raised here, in the main thread
 
 
 _DONE = object()
@@ -940,7 +1089,8 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
         if halt.value or halt_self:
             return None
         try:
-            record = run_example(program, example, position, metrics, deadline=deadline)
+            record = run_example(program, example, position, metrics, deadline=deadline,
+                                 deliver=lambda late: send({"record": late}))
         except BudgetExceeded as error:
             halt_self.append(str(error))
             send({"budget": str(error)})
@@ -949,6 +1099,8 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
             from ragzoo.secrets import redact
 
             logger.warning("example %s: %s", example_id(example, position), _one_line(redact(str(error)), 200))
+            return None
+        if record is None:  # past its deadline: the watchdog sent its record
             return None
         send({"record": record})
         return True
