@@ -115,7 +115,8 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
                 tfs.astype(np.float32).tofile(spool_tfs)
             first_doc += len(chunk)
             doc_lengths.append(lengths)
-            doc_nnz.append(np.bincount(keys >> 32, minlength=len(chunk)))
+            if not packed:  # the csc's rows per passage; the packed build needs no such table
+                doc_nnz.append(np.bincount(keys >> 32, minlength=len(chunk)))
             vocab_size = len(tokenizer.stem_to_sid if tokenizer.stemmer else tokenizer.word_to_id)
             if vocab_size > len(doc_freq):
                 doc_freq = np.concatenate([doc_freq, np.zeros(max(vocab_size, 2 * len(doc_freq)) - len(doc_freq),
