@@ -420,8 +420,10 @@ class BM25Retriever(BaseRetriever):
                                                     show_progress=False,
                                                     n_threads=self.n_threads if len(answerable) > 1 else 0)
         for slot, rows, row_scores in zip(answerable, documents, scores):
-            # a zero score means no query term occurs in the passage: not a match, just filler (rows come best
-            # first, so the fillers are a tail)
-            matched = int(np.count_nonzero(row_scores > 0))
-            results[slot] = self.store.get_many(rows[:matched], row_scores[:matched])
+            if len(row_scores) and not row_scores[-1] > 0:
+                # a zero score means no query term occurs in the passage: not a match, just filler (rows come
+                # best first, so the fillers are a tail; the pruned scorers return matches only)
+                matched = int(np.count_nonzero(row_scores > 0))
+                rows, row_scores = rows[:matched], row_scores[:matched]
+            results[slot] = self.store.get_many(rows, row_scores)
         return results
