@@ -4,8 +4,8 @@ not counted as ragzoo's), through the real `dspy.LM` (`make_lm("openai/stub", ap
 `--max-concurrency` = requests in flight) and the bm25 retriever, at several threads x processes.
 
 For each setting: in flight = threads x processes; ideal q/s = in flight / (latency x LM calls per question);
-ratio = measured / ideal; CPU ms per LM call = ragzoo's process CPU time (this process and its worker processes:
-`os.times()`, user + system) / LM calls, the figure a busy machine changes least. The 1-minute load average is
+ratio = measured / ideal; CPU ms per LM call = ragzoo's process CPU time (this process and its worker processes,
+user + system, to the microsecond) / LM calls, the figure a busy machine changes least. The 1-minute load average is
 printed with the table: on a shared machine, read the ratios beside it.
 
     python -m benchmarks.throughput [--latency 0.2] [--settings 1x1,32x1,64x1,128x1,256x1,32x2,64x2,128x2] [--rounds 5]
@@ -56,8 +56,12 @@ def stub_server(latency: float):
 
 
 def cpu_seconds() -> float:
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    """CPU seconds of this process and of its ended children (evaluate's worker processes), to the microsecond:
+    `os.times()` counts in clock ticks (10 ms), a sixth of the CPU of a 15-question setting."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def run_setting(method_id: str, threads: int, processes: int, n: int, latency: float, base: str, retriever,

@@ -788,7 +788,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     if not stop:
                         stop.append(str(error))
                 return None
-            except KeyboardInterrupt:  # Ctrl-C on a one-thread run lands here: stop the run, not this question
+            except KeyboardInterrupt:  # Ctrl-C on a one-thread run without a deadline lands here: stop the run
                 closing.set()
                 raise
             except BaseException as error:  # noqa: BLE001 - never let the executor log a whole example
@@ -846,7 +846,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
-                    run_threads(work, todo, threads)
+                    run_threads(work, todo, threads, pooled=deadline is not None)
         finally:
             closing.set()
             if writer is not None:
@@ -880,17 +880,18 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     return summary
 
 
-def run_threads(work: Callable[[Any], Any], items: list, threads: int) -> None:
+def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False) -> None:
     """`work(item)` for every item on `threads` threads, each under the caller's DSPy settings (as DSPy's
     `ParallelExecutor` copies them). Not that executor: its main thread waits on every pending future at each
     completion and scans every result, O(questions) per question, which made the CPU of a question grow with
     the run's size (~1 ms per LM call at 1,280 questions). `work` must not raise; Ctrl-C reaches the caller
-    (the threads then take no new item once `work` sees the run closing)."""
+    (the threads then take no new item once `work` sees the run closing). `pooled`: one thread runs in a pool
+    too (not in the caller's thread), so that its questions under a deadline run in it (`run_example`)."""
     import copy
 
     from dspy.dsp.utils.settings import thread_local_overrides
 
-    if threads <= 1 or len(items) <= 1:
+    if (threads <= 1 and not pooled) or len(items) <= 1:
         for item in items:
             work(item)
         return
@@ -1107,7 +1108,7 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
 
     def run_all() -> None:
         with metering(max_calls, max_cost):
-            run_threads(work, items, threads)
+            run_threads(work, items, threads, pooled=deadline is not None)
 
     # off the main thread: a Ctrl-C is the parent's to handle, never this process's
     import contextvars

@@ -9,6 +9,7 @@ import threading
 import time
 
 import dspy
+import pytest
 
 from ragzoo.runs import evaluate
 from ragzoo.testing import ScriptedLM
@@ -27,7 +28,8 @@ def examples(count: int) -> list:
     return [dspy.Example(id=f"q{i}", question=f"q{i}", answer=f"Q{i}").with_inputs("question") for i in range(count)]
 
 
-def test_questions_under_a_deadline_run_in_the_evaluation_threads(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 4])
+def test_questions_under_a_deadline_run_in_the_evaluation_threads(monkeypatch, threads):
     started, answered_on = [], set()
     real_start = threading.Thread.start
     monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name) or real_start(self))
@@ -37,10 +39,10 @@ def test_questions_under_a_deadline_run_in_the_evaluation_threads(monkeypatch):
         return {"answer": context.inputs["question"].upper()}
 
     with dspy.context(lm=ScriptedLM(default=respond)):
-        summary = evaluate(Answer(), examples(200), "em", None, threads=4, progress=False, deadline=30)
+        summary = evaluate(Answer(), examples(200), "em", None, threads=threads, progress=False, deadline=30)
     assert summary["n"] == 200 and summary["metrics"]["em"] == 1.0
     assert answered_on == {"ragzoo-evaluate"}  # no hand-over to a thread of its own per question
-    assert len(started) <= 4 + 1, started  # the 4 threads and at most one watchdog, for 200 questions
+    assert len(started) <= threads + 1, started  # the threads and at most one watchdog, for 200 questions
 
 
 def test_a_question_past_its_deadline_is_recorded_then_and_the_others_go_on(tmp_path):
