@@ -607,14 +607,18 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         watched = _WATCHDOG.watch(deadline, expire)
         try:
             prediction = context.run(program, **program_inputs(program, example))
-        except BudgetExceeded:
-            _WATCHDOG.cancel(watched)
+        except Exception as exc:  # one example's failure is data, not the end of the run
+            if isinstance(exc, BudgetExceeded):  # not run: not recorded (unless its deadline came first)
+                if ended.acquire(blocking=False):
+                    raise
+                return None
+            error = _error_record(exc)
+        except BaseException:  # not a failure of the example: no record, as without a deadline
             if ended.acquire(blocking=False):
                 raise
             return None
-        except Exception as exc:  # one example's failure is data, not the end of the run
-            error = _error_record(exc)
-        _WATCHDOG.cancel(watched)
+        finally:
+            _WATCHDOG.cancel(watched)
         if not ended.acquire(blocking=False):
             return None  # past its deadline: the watchdog recorded it
         return _example_record(program, example, position, metrics, prediction, error, trace, started)
