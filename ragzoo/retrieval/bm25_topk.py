@@ -25,6 +25,9 @@ import threading
 
 import numpy as np
 
+# the heap the one-call kernel keeps its k best in: the packed format's, one copy of those loops
+from ragzoo.retrieval.bm25_packed import _best_k, _heap_push, _kth_best
+
 
 class PrunedTopK:
     """Top-k passages for token-id queries over a bm25s CSC score matrix (columns = terms).
@@ -36,6 +39,8 @@ class PrunedTopK:
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
                  kernels: str = "numpy", term_max: np.ndarray | None = None):
         self.kernels = NumbaKernels() if kernels == "numba" else NumpyKernels()
+        # numba with the builder's term_max.npy (whose columns are sorted): the whole query in one compiled call
+        self._one_call = _compiled_top_k() if kernels == "numba" and term_max is not None else None
         # plain views of the memory maps: slicing a np.memmap costs a Python-level __array_finalize__ each time
         self.data, self.indices, self.indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
         self.num_docs = int(num_docs)
@@ -44,15 +49,42 @@ class PrunedTopK:
         # without it each term's column is read once, on first use, for its largest weight and its order
         self.term_max = None if term_max is None else np.asarray(term_max, dtype=np.float64)
         self._local = threading.local()
-        # running totals, for benchmarks and tests: postings added in full vs terms only looked up
-        self.postings_scanned = 0
-        self.terms_searched = 0
+        # running totals, for benchmarks and tests: postings added in full vs terms only looked up, and the
+        # queries answered by the one-call kernel
+        self._totals = np.zeros(3, dtype=np.int64)
+        self._stats_lock = threading.Lock()
+
+    @property
+    def postings_scanned(self) -> int:
+        return int(self._totals[0])
+
+    @postings_scanned.setter
+    def postings_scanned(self, value: int) -> None:
+        self._totals[0] = value
+
+    @property
+    def terms_searched(self) -> int:
+        return int(self._totals[1])
+
+    @terms_searched.setter
+    def terms_searched(self, value: int) -> None:
+        self._totals[1] = value
+
+    @property
+    def one_call_queries(self) -> int:
+        return int(self._totals[2])
 
     def _scratch(self) -> np.ndarray:
         scores = getattr(self._local, "scores", None)
         if scores is None:
             scores = self._local.scores = np.zeros(self.num_docs, dtype=np.float32)
         return scores
+
+    def _found(self) -> np.ndarray:
+        found = getattr(self._local, "found", None)
+        if found is None:
+            found = self._local.found = np.empty(self.num_docs, dtype=np.int32)
+        return found
 
     def _stats(self, term: int) -> tuple[float, bool]:
         """(largest weight, rows sorted) of a term's column, computed on first use and kept."""
@@ -68,6 +100,13 @@ class PrunedTopK:
 
     def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the k best passages, best first; fewer when fewer passages match."""
+        if self._one_call is not None:
+            stats = np.zeros(3, dtype=np.int64)
+            rows, scores = self._one_call(np.asarray(token_ids, dtype=np.int64), int(k), self.data, self.indices,
+                                          self.indptr, self.term_max, self._scratch(), self._found(), stats)
+            with self._stats_lock:
+                self._totals += stats
+            return rows, scores
         terms, repeats = np.unique(np.asarray(token_ids, dtype=np.int64), return_counts=True)
         starts, ends = self.indptr[terms], self.indptr[terms + 1]
         present = ends > starts
@@ -189,6 +228,23 @@ class NumbaKernels:
 
 
 _COMPILED = None
+_TOP_K = None
+_COMPILE_LOCK = threading.Lock()
+
+
+def _compiled_top_k():
+    """`_top_k_csc` compiled (on first call; numba caches it on disk), with the packed format's compiled heap."""
+    global _TOP_K, _best_k, _heap_push, _kth_best
+    with _COMPILE_LOCK:
+        if _TOP_K is None:
+            import numba
+
+            from ragzoo.retrieval import bm25_packed
+
+            bm25_packed._compiled()  # swaps its heap helpers for their compiled versions; numba takes them from here
+            _best_k, _heap_push, _kth_best = bm25_packed._best_k, bm25_packed._heap_push, bm25_packed._kth_best
+            _TOP_K = numba.njit(nogil=True, cache=True)(_top_k_csc)
+    return _TOP_K
 
 
 def _compiled():
@@ -237,3 +293,146 @@ def term_maxima(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     if len(nonempty):
         maxima[nonempty] = np.maximum.reduceat(data, indptr[nonempty])
     return maxima
+
+
+def _top_k_csc(token_ids, k, data, indices, indptr, term_max, scratch, found, stats):
+    """`PrunedTopK.top_k` in one compiled call (the numba path): MaxScore as `bm25_packed._top_k` runs it, over
+    the CSC's stored weights (no decode, no norm read). Distinct terms rarest first (term ids sorted, then
+    stably by column length, as the numpy path), so every score is summed in the same order as there and
+    bit-identical. Rare terms add every posting into `scratch` (float32 per passage, zero) and list the passages
+    they reach first in `found` (int32 per passage); theta is the k-th best partial score; once the remaining
+    terms' bounds fall below it the frequent terms are only looked up, by galloping search in their sorted
+    columns, for the candidates still in reach, whose k best a heap keeps. Only touched entries are reset.
+    stats: postings added in full, terms looked up, kernel calls. Returns (rows, scores), best first, exact
+    ties by lower row."""
+    empty_rows = np.zeros(0, dtype=np.int64)
+    empty_scores = np.zeros(0, dtype=np.float32)
+    stats[2] += 1
+    n_columns = len(indptr) - 1
+    if len(token_ids) == 0 or k <= 0:
+        return empty_rows, empty_scores
+    ordered = np.sort(token_ids)
+    uniq = np.empty(len(ordered), dtype=np.int64)
+    reps = np.empty(len(ordered), dtype=np.float32)
+    n_uniq = 0
+    for i in range(len(ordered)):
+        t = ordered[i]
+        if t < 0 or t >= n_columns or indptr[t + 1] == indptr[t]:
+            continue  # unknown ids and empty columns add nothing
+        if n_uniq and uniq[n_uniq - 1] == t:
+            reps[n_uniq - 1] += 1
+        else:
+            uniq[n_uniq] = t
+            reps[n_uniq] = 1
+            n_uniq += 1
+    if n_uniq == 0:
+        return empty_rows, empty_scores
+    lengths = np.empty(n_uniq, dtype=np.int64)
+    for i in range(n_uniq):
+        lengths[i] = indptr[uniq[i] + 1] - indptr[uniq[i]]
+    order = np.argsort(lengths, kind="mergesort")
+    terms = uniq[:n_uniq][order]
+    repeats = reps[:n_uniq][order]
+    n_terms = n_uniq
+    # the most terms i.. can still add, and the same with the float32 margin (as the numpy path)
+    rest = np.zeros(n_terms + 1, dtype=np.float64)
+    for i in range(n_terms - 1, -1, -1):
+        rest[i] = rest[i + 1] + np.float64(repeats[i]) * np.float64(term_max[terms[i]])
+    bound = rest * (1 + 1e-5)
+    heap_scores = np.empty(k, dtype=np.float32)
+    heap_rows = np.empty(k, dtype=np.int64)
+    n_found = 0
+    theta = -np.inf
+    n = 0
+    while n < n_terms:
+        if n and bound[n] < theta:
+            break
+        repeat = repeats[n]
+        start, end = indptr[terms[n]], indptr[terms[n] + 1]
+        stats[0] += end - start
+        for j in range(start, end):
+            d = indices[j]
+            old = scratch[d]
+            # branch-free: a first reach is unpredictable, a mispredicted branch costs more than the store
+            found[n_found] = d
+            n_found += np.int64(old == 0)
+            scratch[d] = old + data[j] * repeat
+        n += 1
+        # theta helps only once what was read could outweigh the rest
+        if n < n_terms and rest[n + 1] < rest[0] - rest[n]:
+            theta = max(theta, _kth_best(scratch, found, n_found, k, heap_scores, heap_rows))
+    stats[1] += n_terms - n
+    if n < n_terms:
+        candidates = np.empty(n_found, dtype=found.dtype)
+        n_cand = 0
+        for c in range(n_found):
+            d = found[c]
+            if np.float64(scratch[d]) + bound[n] >= theta:
+                candidates[n_cand] = d
+                n_cand += 1
+        in_order = False
+        size = 0
+        for m in range(n, n_terms):
+            repeat = repeats[m]
+            start, end = indptr[terms[m]], indptr[terms[m] + 1]
+            length = end - start
+            kept = 0
+            size = 0
+            if n_cand * 8 > length:
+                # many candidates for this column: one pass adding to every passage already reached is cheaper
+                # than finding each (a reached passage no longer a candidate gains weight nobody reads)
+                for j in range(start, end):
+                    d = indices[j]
+                    old = scratch[d]
+                    scratch[d] = old + data[j] * repeat * np.float32(old > 0)  # x + w * 1 == x + w, bit for bit
+            else:
+                if not in_order:
+                    candidates[:n_cand] = np.sort(candidates[:n_cand])
+                    in_order = True
+                at = start
+                for c in range(n_cand):
+                    d = candidates[c]
+                    if at < end and indices[at] < d:
+                        # galloping: O(1) for dense candidates, O(log gap) for sparse ones
+                        low, high, step = at, at + 1, 1
+                        while high < end and indices[high] < d:
+                            low = high
+                            step *= 2
+                            high = low + step
+                        if high > end:
+                            high = end
+                        while high - low > 1:  # indices[low] < d <= indices[high] (or high == end)
+                            middle = (low + high) >> 1
+                            if indices[middle] < d:
+                                low = middle
+                            else:
+                                high = middle
+                        at = high
+                    if at < end and indices[at] == d:
+                        scratch[d] += data[at] * repeat
+            for c in range(n_cand):
+                d = candidates[c]
+                score = scratch[d]
+                if np.float64(score) + bound[m + 1] >= theta:
+                    candidates[kept] = d
+                    kept += 1
+                    row = np.int64(d)
+                    if size < k or score > heap_scores[0] or (score == heap_scores[0] and row < heap_rows[0]):
+                        size = _heap_push(heap_scores, heap_rows, size, k, score, row)
+            n_cand = kept
+            if size == k:
+                theta = max(theta, np.float64(heap_scores[0]))
+    else:
+        size = _best_k(scratch, found, n_found, k, heap_scores, heap_rows)
+    by_row = np.argsort(heap_rows[:size])
+    rows = heap_rows[:size][by_row]
+    scores = heap_scores[:size][by_row]
+    ranking = np.argsort(-scores, kind="mergesort")
+    rows = rows[ranking]
+    scores = scores[ranking]
+    if n_found > len(scratch) // 16:
+        scratch[:] = 0
+    else:
+        for i in range(n_found):
+            scratch[found[i]] = 0
+    return rows, scores

@@ -1,0 +1,107 @@
+"""The numba path of the csc scorer answers a query in one compiled call (`bm25_topk._top_k_csc`), with the
+exhaustive top k: bit for bit the numpy path's answer, and bm25s's up to float32 summation order."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from ragzoo.retrieval.bm25 import BM25Retriever, ensure_bm25_index  # noqa: E402
+from ragzoo.retrieval.bm25_topk import PrunedTopK, term_maxima  # noqa: E402
+
+
+def _dense_top_k(dense, token_ids, k):
+    """Every passage scored, terms summed rarest first (ties by term id) in float32; best first, ties by row."""
+    terms, repeats = np.unique([t for t in token_ids if 0 <= t < dense.shape[1]], return_counts=True)
+    lengths = (dense[:, terms] > 0).sum(axis=0)
+    order = np.argsort(lengths, kind="stable")
+    scores = np.zeros(dense.shape[0], dtype=np.float32)
+    for term, repeat in zip(terms[order], repeats[order]):
+        column = dense[:, term]
+        scores = np.where(column > 0, scores + column * np.float32(repeat), scores).astype(np.float32)
+    rows = np.flatnonzero(scores > 0)
+    ranking = np.lexsort((rows, -scores[rows]))[:k]
+    return rows[ranking].tolist(), scores[rows][ranking].tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_call_kernel_is_exact_with_ties_repeats_and_unknown_ids(seed):
+    rng = np.random.default_rng(seed)
+    densities = np.concatenate([[0.9, 0.7, 0.5], rng.uniform(0.002, 0.05, size=17)])
+    columns = [rng.random(4000) < d for d in densities]
+    dense = np.stack([np.where(c, rng.choice(np.array([0.5, 1.0, 1.25], dtype=np.float32), 4000), 0)
+                      for c in columns], axis=1).astype(np.float32)
+    dense[:, 7] = 0  # an empty column: a known term no passage has
+    indptr = np.zeros(21, dtype=np.int64)
+    indptr[1:] = np.cumsum((dense > 0).sum(axis=0))
+    indices = np.concatenate([np.flatnonzero(dense[:, t]) for t in range(20)]).astype(np.int32)
+    data = np.concatenate([dense[np.flatnonzero(dense[:, t]), t] for t in range(20)]).astype(np.float32)
+    one_call = PrunedTopK(data, indices, indptr, 4000, kernels="numba", term_max=term_maxima(data, indptr))
+    numpy_path = PrunedTopK(data, indices, indptr, 4000, kernels="numpy", term_max=term_maxima(data, indptr))
+    for _ in range(150):
+        query = list(rng.choice(20, size=int(rng.integers(1, 6))))
+        if rng.random() < 0.3:
+            query.append(query[0])  # a repeated term counts twice
+        known = list(query)
+        if rng.random() < 0.3:
+            query += [20, 10**6, -1]  # ids no column has: ignored
+        for k in (1, 3, 10, 100):
+            rows, scores = one_call.top_k(query, k)
+            assert (rows.tolist(), scores.tolist()) == _dense_top_k(dense, known, k), (query, k)
+            expected = numpy_path.top_k(known, k)
+            assert rows.tolist() == expected[0].tolist() and np.array_equal(scores, expected[1])
+    assert one_call.terms_searched > 0  # the frequent columns were looked up, not only scanned
+    assert not one_call._scratch().any()
+    assert one_call.top_k([], 5)[0].tolist() == [] and one_call.top_k([7, 99], 5)[0].tolist() == []
+    assert one_call.top_k([0], 0)[0].tolist() == []
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """2,000 passages: a few common words, rare names, and duplicated passages (exact ties)."""
+    rng = np.random.default_rng(11)
+    corpus = tmp_path_factory.mktemp("onecall") / "corpus.jsonl"
+    common = ["river", "city", "film", "album", "band"]
+    with open(corpus, "w") as handle:
+        for i in range(2000):
+            if i % 10 == 9:
+                text = "river city name1 name2"  # the same passage many times: its scores tie
+            else:
+                words = list(rng.choice(common, size=int(rng.integers(2, 9))))
+                words += [f"name{int(rng.zipf(1.6)) % 300}" for _ in range(int(rng.integers(0, 3)))]
+                text = " ".join(words)
+            handle.write(json.dumps({"id": f"d{i}", "title": "", "text": text}) + "\n")
+    folder, _meta, _built = ensure_bm25_index(corpus, show_progress=False)
+    return folder
+
+
+def test_the_numba_csc_path_is_one_compiled_call_per_query(index):
+    retriever = BM25Retriever(index, backend="numba")
+    pruned = retriever.pruned
+    assert isinstance(pruned, PrunedTopK) and pruned.term_max is not None
+
+    def per_term_loop(*_args):
+        raise AssertionError("the per-term Python loop ran")
+
+    pruned.kernels.scan = pruned.kernels.still_in_reach = pruned.kernels.add_to_reached = per_term_loop
+    numpy_path = BM25Retriever(index, backend="numpy").pruned
+    queries = ["river city name1 name2", "name3 film film", "band album river city film", "zzzunknown river",
+               "name1", "city name40 name7"]
+    before = pruned.one_call_queries
+    for query in queries:
+        ids = retriever.tokenize([query])[0]
+        for k in (1, 10, 300):
+            rows, scores = pruned.top_k(ids, k)
+            expected_rows, expected_scores = numpy_path.top_k(ids, k)
+            assert rows.tolist() == expected_rows.tolist() and np.array_equal(scores, expected_scores), query
+            their_rows, their_scores = retriever.model.retrieve([ids], k=k, show_progress=False)
+            theirs = their_scores[0][their_scores[0] > 0]
+            assert np.allclose(scores, theirs, rtol=1e-5)
+    assert pruned.one_call_queries - before == len(queries) * 3
+    # the retriever end to end: the tied duplicates come back lowest row first
+    hits = retriever.batch(["river city name1 name2"], 5)[0]
+    assert [p.pid for p in hits] == [f"d{i}" for i in (9, 19, 29, 39, 49)]
