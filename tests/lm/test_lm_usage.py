@@ -139,7 +139,12 @@ def test_budget_is_exact_across_threads_and_copies():
     assert sum(results) == 10 and meter.budget.started == 10 and meter.usage.lm_calls == 10
 
 
-def test_cost_budget_refuses_the_call_that_could_pass_it():
+def test_cost_budget_refuses_the_call_that_could_pass_it(monkeypatch):
+    from ragzoo import usage
+
+    # a call's estimate counts the longest reply this model gave in this process: an earlier test's long replies
+    # (tests run slow files first) would make the first call here look past the budget
+    monkeypatch.setattr(usage, "_LONGEST_REPLY", {})
     lm = make_lm("dry-run")
     predict = dspy.Predict("question -> answer")
     with dspy.context(lm=lm), metering(max_cost=1e-9) as meter:
