@@ -592,12 +592,13 @@ def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], targ
                     vouch = "ragzoo pins" if by == "pin" else "the hub says"
                     raise BadShard(f"{name} failed its integrity check (sha256 {digest[:12]}..., {vouch} "
                                    f"{expected[:12]}...); it was removed, rerun to download it again", path)
-        passages, written = 0, 0
-        try:
-            rows = sum(pq.ParquetFile(path).metadata.num_rows for _, path, _, _ in shards)
-        except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
-            raise BadArchive(f"a file of the corpus is not readable parquet ({error}); rerun with --force "
-                             f"after removing it from the hub cache") from None
+        passages, written, rows = 0, 0, 0
+        for name, path, _, _ in shards:  # named: which of the 28 files of 250 MB is bad, and only it leaves the cache
+            try:
+                rows += pq.ParquetFile(path).metadata.num_rows
+            except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+                raise BadShard(f"{name} is not readable parquet ({' '.join(str(error).split())}); it was removed, "
+                               f"rerun to download it again", path) from None
         with open(partial, "wb") as sink, \
                 tqdm(total=rows, unit=" passages", unit_scale=True, desc=f"convert -> {target.name}",
                      disable=not progress) as bar:

@@ -133,3 +133,44 @@ def test_a_mirror_s_credentials_never_reach_the_error_line(online, shards, monke
     assert "train-00002-of-00028.parquet" in line
     assert password not in out + err and "reader:" not in line
     assert "127.0.0.1" in line  # still says which mirror
+
+
+def test_a_hub_that_cannot_be_reached_is_one_line_naming_the_file(online, monkeypatch, capsys):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    code, out, err = fetch_cli(capsys, NAME, "--quiet")
+    assert code != 0 and "Traceback" not in err
+    (line,) = _lines(err)
+    assert line.startswith("ragzoo corpus: error: cannot download data/psgs_w100/no_embeddings/train-00000-of-00028"
+                           ".parquet from facebook/wiki_dpr") and "internal error" not in line
+    assert not (online / "cache" / "corpora" / NAME).exists()
+
+
+def test_a_file_that_is_not_parquet_is_named_removed_alone_and_fetched_again(online, shards, monkeypatch, capsys):
+    from ragzoo.retrieval import fetch
+
+    files, rows = shards
+    pin(monkeypatch, files, unpinned=(6,))
+    bad = fetch.WIKI18_SHARDS[6]
+    with MultiFileHub(files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        hub.files[bad] = b"<html>a mirror's error page, served as the file</html>"
+        hub.etags[bad] = "5d41402abc4b2a76b9719d911017c592"  # a mirror without sha256 ETags: --allow-unverified
+        code, out, err = fetch_cli(capsys, NAME, "--quiet", "--allow-unverified")
+        assert code != 0 and "Traceback" not in err
+        (line,) = [line for line in _lines(err) if not line.startswith("warning:")]
+        assert "train-00006-of-00028.parquet" in line and "not readable parquet" in line  # which of the 28
+        cached = {p.name for p in (online / "hub").rglob("*.parquet")}
+        assert bad.rsplit("/", 1)[1] not in cached and len(cached) == 27  # only that one leaves the hub cache
+        assert not _target(online).parent.exists()
+
+        hub.files[bad] = files[bad]
+        before = {name: len(hub.gets(name)) for name in files}
+        code, out, err = fetch_cli(capsys, NAME, "--quiet", "--allow-unverified")
+        assert code == 0, err
+        assert [name for name in files if len(hub.gets(name)) > before[name]] == [bad]
+    assert len(_target(online).read_text(encoding="utf-8").splitlines()) == len(rows)
