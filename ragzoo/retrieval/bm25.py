@@ -83,7 +83,7 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
     staging = index_cache.staging_dir(out_dir)
     try:
         tokenizer = make_tokenizer(settings)
-        store = PassageStoreWriter(staging)
+        store = PassageStoreWriter(staging, compress=index_format == bm25_packed.FORMAT)  # wiki-scale: blocks
         packed = index_format == bm25_packed.FORMAT
         if packed:
             buckets = bm25_packed.BucketSpool(staging, bm25_packed.bucket_count(corpus.stat().st_size,

@@ -19,9 +19,9 @@ ROWS = [("p0", "Apple", "An apple a day."), ("p1", "", "untitled text"), ("p2", 
         ("p3", "Empty", ""), ("p4", "Last", "the end")]
 
 
-@pytest.fixture
-def store(tmp_path):
-    writer = PassageStoreWriter(tmp_path)
+@pytest.fixture(params=[False, True], ids=["plain", "blocks"])
+def store(tmp_path, request):
+    writer = PassageStoreWriter(tmp_path, compress=request.param)
     for pid, title, text in ROWS:
         writer.add(pid, title, text)
     assert writer.close() == len(ROWS)
