@@ -174,3 +174,38 @@ def test_a_file_that_is_not_parquet_is_named_removed_alone_and_fetched_again(onl
         assert code == 0, err
         assert [name for name in files if len(hub.gets(name)) > before[name]] == [bad]
     assert len(_target(online).read_text(encoding="utf-8").splitlines()) == len(rows)
+
+
+def test_a_hub_that_echoes_the_token_in_its_refusal_never_gets_it_printed(online, monkeypatch, capsys):
+    from http.server import BaseHTTPRequestHandler
+
+    from ragzoo.testing import LoopbackHTTPServer
+
+    token = "hf_" + "Q7pLm2" * 6  # HF_TOKEN: sent by the hub client, echoed back by a careless mirror
+    seen = []
+
+    class Refusing(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _refuse(self):
+            seen.append(self.headers.get("Authorization"))
+            body = f'{{"error": "invalid credentials {self.headers.get("Authorization")}"}}'.encode()
+            self.send_response(401)
+            self.send_header("X-Error-Message", f"invalid credentials {self.headers.get('Authorization')}")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_HEAD = do_GET = _refuse
+
+    monkeypatch.setenv("HF_TOKEN", token)
+    with LoopbackHTTPServer(Refusing) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        code, out, err = fetch_cli(capsys, NAME, "--quiet")
+    assert seen and token in (seen[0] or "")  # the token was sent, so the echo held it
+    assert code != 0 and "Traceback" not in err
+    (line,) = _lines(err)
+    assert "train-00000-of-00028.parquet" in line and token not in out + err
