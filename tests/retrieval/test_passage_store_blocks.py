@@ -6,6 +6,7 @@ killed conversion leaves a loadable store), and the packed bm25 retriever answer
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
 import threading
@@ -91,8 +92,12 @@ def test_a_query_costs_at_most_one_decompression_per_block(tmp_path, monkeypatch
     monkeypatch.setattr(store_module.zlib, "decompressobj", lambda *a, **k: calls.append(1) or real(*a, **k))
     rows = np.array([0, 1, 2, BLOCK_ROWS, 5 * BLOCK_ROWS + 3, 5 * BLOCK_ROWS + 4, 399, 398, 17, 3])
     hits = store.get_many(rows, np.ones(len(rows), dtype=np.float32))
+    assert calls == []  # a search that does not read its hits decompresses nothing
+    assert [p.pid for p in hits] == [f"p{r}" for r in rows]
     assert len(calls) == len({int(r) // BLOCK_ROWS for r in rows}) == 4
     assert hits == store.get_many(rows, np.ones(len(rows), dtype=np.float32)) and len(calls) == 4  # cached
+    unread = store.get_many(np.array([100]), np.ones(1, dtype=np.float32))[0]
+    assert pickle.loads(pickle.dumps(unread)) == store.get(100, 1.0)  # the fields, not the store, are pickled
 
 
 def test_concurrent_readers_agree_while_the_cache_evicts(tmp_path, monkeypatch):
