@@ -61,12 +61,15 @@ def _line(pid: str, title: str, text: str) -> bytes:
 
 class PassageStoreWriter:
     """Appends passages in index order; `close()` writes the offsets table (and, for blocks, the manifest last).
-    `compress=True` writes the block layout, else the plain one."""
+    `compress=True` writes the block layout (`block_rows` lines a block, zlib `level`), else the plain one."""
 
-    def __init__(self, folder: Path, compress: bool = False):
+    def __init__(self, folder: Path, compress: bool = False, block_rows: int = BLOCK_ROWS, level: int = _LEVEL):
+        if block_rows < 1 or not 0 <= level <= 9:
+            raise ValueError(f"block_rows must be >= 1 and level 0..9, not {block_rows} and {level}")
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.compress = compress
+        self.block_rows, self.level = block_rows, level
         self._count = 0
         if compress:
             self._file = open(self.folder / BLOCKS_FILE, "wb")
@@ -95,7 +98,7 @@ class PassageStoreWriter:
                     self._start_blocks()
                 return
             self._block.append(line)
-            if len(self._block) == BLOCK_ROWS:
+            if len(self._block) == self.block_rows:
                 self._flush_block()
             return
         line += b"\n"
@@ -111,11 +114,11 @@ class PassageStoreWriter:
         self._zdict = b"\n".join(head)[-_ZDICT_BYTES:]
         for line in head:
             self._block.append(line)
-            if len(self._block) == BLOCK_ROWS:
+            if len(self._block) == self.block_rows:
                 self._flush_block()
 
     def _flush_block(self) -> None:
-        packer = zlib.compressobj(_LEVEL, zdict=self._zdict) if self._zdict else zlib.compressobj(_LEVEL)
+        packer = zlib.compressobj(self.level, zdict=self._zdict) if self._zdict else zlib.compressobj(self.level)
         data = packer.compress(b"\n".join(self._block)) + packer.flush()
         self._file.write(data)
         self._block_offsets.append(self._block_offsets[-1] + len(data))
@@ -140,7 +143,7 @@ class PassageStoreWriter:
         np.save(self.folder / BLOCK_OFFSETS_FILE, np.frombuffer(self._block_offsets, dtype=np.int64))
         (self.folder / ZDICT_FILE).write_bytes(self._zdict)
         atomic_write_json(self.folder / MANIFEST_FILE, {"layout": LAYOUT, "rows": self._count,
-                                                        "block_rows": BLOCK_ROWS, "level": _LEVEL})
+                                                        "block_rows": self.block_rows, "level": self.level})
         return self._count
 
 
@@ -302,7 +305,7 @@ class StoredPassage(Passage):
         return {key: value for key, value in self.__dict__.items() if key not in ("_line", "_row")}
 
 
-def compress_store(folder: Path, show_progress: bool = True) -> dict:
+def compress_store(folder: Path, show_progress: bool = True, block_rows: int = BLOCK_ROWS, level: int = _LEVEL) -> dict:
     """Convert the plain store in `folder` to the block layout in place, streaming (a line at a time, never the
     whole file). The block files are written beside the plain ones and declared by their manifest last; only
     then are passages.jsonl and its offsets removed, so at every moment one complete store is there (a killed
@@ -316,6 +319,8 @@ def compress_store(folder: Path, show_progress: bool = True) -> dict:
     from ragzoo.files import atomic_write_json, fsync_dir
 
     folder = Path(folder)
+    if block_rows < 1 or not 0 <= level <= 9:  # said before any work
+        raise ValueError(f"block_rows must be >= 1 and level 0..9, not {block_rows} and {level}")
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder")
     plain = [folder / name for name in PLAIN_FILES]
@@ -335,7 +340,7 @@ def compress_store(folder: Path, show_progress: bool = True) -> dict:
             present = {entry.name for entry in folder.iterdir()}
             ownership.mark(folder, "index", (ownership.ragzoo_files(folder, "index") & present) | set(BLOCK_FILES))
         (folder / MANIFEST_FILE).unlink(missing_ok=True)  # a store of another run's rows: written anew
-        writer = PassageStoreWriter(folder, compress=True)
+        writer = PassageStoreWriter(folder, compress=True, block_rows=block_rows, level=level)
         progress = tqdm(total=rows, desc=f"compress {folder.name}", unit="passage", disable=not show_progress)
         with open(folder / PASSAGES_FILE, "rb") as source:
             done = 0
@@ -375,9 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     compress = commands.add_parser("compress", help="compress the passage store of INDEX_DIR in place")
     compress.add_argument("index_dir", type=Path)
     compress.add_argument("--quiet", action="store_true", help="no progress bar")
+    compress.add_argument("--block-rows", type=int, default=BLOCK_ROWS,
+                          help=f"passages a block (default {BLOCK_ROWS}; 64: ~3%% smaller, ~3x the time per hit read)")
+    compress.add_argument("--level", type=int, default=_LEVEL,
+                          help=f"zlib level (default {_LEVEL}; 3: ~2x faster to write, ~5%% larger)")
     args = parser.parse_args(argv)
     try:
-        result = compress_store(args.index_dir, show_progress=not args.quiet)
+        result = compress_store(args.index_dir, show_progress=not args.quiet, block_rows=args.block_rows,
+                                level=args.level)
     except (OSError, ValueError) as error:
         print(f"ragzoo: cannot compress the passage store: {error}", file=sys.stderr)
         return 1

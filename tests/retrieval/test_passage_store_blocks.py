@@ -186,12 +186,26 @@ def test_a_killed_conversion_leaves_a_loadable_store(tmp_path, monkeypatch):
     assert list(PassageStore(folder)) == before and not (folder / "passages.jsonl").exists()
 
 
+def test_block_size_and_level_are_choices_of_the_conversion(tmp_path, capsys):
+    rows = _rows(100)
+    folder = tmp_path / "index"
+    _plain_index(folder, rows)
+    assert main(["compress", str(folder), "--quiet", "--block-rows", "5", "--level", "1"]) == 0
+    assert json.loads((folder / "passage_store.json").read_text())["block_rows"] == 5
+    assert len(np.load(folder / "passage_block_offsets.npy")) == 100 // 5 + 1
+    store = PassageStore(folder)
+    assert [(p.pid, p.title, p.text) for p in store.get_many(np.arange(100), np.ones(100))] == rows
+
+
 def test_compress_command_refuses_bad_folders_in_one_line(tmp_path, capsys):
     assert main(["compress", str(tmp_path / "missing")]) == 1
     (tmp_path / "empty").mkdir()
     assert main(["compress", str(tmp_path / "empty")]) == 1
+    _plain_index(tmp_path / "index", _rows(20))
+    assert main(["compress", str(tmp_path / "index"), "--block-rows", "0"]) == 1
+    assert not is_blocks(tmp_path / "index")
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(line.startswith("ragzoo: cannot compress") for line in err)
+    assert len(err) == 3 and all(line.startswith("ragzoo: cannot compress") for line in err)
     assert "Traceback" not in "".join(err)
 
 
