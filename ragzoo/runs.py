@@ -41,6 +41,7 @@ PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE)
 LOCK_FILE = ".ragzoo-run.lock"
+SLOTS_DIR = ".ragzoo-slots"  # `evaluate --processes`: the workers' shared endpoint limits, empty lock files
 DEFAULT_DEADLINE = 600.0  # seconds one example may take before it is recorded as a timeout failure
 
 
@@ -145,29 +146,41 @@ def _write_record_json(path: Path, value: dict) -> None:
 
 
 def _jsonl(records: list[dict]) -> bytes:
-    return "".join(json.dumps(storable_record(r), ensure_ascii=False, default=str) + "\n" for r in records).encode()
+    return b"".join(record_line(r) for r in records)
+
+
+def record_line(record: dict) -> bytes:
+    """A run record as its line of predictions.jsonl (`storable_record`: no secret)."""
+    return _line(storable_record(record))
+
+
+def _line(stored: dict) -> bytes:
+    return (json.dumps(stored, ensure_ascii=False, default=str) + "\n").encode()
 
 
 class PredictionWriter:
-    """Appends one JSON line per example (`storable_record`: no secret), flushed at once; thread-safe; never
+    """Appends one JSON line per example (`record_line`: no secret), flushed at once; thread-safe; never
     writes an id twice."""
 
     def __init__(self, path: Path, done_ids: Iterable[str] = ()):
         self.path = path
         self._ids = set(done_ids)
         self._lock = threading.Lock()
-        self._handle = open(path, "a", encoding="utf-8")
+        self._handle = open(path, "ab")
 
     def write(self, record: dict) -> bool:
-        line = json.dumps(storable_record(record), ensure_ascii=False, default=str) + "\n"
+        return self.write_line(record["id"], record_line(record))
+
+    def write_line(self, identifier: str, line: bytes) -> bool:
+        """Append `line`, the record `identifier` as `record_line` made it (in an `evaluate --processes` worker)."""
         with self._lock:
             if self._handle.closed:
                 return False  # the run was interrupted and closed: a straggler's result is not kept
-            if record["id"] in self._ids:
+            if identifier in self._ids:
                 return False  # a straggler re-run of an example already written
             self._handle.write(line)
             self._handle.flush()  # in the OS page cache now: survives a SIGKILL of this process
-            self._ids.add(record["id"])
+            self._ids.add(identifier)
             return True
 
     def close(self) -> None:
@@ -322,6 +335,17 @@ def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = Fal
             for name in RUN_FILES:
                 (out / name).unlink(missing_ok=True)
         yield out  # the caller writes config.json once it has checked what it resumes
+
+
+# Every key of a record that `summarize` and `evaluate`'s progress read: all an `evaluate --processes` worker sends
+# the parent beside the line it wrote, so the parent never parses a whole record
+SUMMARY_KEYS = ("id", "metrics", "error", "reasks", "degradations", "lm_calls", "prompt_tokens", "completion_tokens",
+                "cost", "retrievals", "cached_calls", "cached_prompt_tokens", "cached_completion_tokens",
+                "cached_cost", "latency")
+
+
+def summary_view(record: dict) -> dict:
+    return {key: record[key] for key in SUMMARY_KEYS if key in record}
 
 
 def summarize(records: list[dict], metric_names: list[str], *, total: int | None = None,
@@ -700,8 +724,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
 
     `processes` > 1 splits the questions over that many forked worker processes of `threads` threads each
     (`_run_in_processes`: one interpreter lock per process); this process keeps the run lock and writes every
-    record, the endpoints' --max-concurrency and the --max-calls/--max-cost budget are split evenly among the
-    workers, so together they never pass them."""
+    record; the workers share each endpoint's whole --max-concurrency (a worker that ends early leaves its part to
+    the others) and split the --max-calls/--max-cost budget evenly, so together they never pass them."""
     import dspy
 
     from ragzoo.adapters import adapter_name, make_adapter
@@ -804,12 +828,16 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                 return None
             return accept(record)  # which keeps nothing once the run is closing
 
-        def accept(record: dict) -> bool | None:
-            """Keep one finished record (from this process's threads or from a worker process)."""
+        def accept(record: dict, line: bytes | None = None) -> bool | None:
+            """Keep one finished record (from this process's threads), or a worker process's `line` (as
+            `record_line` made it) with its `summary_view` as `record`."""
             if closing.is_set():
                 return None
             try:
-                written = writer.write(record) if writer is not None else True
+                if writer is None:
+                    written = True
+                else:
+                    written = writer.write(record) if line is None else writer.write_line(record["id"], line)
             except OSError as error:  # a full disk or a lost folder: stop paying for examples that cannot be kept
                 with lock:
                     write_failed.append(error)
@@ -846,7 +874,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     metering(max_calls, max_cost):
                 if todo and processes > 1:
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
-                                                    max_calls, max_cost, accept, stop)
+                                                    max_calls, max_cost, accept, stop, out)
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
@@ -975,21 +1003,62 @@ def _share(total, index: int, count: int):
     return total // count + (1 if index < total % count else 0)
 
 
+@contextlib.contextmanager
+def _workers_share_limits(out: Path | None, limits: dict) -> Iterator[None]:
+    """The endpoint limits shared by the workers about to be forked (`endpoints.share_limits`): each may use the
+    whole limit and together they never pass it, so a worker that ends early leaves its part to the others (an
+    even split left the run's tail below the limit). The slot files go in the run folder (`SLOTS_DIR`, named in its
+    marker: a SIGKILL leaves empty files a later run reuses), or a temporary folder without one; both are removed
+    at the end. Limits already shared (a grid's) stay as they are."""
+    import tempfile
+
+    from ragzoo import endpoints
+
+    if not limits or endpoints.limits_shared():
+        yield
+        return
+    if out is not None:
+        from ragzoo.ownership import mark
+
+        mark(out, "run", (SLOTS_DIR,))
+        folder = out / SLOTS_DIR
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="ragzoo-slots-"))
+    try:
+        with endpoints.shared_limits(folder):
+            yield
+    finally:
+        _remove_slot_files(folder)
+
+
+def _remove_slot_files(folder: Path) -> None:
+    """Remove the slot files and the folders `endpoints.MachineSlots` made under `folder`, nothing else."""
+    import re
+
+    for parent, _, files in os.walk(folder, topdown=False):
+        for name in files:
+            if re.fullmatch(r"slot-\d+", name):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(parent, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)  # only once empty: anything else in it stays
+
+
 def _run_in_processes(todo: list, processes: int, threads: int, program, metrics, deadline, max_calls, max_cost,
-                      accept: Callable[[dict], Any], stop: list) -> str | None:
+                      accept: Callable[..., Any], stop: list, out: Path | None = None) -> str | None:
     """Run `todo` in `processes` forked workers of `threads` threads each; hand every record to `accept` here.
 
     Fork, not spawn: a worker gets the program, retriever, LM and DSPy settings as they are (nothing to pickle or
-    rebuild); it is forked before any LM call of the run. Each worker owns every endpoint limit's and budget's
-    even share (`_share`), so the workers together stay within them without a cross-process lock on each call.
-    A worker sends each record, as JSON, over a pipe of its own (a worker killed mid-write tears only its own
-    pipe); this process writes it, so the run lock, resume and the one-writer rule stay as with threads. A worker
-    exits when this process is gone (SIGKILL), ignores Ctrl-C (this process stops the workers on the way out).
-    Returns why a worker's budget share stopped it, if one did."""
+    rebuild); it is forked before any LM call of the run. The workers share each endpoint's whole limit
+    (`_workers_share_limits`) and own an even share of the budget (`_share`), so together they stay within both.
+    A worker sends each record over a pipe of its own (a worker killed mid-write tears only its own pipe) as the
+    line it is stored as (`record_line`: scrubbed there, by the same rule) after its `summary_view`; this process
+    writes the line as it is, so the run lock, resume and the one-writer rule stay as with threads, and no
+    record is parsed or serialised twice (without a run folder, `out` None, the whole record is parsed: it is the
+    result). A worker exits when this process is gone (SIGKILL), ignores Ctrl-C (this process stops the workers
+    on the way out). Returns why a worker's budget share stopped it, if one did."""
     import multiprocessing
     from multiprocessing.connection import wait
-
-    from ragzoo import endpoints
 
     limits = _endpoint_limits()
     context = multiprocessing.get_context("fork")
@@ -1001,19 +1070,18 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
     # the objects made so far (program, retriever index, modules) go to a generation no collection visits: a
     # worker's collections would otherwise write to every object and copy the whole parent, page by page
     gc.freeze()
+    sharing = contextlib.ExitStack()
     try:
+        sharing.enter_context(_workers_share_limits(out, limits))
         for index in range(processes):
             items = todo[index::processes]
             if not items:
                 continue
             receiver, sender = context.Pipe(duplex=False)
-            # limits the machine's processes share (a grid's: `endpoints.share_limits`) need no even split
-            shares = {name: limit if endpoints.limits_shared() else _share(limit, index, processes)
-                      for name, limit in limits.items()}
             calls = _share(max_calls, index, processes)
             cost = _share(None if max_cost is None else float(max_cost), index, processes)
             worker = context.Process(target=_process_worker, name=f"ragzoo-evaluate-{index}", daemon=True,
-                                     args=(items, threads, program, metrics, deadline, calls, cost, shares, sender,
+                                     args=(items, threads, program, metrics, deadline, calls, cost, limits, sender,
                                            halt, parent))
             worker.start()
             sender.close()  # the worker's end: EOF here once the worker is gone
@@ -1023,13 +1091,19 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
         while pipes:
             for receiver in wait(list(pipes)):
                 try:
-                    message = json.loads(receiver.recv_bytes())
+                    head, _, line = receiver.recv_bytes().partition(b"\n")
+                    message = json.loads(head)
+                    record = message.get("record")
+                    if record is not None and out is None:
+                        record = json.loads(line)
                 except (EOFError, OSError, ValueError):  # the worker is gone (its last record may be torn)
                     pipes.pop(receiver).join(5)
                     receiver.close()
                     continue
-                if message.get("record") is not None:
-                    accept(message["record"])
+                if record is not None and out is None:
+                    accept(record)
+                elif record is not None:
+                    accept(record, line)
                 elif message.get("budget"):
                     budget.append(message["budget"])
             if stop:
@@ -1060,6 +1134,7 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
                 worker.join()
         for receiver in pipes:
             receiver.close()
+        sharing.close()  # the workers are gone: no slot file is held
 
 
 def _process_worker(items, threads, program, metrics, deadline, max_calls, max_cost, limits, sender, halt,
@@ -1078,14 +1153,18 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
         os._exit(1)  # the parent was killed: no one would write what this worker finishes
 
     threading.Thread(target=orphaned, name="ragzoo-orphan-watch", daemon=True).start()
-    for name, limit in limits.items():
+    for name, limit in limits.items():  # the whole limit: the machine's slots keep the workers' sum within it
         endpoints.set_max_concurrency(name, limit)
     send_lock = threading.Lock()
 
-    def send(message: dict) -> None:
-        data = json.dumps(message, ensure_ascii=False, default=str).encode()
+    def send(message: dict, line: bytes = b"") -> None:
+        data = json.dumps(message, ensure_ascii=False, default=str).encode() + b"\n" + line
         with send_lock:
             sender.send_bytes(data)
+
+    def send_record(record: dict) -> None:
+        stored = storable_record(record)  # scrubbed once, here: the line and its view both
+        send({"record": summary_view(stored)}, _line(stored))
 
     halt_self: list[str] = []  # this worker's budget share is spent
 
@@ -1095,7 +1174,7 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
             return None
         try:
             record = run_example(program, example, position, metrics, deadline=deadline,
-                                 deliver=lambda late: send({"record": late}))
+                                 deliver=send_record)
         except BudgetExceeded as error:
             halt_self.append(str(error))
             send({"budget": str(error)})
@@ -1107,7 +1186,7 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
             return None
         if record is None:  # past its deadline: the watchdog sent its record
             return None
-        send({"record": record})
+        send_record(record)
         return True
 
     def run_all() -> None:
