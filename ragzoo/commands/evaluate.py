@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="parallel examples (default 1)")
     parser.add_argument("--processes", type=int,
                         help="worker processes, each running --threads examples at once (default 1): past ~32 "
-                             "requests in flight one interpreter is the limit; --max-concurrency and "
-                             "--max-calls/--max-cost are split evenly among them")
+                             "requests in flight one interpreter is the limit; they share --max-concurrency "
+                             "(each may use all of it) and split --max-calls/--max-cost evenly")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="continue an interrupted run (a larger -n extends it)")
     parser.add_argument("--retry-failed", action="store_true", default=None,
