@@ -198,7 +198,7 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
         raise LMError(f"cannot build LM {spec!r}: {exc}") from exc
     from ragzoo.usage import _price_lookup
 
-    _price_lookup(spec)  # imports LiteLLM's price table now (seconds), not inside the first example's deadline
+    _price_lookup(spec)  # reads LiteLLM's price table file now, not inside the first example's deadline
     lm.endpoint = endpoint_of(lm)
     set_max_concurrency(lm.endpoint, max_concurrency)
     lm.max_concurrency = max_concurrency

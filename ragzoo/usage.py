@@ -214,30 +214,93 @@ def use_local_price_map() -> None:
 
 
 _PRICE_LOCK = threading.Lock()
+_PRICE_TABLE: dict | None = None
+_PRICE_KEYS_FOLDED: dict[str, str] = {}  # lower-cased key -> key: LiteLLM looks a name up case-insensitively too
+PRICE_TABLE_FILE = "model_prices_and_context_window_backup.json"
+_NOT_MODELS = {"sample_spec", "fallback_generalizations"}  # the table's field guide and its routing rules
+
+# LiteLLM's own rule (litellm.utils._check_provider_match) for a name whose prefix is not the entry's provider
+_PROVIDER_ALIASES = {"vertex_ai": lambda listed: listed.startswith("vertex_ai"),
+                     "fireworks_ai": lambda listed: listed.startswith("fireworks_ai"),
+                     "azure_ai": lambda listed: listed in ("azure", "openai"),
+                     "litellm_proxy": lambda listed: True, "github": lambda listed: True,
+                     "nadir": lambda listed: True}
 
 
-@functools.lru_cache(maxsize=256)
-def _price_lookup(model: str) -> tuple[float, float] | None:
-    # LiteLLM's lookup of an unpriced model is slow (it walks its provider list and prints): remember both
-    # answers, so per-call cost accounting never repeats it.
-    use_local_price_map()
-    import io
+def price_table() -> dict:
+    """LiteLLM's bundled price table (the file LiteLLM itself reads under `LITELLM_LOCAL_MODEL_COST_MAP`), read
+    once per process. Found and parsed without importing LiteLLM: the import alone costs ~3.4 s of CPU, paid by
+    every ragzoo process that prices a model; reading the file costs ~0.04 s. {} if LiteLLM is not installed."""
+    global _PRICE_TABLE
+    if _PRICE_TABLE is None:
+        with _PRICE_LOCK:
+            if _PRICE_TABLE is None:
+                import importlib.util
+                import json
 
-    import litellm
+                spec = importlib.util.find_spec("litellm")
+                table: dict = {}
+                for location in (spec.submodule_search_locations or []) if spec else []:
+                    path = os.path.join(location, PRICE_TABLE_FILE)
+                    if os.path.isfile(path):
+                        with open(path, encoding="utf-8") as handle:
+                            table = json.load(handle)
+                        break
+                table = {key: entry for key, entry in table.items()
+                         if key not in _NOT_MODELS and isinstance(entry, dict)}
+                _PRICE_KEYS_FOLDED.update((key.lower(), key) for key in reversed(list(table)))
+                _PRICE_TABLE = table
+    return _PRICE_TABLE
 
-    # One lookup at a time: redirect_stdout swaps the process-wide sys.stdout, and two threads restoring it
-    # out of order would leave it pointing at a StringIO (every later print of the process lost).
-    with _PRICE_LOCK:
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):  # LiteLLM prints its provider list for an unknown model
-                prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=1,
-                                                                      completion_tokens=1)
-        except Exception:  # LiteLLM raises several types for an unknown model
-            return None
-    known = model in litellm.model_cost or model.split("/", 1)[-1] in litellm.model_cost
-    if not known and not (prompt_cost or completion_cost):
+
+def _listed_provider_fits(prefix: str, listed: str | None) -> bool:
+    if not listed or listed == prefix:
+        return True
+    if prefix.startswith("bedrock") and listed.startswith("bedrock"):
+        return True
+    alias = _PROVIDER_ALIASES.get(prefix)
+    return bool(alias and alias(listed))
+
+
+def _table_get(table: dict, key: str) -> dict | None:
+    entry = table.get(key)
+    return entry if entry is not None else table.get(_PRICE_KEYS_FOLDED.get(key.lower(), ""))
+
+
+def _table_entry(model: str) -> dict | None:
+    table = price_table()
+    entry = _table_get(table, model)
+    if entry is not None:
+        return entry
+    prefix, slash, name = model.partition("/")
+    if not slash:
         return None
-    return float(prompt_cost), float(completion_cost)
+    if name.startswith("ft:"):  # a fine-tuned model is priced as LiteLLM prices it: by its base's ft: entry
+        name = "ft:" + name[3:].split(":", 1)[0]
+    for key in (name, f"{prefix}/{name}"):
+        entry = _table_get(table, key)
+        if entry is not None and _listed_provider_fits(prefix, entry.get("litellm_provider")):
+            return entry
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _price_lookup(model: str) -> tuple[float, float] | None:
+    """(input, output) USD per token of `model` from LiteLLM's bundled price table, None if it lists no per-token
+    price for it. Named as LiteLLM names it: the table's key, or a provider prefix and the key (`openai/gpt-4o-mini`,
+    `vertex_ai/<a vertex_ai-* entry>`, `azure_ai/<an openai entry>`, `openai/ft:<base>:<org>::<id>`), and for
+    every such name the price `litellm.cost_per_token` gives (tests/lm/test_price_table.py checks every entry),
+    with two documented differences: the list price where LiteLLM gives a time-of-day off-peak price
+    (`off_peak_pricing`, a run's cost would depend on the hour), and the table's price for a name LiteLLM's
+    router refuses to route (a table key such as `bedrock_converse/...`, where LiteLLM raises). A name the table
+    does not list is not priced (LiteLLM is not imported to guess at aliases): `--price IN,OUT` prices it."""
+    entry = _table_entry(model)
+    if entry is None:
+        return None
+    prompt, completion = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+    if prompt is None and completion is None:  # priced per character, image, second...: not per token
+        return None
+    return float(prompt or 0.0), float(completion or 0.0)
 
 
 def price_per_token(model: str) -> tuple[float, float]:
@@ -246,8 +309,8 @@ def price_per_token(model: str) -> tuple[float, float]:
 
     prices = _price_lookup(model)
     if prices is None:
-        raise ConfigError(f"no price for model {model!r} in LiteLLM's price table; choose a priced model, "
-                          f"e.g. dry-run:{DEFAULT_PRICED_MODEL}")
+        raise ConfigError(f"no price for model {model!r}: not in LiteLLM's bundled price table; choose a priced "
+                          f"model, e.g. dry-run:{DEFAULT_PRICED_MODEL}")
     return prices
 
 
@@ -767,9 +830,9 @@ def metering(max_calls: int | None = None, max_cost: float | None = None, *,
         budget = (None if max_calls is None and max_cost is None
                   else Budget(max_calls, max_cost, price_per_hour=price_per_hour))
     if max_cost is not None and active is not None and not price_per_hour and not is_priced(active):
-        raise ConfigError(f"--max-cost cannot bind: model {getattr(active, 'model', active)!r} has no known price; "
-                          f"give one with --price IN,OUT (USD per million prompt, completion tokens) or "
-                          f"--price-per-hour USD (a server rented by the hour)")
+        raise ConfigError(f"--max-cost cannot bind: model {getattr(active, 'model', active)!r} has no known price "
+                          f"(not in LiteLLM's bundled price table); pass --price IN,OUT (USD per million prompt, "
+                          f"completion tokens) or --price-per-hour USD (a server rented by the hour)")
     meter = Meter(budget, price_per_hour=price_per_hour)
     callbacks = list(dspy.settings.get("callbacks", None) or [])
     # An LM that carries the callback itself (every `TrackedLM`) needs no global one: a global callback makes DSPy
