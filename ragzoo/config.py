@@ -165,6 +165,16 @@ def price_parts(value: Any) -> list[float] | None:
     return parts * 2 if len(parts) == 1 else parts
 
 
+def parse_price(value: Any, where: str = "") -> tuple[float, float] | None:
+    """The one reader of a `--price` (flag, config file, `make_lm(price=...)`): (input, output) USD per token,
+    None for no price; a value `check_number` refuses is refused here with its line."""
+    if value is None or value == "":
+        return None
+    _check_price(value, where)
+    prompt, completion = price_parts(value)
+    return prompt / 1e6, completion / 1e6
+
+
 def _check_price(value: Any, where: str) -> None:
     import math
 

@@ -84,23 +84,11 @@ DEFAULT_TIMEOUT = 120.0  # seconds per LM request (each retry gets its own); a h
 
 
 def parse_price(price) -> tuple[float, float] | None:
-    """A price for an unpriced model: "IN,OUT" USD per million prompt / completion tokens (or a pair)."""
-    if price is None or price == "":
-        return None
-    try:
-        if isinstance(price, str):
-            parts = [float(part) for part in price.replace("/1M", "").split(",")]
-        else:
-            parts = [float(part) for part in price]
-        if len(parts) == 1:
-            parts = parts * 2
-        prompt, completion = parts
-    except (TypeError, ValueError):
-        raise ConfigError(f"--price must be 'IN,OUT' USD per million prompt and completion tokens, e.g. "
-                          f"0.15,0.60; got {price!r}") from None
-    if prompt < 0 or completion < 0 or prompt != prompt or completion != completion:
-        raise ConfigError(f"--price must be non-negative, got {price!r}")
-    return prompt / 1e6, completion / 1e6
+    """A price for an unpriced model: "IN,OUT" USD per million prompt / completion tokens (or a pair), as USD per
+    token; read by `ragzoo.config.parse_price`, the one reader of --price."""
+    from ragzoo.config import parse_price as read_price
+
+    return read_price(price)
 
 
 def _refuse_secrets(spec: str, api_base: str | None, kwargs: dict) -> None:
