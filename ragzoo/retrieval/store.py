@@ -7,9 +7,10 @@ is never held as Python objects. Two layouts, told apart by their files:
   `passage_store.json`, written last): the same lines, `BLOCK_ROWS` to a block, each block zlib-compressed on
   its own with a preset dictionary (the first ~32 KB of lines: zlib's window), so a hit costs one small
   block's decompression, not a whole file's. Row r lives in block r // BLOCK_ROWS, line r % BLOCK_ROWS, so no
-  row table is needed. ~245 bytes a passage on the same corpus model (2.4x smaller); stdlib only (zstandard would do ~10% better with a trained dictionary but is not a
-  dependency). A hit's block is decompressed when the hit is first read, and kept in a small thread-safe LRU:
-  a query's 10 hits cost at most 10 decompressions (~50 us each), hits in one block one, hits never read none.
+  row table is needed. ~272 bytes a passage on the same corpus model (2.25x smaller; ~5.7 GB at 21M); stdlib
+  only (zstandard, not a dependency, would compress short similar texts better with a trained dictionary).
+  A hit's block is decompressed when the hit is first read, and kept in a small thread-safe LRU: a query's 10
+  hits cost at most 10 decompressions (~70 us CPU a hit read at 1M), hits in one block one, never-read hits none.
 
 A search's hits come back as `StoredPassage`s (`PassageStore.get_many`): each holds its line's bytes and decodes
 them on first access to pid, title or text. Decoding ten ~500-byte lines and building ten dataclasses costs
@@ -47,8 +48,8 @@ ZDICT_FILE = "passage_zdict.bin"
 MANIFEST_FILE = "passage_store.json"
 BLOCK_FILES = (BLOCKS_FILE, BLOCK_OFFSETS_FILE, ZDICT_FILE, MANIFEST_FILE)
 LAYOUT = "zlib-blocks"
-# 16 lines (~10 KB) a block: measured on 30k passages of the scale corpus model, 242 B/passage and ~50 us a block
-# to decompress with the dictionary; 64 lines save 3% more but cost 3x the time per hit read
+# 16 lines (~10 KB) a block: on 1M passages of the scale corpus model 272 B/passage and ~70 us CPU per hit read
+# (8 lines: 277 B; 64: ~3% smaller than 16 at ~3x the time per hit read)
 BLOCK_ROWS = 16
 _ZDICT_BYTES = 32 * 1024  # zlib's window: a longer dictionary is never referenced
 _LEVEL = 6  # level 9 saved <1% on the same sample, at twice the time to write
@@ -305,7 +306,8 @@ class StoredPassage(Passage):
         return {key: value for key, value in self.__dict__.items() if key not in ("_line", "_row")}
 
 
-def compress_store(folder: Path, show_progress: bool = True, block_rows: int = BLOCK_ROWS, level: int = _LEVEL) -> dict:
+def compress_store(folder: Path, show_progress: bool = True, block_rows: int = BLOCK_ROWS,
+                   level: int = _LEVEL) -> dict:
     """Convert the plain store in `folder` to the block layout in place, streaming (a line at a time, never the
     whole file). The block files are written beside the plain ones and declared by their manifest last; only
     then are passages.jsonl and its offsets removed, so at every moment one complete store is there (a killed
@@ -366,7 +368,8 @@ def compress_store(folder: Path, show_progress: bool = True, block_rows: int = B
     count = len(PassageStore(folder))
     seconds = time.perf_counter() - started
     return {"passages": count, "plain bytes": plain_bytes, "compressed bytes": block_bytes,
-            "seconds": round(seconds, 3), "MB/s (plain)": round(plain_bytes / 1e6 / seconds, 1) if plain_bytes else None}
+            "seconds": round(seconds, 3),
+            "MB/s (plain)": round(plain_bytes / 1e6 / seconds, 1) if plain_bytes else None}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,8 @@ def _rows(count: int, seed: int = 0) -> list[tuple[str, str, str]]:
         text = " ".join(rng.choice(words) for _ in range(rng.randint(0, 120)))
         rows.append((f"p{i}", rng.choice(["", "Title", "Ünïcödé | bars"]), text))
     rows[3] = ("p3", "Empty", "")
-    rows[min(40, count - 1)] = (f"p{min(40, count - 1)}", "Huge", "x" * 300_000 + " ünï")  # > a block, > the dictionary
+    huge = min(40, count - 1)
+    rows[huge] = (f"p{huge}", "Huge", "x" * 300_000 + " ünï")  # bigger than a block, than the dictionary
     return rows
 
 
