@@ -324,12 +324,8 @@ def download(src: CorpusSource, *, offline: bool | None = None, cache_dir: str |
 def _hub_settings(offline: bool | None, cache_dir: str | None) -> tuple[bool, str | None, str | None]:
     from huggingface_hub import constants
 
-    from ragzoo.secrets import register_url
-
     offline = constants.is_offline_mode() if offline is None else offline
-    endpoint = os.environ.get("HF_ENDPOINT") or None
-    register_url(endpoint)  # a mirror's userinfo/token: redacted from whatever echoes the URL (the hub's errors)
-    return offline, endpoint, cache_dir or os.environ.get("HF_HUB_CACHE") or None
+    return offline, os.environ.get("HF_ENDPOINT") or None, cache_dir or os.environ.get("HF_HUB_CACHE") or None
 
 
 def _cached(src: CorpusSource, filename: str, cache_dir: str | None,
@@ -385,6 +381,8 @@ def expectation(src: CorpusSource, filename: str, *, endpoint: str | None = None
 
     from ragzoo.secrets import strip_url
 
+    # a mirror's userinfo/token: not shown, and registered (by strip_url, before any request) so the hub
+    # client's own errors, which echo the URL, are redacted too
     where = strip_url(endpoint) if endpoint else "the hub"
     with _hub_errors(src, filename):
         meta = huggingface_hub.get_hf_file_metadata(
