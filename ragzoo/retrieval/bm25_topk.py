@@ -17,6 +17,13 @@ The result is the exhaustive top k: same passages and scores as bm25s, up to the
 additions (terms are summed rarest first, not in query order); exact ties, which bm25s orders arbitrarily,
 go to the lower passage row.
 Query terms repeated in a query count as often as they occur, as in bm25s.
+
+Two paths. numpy (`kernels="numpy"`): the loop above in Python, a numpy call or two per term. numba with the
+builder's `term_max.npy` (`backend=numba`, the default when numba is installed): the whole query in one compiled
+call, `_top_k_csc`, which also keeps theta up to date during the scan instead of a pass over the reached passages,
+and answers bit for bit as the numpy path. The per-term Python cost more than the scoring did: at 1M passages
+(CPU per question, token ids in, top 10 out) 2.3-2.5 ms for the per-term loop with numba column loops, 1.1-1.2 ms
+in one call, bm25s's numba `retrieve` 1.4-1.5; on the 17,703-passage sample 0.22, 0.038 and 0.047 ms.
 """
 
 from __future__ import annotations
