@@ -223,3 +223,20 @@ def test_a_hub_that_echoes_the_token_in_its_refusal_never_gets_it_printed(online
     assert code != 0
     line = _error_line(err)
     assert "train-00000-of-00028.parquet" in line and token not in out + err
+
+
+def test_a_fetch_of_a_complete_corpus_still_removes_a_dead_fetchs_partial_file(online, shards, monkeypatch, capsys):
+    files, _ = shards
+    pin(monkeypatch, files)
+    with MultiFileHub(files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        assert fetch_cli(capsys, NAME, "--quiet")[0] == 0
+        target = _target(online)
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        stale = target.with_name(f".{target.name}.partial-{int(dead.stdout)}")  # a --force run that was killed
+        stale.write_bytes(b"x" * 1000)
+        before = len(hub.requests)
+        code, out, err = fetch_cli(capsys, NAME, "--quiet")
+        assert len(hub.requests) == before  # complete: nothing asked of the hub
+    assert code == 0 and f"corpus {NAME} already complete" in out
+    assert not stale.exists()
