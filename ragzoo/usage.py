@@ -13,7 +13,8 @@ How it works:
   records a call id once.
 - One pricing rule (`call_cost`): an LM with a `priced_model` (the dry-run LM) is priced at that model's
   list price; otherwise the cost the provider reported (LiteLLM's `response_cost`); otherwise the LM's own
-  model at LiteLLM's list price (0 when the model has no price); a user's `price` (`--price`) comes before
+  model at LiteLLM's list price (0 when the model has no price). List prices come from LiteLLM's bundled price
+  table read as a file (`price_table`), never by importing LiteLLM (~3.4 s of CPU a process); a user's `price` (`--price`) comes before
   the provider's report. A cost budget on a model with no price at all is refused (`ConfigError`). Cache hits cost nothing and spend no
   tokens (`cached=True`, `prompt_tokens == 0`); what they would have used is kept apart
   (`cached_prompt_tokens`, `cached_completion_tokens`, `cached_cost`, counted on the text), so a report

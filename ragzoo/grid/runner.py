@@ -627,9 +627,9 @@ def check_budget_options(grid: Grid, *, max_cost: float | None, max_calls: int |
 
     for lm in grid.lms:
         if not is_dry_run_spec(lm.spec.strip()) and _price_lookup(lm.spec) is None:
-            raise ConfigError(f"--max-cost cannot bind: model {lm.spec!r} has no known price; give one with --price "
-                              f"IN,OUT (USD per million prompt, completion tokens) or --price-per-hour USD (a server "
-                              f"rented by the hour)")
+            raise ConfigError(f"--max-cost cannot bind: model {lm.spec!r} has no known price (not in LiteLLM's bundled "
+                              f"price table); pass --price IN,OUT (USD per million prompt, completion tokens) or "
+                              f"--price-per-hour USD (a server rented by the hour)")
 
 
 _FORK_LOCKS: list = []  # locks other cells' threads may hold while a cell forks its workers (`_fresh_locks`)

@@ -87,6 +87,14 @@ def test_an_unlisted_model_under_a_cost_budget_says_where_prices_come_from():
     message = str(raised.value)
     assert "not in LiteLLM's bundled price table" in message and "--price IN,OUT" in message
 
+    from ragzoo.grid.runner import check_budget_options
+    from ragzoo.grid.spec import parse_grid
+
+    grid = parse_grid({"grid": {"name": "t", "lms": ["openai/stub"]}, "datasets": [{"name": "hotpotqa"}],
+                       "methods": [{"id": "rag"}]})
+    with pytest.raises(ConfigError, match="not in LiteLLM's bundled price table.*--price IN,OUT"):
+        check_budget_options(grid, max_cost=1.0, max_calls=None, price=None, price_per_hour=None)
+
 
 PROBE = textwrap.dedent("""
     import json, sys
