@@ -413,17 +413,44 @@ class BM25Retriever(BaseRetriever):
         results: list[list[Passage]] = [[] for _ in queries]
         if not answerable:
             return results  # no query term is in the vocabulary: nothing matches
-        if self.pruned is not None:
-            documents, scores = zip(*self._map(lambda i: self.pruned.top_k(token_ids[i], k), answerable))
-        else:
+        if self.pruned is None:
             documents, scores = self.model.retrieve([token_ids[i] for i in answerable], k=min(k, self.num_docs),
                                                     show_progress=False,
                                                     n_threads=self.n_threads if len(answerable) > 1 else 0)
-        for slot, rows, row_scores in zip(answerable, documents, scores):
-            if len(row_scores) and not row_scores[-1] > 0:
-                # a zero score means no query term occurs in the passage: not a match, just filler (rows come
-                # best first, so the fillers are a tail; the pruned scorers return matches only)
-                matched = int(np.count_nonzero(row_scores > 0))
-                rows, row_scores = rows[:matched], row_scores[:matched]
-            results[slot] = self.store.get_many(rows, row_scores)
+            documents, scores = list(documents), list(scores)
+            for n, row_scores in enumerate(scores):
+                if len(row_scores) and not row_scores[-1] > 0:
+                    # a zero score means no query term occurs in the passage: not a match, just filler (rows
+                    # come best first, so the fillers are a tail; the pruned scorers return matches only)
+                    matched = int(np.count_nonzero(row_scores > 0))
+                    documents[n], scores[n] = documents[n][:matched], row_scores[:matched]
+        elif self.n_threads >= 2 and len(answerable) > 1:
+            documents, scores = zip(*self._map(lambda i: self.pruned.top_k(token_ids[i], k), answerable))
+        else:
+            documents, scores = self._top_k_here([token_ids[i] for i in answerable], k)
+        # every hit of the batch in one store call, then cut per query: at 17.7k passages the per-query Python
+        # around the ~30 us kernel (a call per query here and in the store) is what bm25s's batch does not pay
+        lengths = [len(rows) for rows in documents]
+        hits = self.store.get_many(np.concatenate(documents), np.concatenate(scores))
+        start = 0
+        for slot, length in zip(answerable, lengths):
+            results[slot] = hits[start:start + length]
+            start += length
         return results
+
+    def _top_k_here(self, token_ids: list[list[int]], k: int) -> tuple[list, list]:
+        """The pruned scorer's (rows, scores) for each query, on the calling thread: the csc's one-call kernel
+        called directly (one scratch lookup and one counter update for the whole batch, not one per query)."""
+        pruned = self.pruned
+        kernel = getattr(pruned, "_one_call", None)
+        if kernel is None:  # the packed index, or the numpy kernels
+            ranked = [pruned.top_k(ids, k) for ids in token_ids]
+        else:
+            stats = np.zeros(3, dtype=np.int64)
+            data, indices, indptr, term_max = pruned.data, pruned.indices, pruned.indptr, pruned.term_max
+            scratch, found, k, int64 = pruned._scratch(), pruned._found(), int(k), np.int64
+            ranked = [kernel(np.array(ids, dtype=int64), k, data, indices, indptr, term_max, scratch, found, stats)
+                      for ids in token_ids]
+            with pruned._stats_lock:
+                pruned._totals += stats
+        return [rows for rows, _ in ranked], [scores for _, scores in ranked]

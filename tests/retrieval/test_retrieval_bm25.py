@@ -192,3 +192,26 @@ def test_warm_up_asks_the_kernel_to_read_the_score_matrix_ahead(corpus, monkeypa
     assert advice == "MADV_WILLNEED" and hasattr(mmap, advice)
     assert arrays[0] is retriever.model.scores["data"] and arrays[1] is retriever.model.scores["indices"]
     assert all(getattr(array, "_mmap", None) is not None for array in arrays)  # real maps, so the advice lands
+
+
+def test_numba_batch_on_one_thread_equals_single_and_reads_the_store_once(wiki17_corpus, data_dir, monkeypatch):
+    """A batch on the calling thread scores its queries in one loop and builds every hit in one store call
+    (the per-query Python was what kept the batch path behind bm25s's at 17.7k passages), with the same hits,
+    scores and order as one query per call, an unanswerable query among them."""
+    pytest.importorskip("numba")
+    retriever = make_retriever(f"bm25:{wiki17_corpus}?backend=numba", show_progress=False)
+    with open(data_dir / "hotpotqa" / "dev_distractor.jsonl") as handle:
+        questions = [json.loads(line)["question"] for _, line in zip(range(60), handle)]
+    questions[7:7] = ["the of", questions[3]]  # unanswerable, and a repeat
+    singles = [retriever(q, 10) for q in questions]
+    calls = []
+    real_get_many = retriever.store.get_many
+    monkeypatch.setattr(retriever.store, "get_many", lambda rows, scores: (calls.append(len(rows)),
+                                                                           real_get_many(rows, scores))[1])
+    before = retriever.pruned.one_call_queries
+    batched = retriever.batch(questions, 10)
+    assert len(calls) == 1 and calls[0] == sum(map(len, singles))
+    assert batched == singles and batched[7] == [] and batched[8] == batched[3]
+    assert [[p.score for p in hits] for hits in batched] == [[p.score for p in hits] for hits in singles]
+    # the kernel's counters still see every answered query
+    assert retriever.pruned.one_call_queries == before + len(questions) - 1
