@@ -206,6 +206,29 @@ def test_block_max_skips_blocks_and_stays_exact(tmp_path):
     assert skipped[0] < 3 * (700 + 15)
 
 
+def test_theta_rises_during_the_scan_and_skips_the_same_terms_later_blocks(tmp_path):
+    """One term: its first block holds short passages with tf 3 (large weights), its other 15 blocks long
+    passages (small weights). A theta kept up to date while that block is added is its 10th best weight, above
+    every later block's largest: those blocks are never decoded. A theta taken only between terms never exists
+    for a one-term query, and every posting is decoded. The answer is the exhaustive one either way; k > 64
+    (theta by a pass between terms) is exact too."""
+    texts = ["beta beta beta x" if i < 128 else "beta " + "pad " * 60 for i in range(2048)]
+    corpus = _write(tmp_path / "c.jsonl", texts)
+    csc, packed = _both(tmp_path, corpus)
+    ids = packed.tokenize(["beta"])[0]
+    for k in (1, 10, 64):
+        before = packed.pruned.stats.copy()
+        rows, scores = packed.pruned.top_k(ids, k)
+        decoded = (packed.pruned.stats - before)[0]
+        expected_rows, expected_scores = _exhaustive(csc, ids, k)
+        assert rows.tolist() == expected_rows.tolist() and scores.tobytes() == expected_scores.tobytes()
+        assert decoded == 128, (k, decoded)  # the first block only, of 2048 postings
+    for k in (65, 200):
+        rows, scores = packed.pruned.top_k(ids, k)
+        expected_rows, expected_scores = _exhaustive(csc, ids, k)
+        assert rows.tolist() == expected_rows.tolist() and scores.tobytes() == expected_scores.tobytes()
+
+
 def test_format_packed_through_the_spec_and_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGZOO_CACHE", str(tmp_path / "cache"))
     corpus = _random_corpus(tmp_path / "c.jsonl", 9, 400)
