@@ -378,8 +378,12 @@ class OptunaClaims:
     GRACE = 30
 
     def __init__(self, url: str, study_name: str, keys: list[str], *, wait: float = 60.0,
-                 choices: list[str] | None = None, say=None):
+                 choices: list[str] | None = None, say=None, keys_as_of=None):
         import warnings
+
+        # `keys` are the cells not done on disk when the caller read them (`keys_as_of`, a naive local datetime as
+        # Optuna records): a claim another worker completed since then is a cell done, never one to enqueue again
+        self._keys_as_of = keys_as_of
 
         # the several-machines test waits out a dead worker's heartbeat in seconds rather than half a minute
         self.HEARTBEAT = _whole_seconds("RAGZOO_GRID_HEARTBEAT", self.HEARTBEAT)
@@ -458,6 +462,10 @@ class OptunaClaims:
         live = set()
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
             live.add(self._key_of(trial))
+        if self._keys_as_of is not None:  # two workers started together: the first may finish a cell meanwhile
+            for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+                if trial.datetime_complete is not None and trial.datetime_complete >= self._keys_as_of:
+                    live.add(self._key_of(trial))
         for key in self._keys:
             if key not in live:
                 self.study.enqueue_trial({"cell": key})
@@ -734,6 +742,10 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         track.start(track.name_of(out), tags={"ragzoo.grid": grid.name})
     result = SweepResult()
     todo = []
+    # when the cells' states were read from disk: a cell another worker completes after this is done, not to requeue
+    import datetime
+
+    states_read_at = datetime.datetime.now()
     for cell in cells:
         reason = runnable(cell)
         if reason:
@@ -760,7 +772,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     budget = Budget(None if max_calls is None else max(0, max_calls - used_calls),
                     None if max_cost is None else max(0.0, max_cost - used_cost), price_per_hour=price_per_hour)
     claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
-                           choices=[c.key for c in cells], say=say) if storage
+                           choices=[c.key for c in cells], say=say, keys_as_of=states_read_at) if storage
               else LocalClaims([c.key for c in todo]))
     lock = threading.Lock()
     running: dict[str, dict] = {}  # key -> the cell's meter, what it had on disk, its predictions' line count
