@@ -48,10 +48,9 @@ later blocks are skipped by a theta its earlier ones raised) and a looked-up ter
 exceed its df (was x 8): 1M passages, 1,000 HotpotQA questions, 3 interleaved rounds, 2.63 -> 2.29 ms a question
 CPU (bm25s numba 1.42, the csc one-call kernel 1.20).
 
-API (for the retriever, benchmarks and the lead's 21M run):
-    build(corpus, out_dir, settings=None, show_progress=True, memory_budget=2 GiB) -> meta
-        (= `bm25.build_bm25_index(..., index_format="packed")`)
-    load(index_dir, **retriever_kwargs) -> BM25Retriever (packed or csc, from meta.json)
+API (the retriever in `bm25.py` builds and loads this format: `bm25.build_bm25_index(corpus, out_dir,
+index_format="packed", memory_budget=...)`, `bm25.BM25Retriever(index_dir)`; this module imports nothing of
+`bm25.py`, which imports it):
     PackedIndex(folder): the arrays, memory-mapped; `.top_k(token_ids, k)` -> (rows int64, scores float32);
         `.stats` running totals: postings decoded, essential blocks skipped, lookup blocks skipped, terms
         looked up; `.df` document frequency per term id.
@@ -853,79 +852,11 @@ def to_csc(packed_dir: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def build(corpus: Path, out_dir: Path, settings=None, show_progress: bool = True,
-          memory_budget: int = 2 << 30, **kwargs) -> dict:
-    """Stream `corpus` into a packed index at `out_dir` (replaced atomically). Returns the index metadata."""
-    from ragzoo.retrieval.bm25 import BM25Settings, build_bm25_index
-
-    return build_bm25_index(Path(corpus), Path(out_dir), settings or BM25Settings(), show_progress=show_progress,
-                            index_format=FORMAT, memory_budget=memory_budget, **kwargs)
-
-
-def load(index_dir: Path, **kwargs):
-    """The retriever over a built index folder (packed or csc, as its meta.json says)."""
-    from ragzoo.retrieval.bm25 import BM25Retriever
-
-    return BM25Retriever(Path(index_dir), **kwargs)
-
-
 def index_bytes(folder: Path) -> dict:
     """Sizes on disk: the postings files vs the passage store (which dominates at wiki scale)."""
     sizes = {path.name: path.stat().st_size for path in Path(folder).iterdir() if path.is_file()}
     store = sum(size for name, size in sizes.items() if name.startswith("passage"))
     return {"postings bytes": sum(sizes.values()) - store, "passages bytes": store, "total bytes": sum(sizes.values())}
-
-
-def side_by_side(packed_dir: Path, csc_dir: Path, questions: list[str], k: int = 10, rounds: int = 5) -> dict:
-    """Scorer q/s of ours (packed) and bm25s's numba `retrieve` on the same token ids, interleaved over `rounds`
-    (medians), one query at a time and as one batch, single thread; plus top-k agreement. `csc_dir`: the csc
-    index of the same corpus (e.g. `to_csc(packed_dir, ...)`). A benchmark hook: no tokenisation nor passage
-    lookup on either side (those are the retriever's, measured end to end by benchmarks/)."""
-    import statistics
-    import time
-
-    import bm25s
-
-    from ragzoo.retrieval.bm25 import BM25Retriever
-
-    ours = BM25Retriever(Path(packed_dir), check_stale=False)
-    tokens = [ids for ids in ours.tokenize(questions) if ids]
-    model = bm25s.BM25.load(str(csc_dir), mmap=True, load_corpus=False)
-    model.backend = "numba"
-    model.activate_numba_scorer()
-    for ids in tokens[:20]:  # compile / page in both
-        ours.pruned.top_k(ids, k)
-        model.retrieve([ids], k=k, show_progress=False, n_threads=0)
-    timings: dict[str, list[float]] = {"ours single": [], "bm25s single": [], "ours batch": [], "bm25s batch": []}
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for ids in tokens:
-            ours.pruned.top_k(ids, k)
-        timings["ours single"].append(len(tokens) / (time.perf_counter() - started))
-        started = time.perf_counter()
-        for ids in tokens:
-            model.retrieve([ids], k=k, show_progress=False, n_threads=0)
-        timings["bm25s single"].append(len(tokens) / (time.perf_counter() - started))
-        started = time.perf_counter()
-        ours.batch_top_k(tokens, k) if hasattr(ours, "batch_top_k") else [ours.pruned.top_k(ids, k) for ids in tokens]
-        timings["ours batch"].append(len(tokens) / (time.perf_counter() - started))
-        started = time.perf_counter()
-        model.retrieve(tokens, k=k, show_progress=False, n_threads=0)
-        timings["bm25s batch"].append(len(tokens) / (time.perf_counter() - started))
-    out = {f"q/s {name}": statistics.median(values) for name, values in timings.items()}
-    out["ratio single"] = out["q/s ours single"] / out["q/s bm25s single"]
-    out["ratio batch"] = out["q/s ours batch"] / out["q/s bm25s batch"]
-    rows, scores = model.retrieve(tokens, k=k, show_progress=False, n_threads=0)
-    same = overlap = 0
-    for ids, their_rows, their_scores in zip(tokens, rows, scores):
-        mine, _ = ours.pruned.top_k(ids, k)
-        theirs = their_rows[their_scores > 0]
-        same += mine.tolist() == theirs.tolist()
-        overlap += len(set(mine.tolist()) & set(theirs.tolist())) / max(1, len(theirs))
-    out["identical top-k (bm25s's order, ties arbitrary there)"] = same / len(tokens)
-    out["top-k overlap"] = overlap / len(tokens)
-    out["queries"] = len(tokens)
-    return out
 
 
 VOCAB_BLOB = "packed_vocab_blob.npy"  # uint8: the terms, UTF-8, sorted by their bytes, concatenated

@@ -212,13 +212,13 @@ def test_compress_command_refuses_bad_folders_in_one_line(tmp_path, capsys):
 
 def test_packed_bm25_hits_are_identical_over_both_stores(wiki17_corpus, tmp_path):
     pytest.importorskip("numba")
-    from ragzoo.retrieval import bm25_packed
+    from ragzoo.retrieval import bm25
 
     corpus = tmp_path / "corpus.jsonl"
     with open(wiki17_corpus, encoding="utf-8") as source:
         corpus.write_text("".join(line for _, line in zip(range(1500), source)), encoding="utf-8")
     blocks_dir = tmp_path / "packed"
-    bm25_packed.build(corpus, blocks_dir, show_progress=False)
+    bm25.build_bm25_index(corpus, blocks_dir, show_progress=False, index_format="packed")
     assert is_blocks(blocks_dir)  # the packed format writes the compressed store by default
     plain_dir = tmp_path / "packed_plain"
     shutil.copytree(blocks_dir, plain_dir)
@@ -229,7 +229,7 @@ def test_packed_bm25_hits_are_identical_over_both_stores(wiki17_corpus, tmp_path
     writer.close()
     for name in BLOCK_FILES:
         (plain_dir / name).unlink()
-    over_blocks, over_plain = bm25_packed.load(blocks_dir), bm25_packed.load(plain_dir)
+    over_blocks, over_plain = bm25.BM25Retriever(blocks_dir), bm25.BM25Retriever(plain_dir)
     assert not is_blocks(plain_dir) and over_plain.store._blocks is None
     with open(wiki17_corpus, encoding="utf-8") as source:
         titles = [json.loads(line)["title"] for _, line in zip(range(40), source)]

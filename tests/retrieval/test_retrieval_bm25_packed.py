@@ -18,7 +18,7 @@ pytest.importorskip("numba")
 
 from ragzoo.cli import main  # noqa: E402
 from ragzoo.errors import ConfigError  # noqa: E402
-from ragzoo.retrieval import bm25_packed, make_retriever  # noqa: E402
+from ragzoo.retrieval import bm25, bm25_packed, make_retriever  # noqa: E402
 from ragzoo.retrieval.bm25 import BM25Retriever, build_bm25_index, ensure_bm25_index  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(40)]
@@ -291,13 +291,13 @@ def test_killed_build_leaves_no_index_and_the_next_build_cleans_up(tmp_path):
     out = tmp_path / "idx"
     script = ("import sys, time\n"
               "from pathlib import Path\n"
-              "from ragzoo.retrieval import bm25_packed\n"
+              "from ragzoo.retrieval import bm25, bm25_packed\n"
               "real = bm25_packed.write_packed\n"
               "def stuck(*a, **k):\n"
               "    print('spooled', flush=True)\n"
               "    time.sleep(600)\n"
               "bm25_packed.write_packed = stuck\n"
-              "bm25_packed.build(Path(sys.argv[1]), Path(sys.argv[2]), show_progress=False, memory_budget=100000)\n")
+              "bm25.build_bm25_index(Path(sys.argv[1]), Path(sys.argv[2]), show_progress=False, index_format='packed', memory_budget=100000)\n")
     process = subprocess.Popen([sys.executable, "-c", script, str(corpus), str(out)], stdout=subprocess.PIPE,
                                env={**os.environ, "RAGZOO_CACHE": str(tmp_path / "cache")})
     assert process.stdout.readline().strip() == b"spooled"
@@ -307,7 +307,7 @@ def test_killed_build_leaves_no_index_and_the_next_build_cleans_up(tmp_path):
     process.wait()
     assert not out.exists()
     time.sleep(0.1)
-    bm25_packed.build(corpus, out, show_progress=False)
+    bm25.build_bm25_index(corpus, out, show_progress=False, index_format="packed")
     assert [p.name for p in tmp_path.iterdir() if ".building-" in p.name] == []
     assert len(BM25Retriever(out)) == 3000
 
