@@ -33,7 +33,7 @@ import threading
 import numpy as np
 
 # the heap the one-call kernel keeps its k best in: the packed format's, one copy of those loops
-from ragzoo.retrieval.bm25_packed import _best_k, _heap_push, _kth_best
+from ragzoo.retrieval.bm25_packed import _best_k, _heap_push, _kth_best, _offer
 
 
 class PrunedTopK:
@@ -241,7 +241,7 @@ _COMPILE_LOCK = threading.Lock()
 
 def _compiled_top_k():
     """`_top_k_csc` compiled (on first call; numba caches it on disk), with the packed format's compiled heap."""
-    global _TOP_K, _best_k, _heap_push, _kth_best
+    global _TOP_K, _best_k, _heap_push, _kth_best, _offer
     with _COMPILE_LOCK:
         if _TOP_K is None:
             import numba
@@ -250,6 +250,7 @@ def _compiled_top_k():
 
             bm25_packed._compiled()  # swaps its heap helpers for their compiled versions; numba takes them from here
             _best_k, _heap_push, _kth_best = bm25_packed._best_k, bm25_packed._heap_push, bm25_packed._kth_best
+            _offer = bm25_packed._offer
             _TOP_K = numba.njit(nogil=True, cache=True)(_top_k_csc)
     return _TOP_K
 
@@ -373,25 +374,8 @@ def _top_k_csc(token_ids, k, data, indices, indptr, term_max, scratch, found, st
             new = old + data[j] * repeat
             scratch[d] = new
             if track and (new > worst_score or (new == worst_score and d < worst_row) or size < k):
-                slot = -1
-                for i in range(size):
-                    if heap_rows[i] == d:
-                        slot = i
-                        break
-                if slot < 0:
-                    if size < k:
-                        slot = size
-                        size += 1
-                    else:
-                        slot = worst
-                heap_rows[slot] = d
-                heap_scores[slot] = new
+                size, worst = _offer(heap_scores, heap_rows, size, k, worst, d, new)
                 if size == k:
-                    worst = 0
-                    for i in range(1, k):
-                        if heap_scores[i] < heap_scores[worst] or \
-                                (heap_scores[i] == heap_scores[worst] and heap_rows[i] > heap_rows[worst]):
-                            worst = i
                     worst_score = heap_scores[worst]
                     worst_row = heap_rows[worst]
         n += 1
