@@ -313,10 +313,13 @@ def plot_metadata(path: str | os.PathLike) -> dict | None:
     return None
 
 
-def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str) -> Path:
+def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str, marked_by: str | os.PathLike | None = None,
+               remedy: str | None = None) -> Path:
     """The path of a file a command is about to write, refused (ConfigError, one line) when its folder is missing,
     when it is a folder, or when a file is there that does not carry `mark` near its start: a user's file is never
-    overwritten, and one this command wrote is replaced."""
+    overwritten, and one this command wrote is replaced. A file with no room for a mark (a corpus JSONL, read line
+    by line) is marked by another one its writer puts beside it first: `marked_by`, which must carry `mark`.
+    `remedy` ends the refusal of a file that is not ours (default: choose another `flag` path or remove it)."""
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
@@ -324,13 +327,17 @@ def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str) -> P
                           f"another {flag} path")
     if target.is_dir():
         raise ConfigError(f"cannot write the {what} to {path}: it is a folder; give a file name to {flag}")
-    if target.exists():
+    if target.exists() or target.is_symlink():
+        witness = Path(marked_by) if marked_by is not None else target
         try:
-            with open(target, "rb") as handle:
+            with open(witness, "rb") as handle:
                 head = handle.read(_MARK_WINDOW)
+        except FileNotFoundError:
+            head = b""
         except OSError as error:
             raise ConfigError(f"cannot write the {what} to {path}: {error.strerror}") from None
         if mark.encode("utf-8") not in head:
-            raise ConfigError(f"refusing to overwrite {path}: this command did not write it, so it is kept as it is; "
-                              f"choose another {flag} path or remove it")
+            unmarked = f" (no {witness.name} of ragzoo's beside it)" if witness != target else ""
+            raise ConfigError(f"refusing to overwrite {path}: this command did not write it{unmarked}, so it is kept "
+                              f"as it is; {remedy or f'choose another {flag} path or remove it'}")
     return target

@@ -32,7 +32,9 @@ stored copies of the hub's pages); the others are checked against the hub's sha2
   (`max_unpacked_bytes`, plus tar's own headers): a 5 MB gzip of zeros stops at 100 MB. The bytes counted are the whole decompressed tar stream, skipped members included.
 - Unpack: streamed (`tarfile` mode "r|gz", never the whole archive in memory) into a hidden
   `.NAME.partial-PID` file beside the target, then fsynced and renamed; a `NAME.ragzoo.json` marker (archive
-  sha256, member size) is written last. A corpus is known by name only when file and marker agree, so an
+  sha256, member size) is written last (and one without a size before the rename: the file is ragzoo's from
+  the moment it has its name). A file at the target without ragzoo's marker beside it is the user's (RAGZOO_CORPORA
+  may be their folder): never overwritten, the fetch is refused before any download (`check_ours`). A corpus is known by name only when file and marker agree, so an
   interrupted unpack (Ctrl-C, SIGTERM, power loss) is never indexed: the next run removes the partial file of a
   dead process and unpacks again. Only the named member is read, under our own file name: member paths in
   the archive are never used as paths.
@@ -55,6 +57,7 @@ from ragzoo.errors import ConfigError, DataError
 from ragzoo.paths import cache_root, writable_cache_root
 
 MARKER_SUFFIX = ".ragzoo.json"
+CORPUS_MARK = '"format": "ragzoo-corpus"'  # what every marker of a corpus ragzoo wrote holds (json.dumps)
 PARTIAL_MARK = ".partial-"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Decompressed bytes allowed for a corpus with no known size: text compresses 3-5x under gzip, so 20x is far
@@ -517,14 +520,34 @@ def verification(path: Path) -> str | None:
     return marker.get("verified_by") or "hub"
 
 
-def _publish(partial: Path, target: Path, marker: dict) -> dict:
-    """Rename the finished (fsynced) `partial` onto `target`, then write its marker: the marker last, so a
-    corpus is known complete only once both are there."""
-    marker = {**marker, "size": partial.stat().st_size}
-    os.replace(partial, target)
+def check_ours(target: Path) -> None:
+    """Refuse (ConfigError, one line, before any download) to write a corpus over a file ragzoo did not write:
+    RAGZOO_CORPORA may be a folder of the user's, and a file at `target` (or at its marker's name) without
+    ragzoo's marker beside it is theirs, kept as it is."""
+    from ragzoo.ownership import check_file
+
+    if not target.parent.is_dir():
+        return  # a folder this fetch makes: nothing of anyone's in it yet
+    remedy = "move it away, or set RAGZOO_CORPORA to another folder"
+    for path in (target, _marker(target)):
+        check_file(path, CORPUS_MARK, "corpus", flag="RAGZOO_CORPORA", marked_by=_marker(target), remedy=remedy)
+
+
+def _write_marker(target: Path, marker: dict) -> None:
     tmp = _marker(target).with_name(_marker(target).name + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(marker, indent=2), encoding="utf-8")
     os.replace(tmp, _marker(target))
+
+
+def _publish(partial: Path, target: Path, marker: dict) -> dict:
+    """Rename the finished (fsynced) `partial` onto `target`, then write its marker: the complete marker last, so a
+    corpus is known complete only once both are there. A marker without a size goes first: killed between the
+    rename and the last write, the file is still known as ragzoo's (`check_ours`) and the next fetch replaces it."""
+    check_ours(target)
+    marker = {**marker, "size": partial.stat().st_size}
+    _write_marker(target, {"format": marker["format"], "member": marker["member"], "publishing": partial.name})
+    os.replace(partial, target)
+    _write_marker(target, marker)
     return marker
 
 
@@ -677,6 +700,7 @@ def fetch(name: str, *, root: Path | None = None, force: bool = False, progress:
     if not force and is_complete(target):
         clean_partials(target)
         return target, False
+    check_ours(target)
     if root is None and not os.environ.get("RAGZOO_CORPORA"):
         writable_cache_root("corpora")  # unpacked into the cache root: only into ragzoo's, before any download
     if src.format == "parquet":

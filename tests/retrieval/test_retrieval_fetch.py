@@ -294,7 +294,11 @@ def test_an_interrupted_unpack_is_never_indexed_and_is_cleaned(online, tarball, 
                           text=True).stdout.strip()
     partial = target.with_name(f".{target.name}.partial-{dead}")
     partial.write_text('{"title": "half')
-    target.write_text('{"title": "a half-written corpus", "text": ["x"]}\n')  # no marker: not complete
+    target.write_text('{"title": "a half-written corpus", "text": ["x"]}\n')
+    # the marker without a size that ragzoo writes before the rename: the file is ragzoo's, not complete, so it is
+    # replaced (an unmarked file there would be the user's, never overwritten: test_fetch_wiki18_ownership.py)
+    target.with_name(target.name + ".ragzoo.json").write_text(
+        json.dumps({"format": "ragzoo-corpus", "member": target.name, "publishing": partial.name}))
     with pytest.raises(DataError, match="corpus fetch wiki17-abstracts"):
         resolve_corpus("wiki17-abstracts")
 
