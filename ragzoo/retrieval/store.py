@@ -12,8 +12,8 @@ is never held as Python objects. Two layouts, told apart by their files:
   A hit's block is decompressed when the hit is first read, and kept in a small thread-safe LRU: a query's 10
   hits cost at most 10 decompressions (~70 us CPU a hit read at 1M), hits in one block one, never-read hits none.
 
-A search's hits come back as `StoredPassage`s (`PassageStore.get_many`): each holds its line's bytes and decodes
-them on first access to pid, title or text. Decoding ten ~500-byte lines and building ten dataclasses costs
+A search's hits come back as `StoredPassage`s (`PassageStore.get_many`): each holds its store and row, and reads
+and decodes its line on first access to pid, title or text. Decoding ten ~500-byte lines and building ten dataclasses costs
 ~30 us, as much as the rest of a bm25 query over the 17.7k-passage sample; a caller that keeps only the first
 hits, or only counts them, no longer pays it, and one that reads them pays it once.
 
@@ -212,7 +212,8 @@ class PassageStore:
         if not 0 <= row < self._rows:
             raise IndexError(f"passage row {row} out of range 0..{self._rows - 1}")
         if self._blocks is None:
-            return self._map[int(self._offsets[row]):int(self._offsets[row + 1])]
+            offset = self._offsets.item
+            return self._map[offset(row):offset(row + 1)]
         block, position = divmod(row, self._block_rows)
         return self._block_lines(block)[position]
 
@@ -229,34 +230,28 @@ class PassageStore:
         return Passage(pid=pid, title=title, text=text, score=score)
 
     def get_many(self, rows, scores) -> list[Passage]:
-        """The passages at `rows`, with `scores`, in that order; each decoded when first read."""
-        rows = rows.tolist() if isinstance(rows, np.ndarray) else [int(row) for row in rows]
-        scores = scores.tolist() if isinstance(scores, np.ndarray) else [float(score) for score in scores]
-        new, hits = object.__new__, []
-        if self._blocks is not None:
-            # the block is decompressed when a hit is first read, not here: a search that keeps or counts its
-            # hits pays no ~50 us decompression per hit (a bm25 query over the 17.7k sample costs ~40 us in all)
+        """The passages at `rows`, with `scores`, in that order; each read and decoded when first read.
+
+        Nothing of a hit's line is touched here: a hit is a row number and a score until a field is read (a
+        bm25 batch over the 17.7k sample spent ~9 us a question slicing and wrapping its 10 lines here, about
+        a quarter of the question). The rows are checked in one numpy pass, not one by one."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows):
             count = self._rows
-            for row, score in zip(rows, scores):
-                if not 0 <= row < count:
-                    raise IndexError(f"passage row {row} out of range 0..{count - 1}")
-                hit = new(StoredPassage)
-                state = hit.__dict__
-                state["_row"] = (self, row)
-                state["score"] = score
-                hits.append(hit)
-            return hits
-        # per-row .item() beats fancy indexing for the ~10 hits of a query (no temporary arrays)
-        offset, lines = self._offsets.item, self._map
-        for row, score in zip(rows, scores):
-            if row < 0:  # (a row past the end fails in .item)
-                raise IndexError(f"passage row {row} out of range 0..{len(self._offsets) - 2}")
-            # StoredPassage without the frozen dataclass's __init__: two dict writes instead of five setattrs
-            hit = new(StoredPassage)
+            low, high = int(rows.min()), int(rows.max())
+            if low < 0 or high >= count:
+                raise IndexError(f"passage row {low if low < 0 else high} out of range 0..{count - 1}")
+        scores = scores.tolist() if isinstance(scores, np.ndarray) else [float(score) for score in scores]
+        # StoredPassage without the frozen dataclass's __init__: three dict writes instead of five setattrs
+        new, cls, hits = object.__new__, StoredPassage, []
+        append = hits.append
+        for row, score in zip(rows.tolist(), scores):
+            hit = new(cls)
             state = hit.__dict__
-            state["_line"] = lines[offset(row):offset(row + 1)]
+            state["_store"] = self
+            state["_row"] = row
             state["score"] = score
-            hits.append(hit)
+            append(hit)
         return hits
 
     def __iter__(self):
@@ -277,15 +272,15 @@ class StoredPassage(Passage):
         # only reached while a field is still undecoded (decoded fields live in the instance's __dict__)
         if name in _FIELDS or name == "meta":
             state = self.__dict__
-            line = state.get("_line")
-            if line is None and (where := state.get("_row")) is not None:
-                line = where[0]._stored_line(where[1])  # a block store's hit: its block, decompressed or cached
-            if line is not None:
-                # fields first, then the line goes: a thread reading the same hit meanwhile decodes it again or
+            store, row = state.get("_store"), state.get("_row")
+            if store is not None and row is not None:
+                # the line sliced from the map, or from its block (decompressed or cached)
+                line = store._stored_line(row)
+                # fields first, then the row goes: a thread reading the same hit meanwhile decodes it again or
                 # finds the fields, never neither
                 state["pid"], state["title"], state["text"] = ujson.loads(line)  # ujson: ~3x faster per hit
-                state.pop("_line", None)
                 state.pop("_row", None)
+                state.pop("_store", None)
             state.setdefault("meta", {})
             if name in state:
                 return state[name]
@@ -305,7 +300,7 @@ class StoredPassage(Passage):
 
     def __getstate__(self):
         self.pid  # noqa: B018 -- decode first: a pickle holds the fields, never the raw line nor the store
-        return {key: value for key, value in self.__dict__.items() if key not in ("_line", "_row")}
+        return {key: value for key, value in self.__dict__.items() if key not in ("_store", "_row")}
 
 
 def compress_store(folder: Path, show_progress: bool = True, block_rows: int = BLOCK_ROWS,

@@ -68,8 +68,23 @@ def test_hits_are_decoded_only_when_read(store, monkeypatch):
     assert len(decoded) == 1  # one line, decoded once for all its fields
 
 
+def test_get_many_reads_no_line_until_a_field_is_read(store, monkeypatch):
+    """A hit is its row and score until read: a bm25 batch's hits cost no slicing (plain) nor decompression
+    (blocks) in `get_many`, and a read hit reads its line once."""
+    reads = []
+    real = store._stored_line
+    monkeypatch.setattr(store, "_stored_line", lambda row: reads.append(row) or real(row))
+    hits = store.get_many(np.array([4, 0, 2]), np.array([3.0, 2.0, 1.0], dtype=np.float32))
+    assert reads == [] and [p.score for p in hits] == [3.0, 2.0, 1.0]
+    assert [p.title for p in hits] == ["Last", "Apple", "Ünïcödé | bars"] and reads == [4, 0, 2]
+    assert [(p.pid, p.text) for p in hits] == [("p4", "the end"), ("p0", "An apple a day."),
+                                                ("p2", "東京 \"quoted\"\n")]
+    assert reads == [4, 0, 2]  # decoded once, all fields
+    assert "_store" not in pickle.loads(pickle.dumps(store.get_many([1], [1.0])[0])).__dict__
+
+
 def test_rows_outside_the_store_are_refused(store):
-    for rows in ([5], [-1], [0, 99]):
+    for rows in ([5], [-1], [0, 99], [3, -2, 1]):
         with pytest.raises(IndexError):
             store.get_many(np.array(rows), np.ones(len(rows), dtype=np.float32))
 

@@ -17,6 +17,9 @@ ADVERSARIAL = [
     "1990s 1,000,000 3.14 007 2nd", "running runs ran runner", "films film filming filmed",
     "Arthur's Magazine or First for Women?", "don't won't can't", "a" * 300, "word " * 50,
     "ΣΊΣΥΦΟΣ σίσυφος", "ǅemal Ǆ", "zzyzx qqqqq", "the the the film film", "\u200bzero\u200bwidth",
+    # the separators str.split() splits on besides the space (a query is split on whitespace first)
+    "film\u3000river\u00a0Paris", "film\x1criver\x1dParis\x1eopera\x1fharbor", "film\u2028river\u2029Paris\u0085opera",
+    "film\u180eriver", "  film\t\triver\r\nParis\x0b\x0copera  ", "film,river;Paris.(opera)", "Film, film. FILM!",
 ]
 
 
@@ -89,7 +92,7 @@ def test_the_word_cache_stays_bounded_and_right(indexed):
     words = [f"film{i}" for i in range(400)] + ["film", "river", "the"] * 10
     for word in words:
         assert terms(word) == _bm25s_ids(reference, [word])[0]
-        assert len(terms._cache) <= 50
+        assert len(terms._cache) <= 50 and len(terms._pieces) <= 50
 
 
 def test_retriever_queries_leave_no_growing_word_caches(wiki17_corpus):
@@ -105,3 +108,51 @@ def test_retriever_queries_leave_no_growing_word_caches(wiki17_corpus):
     assert len(retriever.tokenizer.word_to_stem) == 0 and len(retriever.tokenizer.word_to_id) == 0
     assert len(retriever._query_terms._cache) <= CACHE_WORDS
     assert retriever.tokenize(["film river Paris"]) == before and before[0]
+
+
+def test_a_batch_of_known_queries_is_split_on_whitespace_and_answered_from_the_cache(indexed, data_dir):
+    """Once a query stream's words are known, a batch costs a whitespace split and cache lookups per query: no
+    regex split, no stemming (they were ~3 of the ~5 us a HotPotQA question spent in tokenising)."""
+    questions = _questions(data_dir)[:500]
+    terms = QueryTerms.from_tokenizer(indexed)
+    expected = _bm25s_ids(_fresh(BM25Settings(), indexed.stem_to_sid), questions)
+    assert terms.many(questions) == expected
+    calls = {"split": 0, "stem": 0}
+    split, stem = terms.split, terms.stemmer
+
+    def counted_split(text):
+        calls["split"] += 1
+        return split(text)
+
+    def counted_stem(word):
+        calls["stem"] += 1
+        return stem(word)
+
+    terms.split, terms.stemmer = counted_split, counted_stem
+    assert terms.many(questions) == expected
+    assert calls == {"split": 0, "stem": 0}
+    # a query with a new word pays for that word only
+    assert terms(questions[0] + " zzyzxunknownword") == expected[0]
+    assert calls == {"split": 1, "stem": 1}
+
+
+def test_whitespace_never_falls_inside_a_token_of_the_default_splitter():
+    """Why splitting on whitespace first is the bm25s split: no character str.split() cuts at is a word character,
+    so no match of bm25s's pattern spans one."""
+    import re
+    import sys
+
+    from bm25s.tokenization import Tokenizer
+
+    spaces = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
+    assert len(spaces) > 20 and re.search(r"\w", spaces) is None
+    assert Tokenizer().splitter.__self__.pattern == r"(?u)\b\w\w+\b"
+
+
+def test_a_splitter_that_may_match_across_spaces_is_used_whole():
+    """Only bm25s's own pattern is known to respect whitespace: any other splitter sees the whole text."""
+    import re
+
+    terms = QueryTerms({"new york": 1, "york": 2, "film": 3}, re.compile(r"new york|\w+").findall)
+    assert terms("New York film") == [1, 3] and terms("New York film") == [1, 3]
+    assert terms("york") == [2]
