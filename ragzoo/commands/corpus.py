@@ -41,7 +41,7 @@ def listing() -> list[dict]:
         rows.append({"name": name, "what": src.description, "passages": src.passages,
                      "size": f"{src.download_size or '?'} / {src.unpacked_size or '?'}",
                      "papers": ", ".join(src.papers) or "-", "fetchable": not src.why_not, "state": state,
-                     "hub": f"{src.repo_id} ({src.repo_type})"})
+                     "hub": f"{src.repo_id} ({src.repo_type}) at {corpora.hub_shown()}"})
     return rows
 
 

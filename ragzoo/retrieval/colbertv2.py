@@ -32,6 +32,9 @@ class ColBERTv2Client(BaseRetriever):
         if not url.startswith(("http://", "https://")):
             raise RetrieverError(f"ColBERTv2 URL must start with http:// or https://, got {url!r}")
         self.url = url
+        from ragzoo.secrets import strip_url
+
+        self.shown = strip_url(url)  # what messages name: no userinfo or token of the server's URL
         self.post = post
         self.timeout = timeout
         self.retries = max(0, int(retries))
@@ -107,20 +110,20 @@ class ColBERTv2Client(BaseRetriever):
             except httpx.TimeoutException:
                 reason = f"timed out after {self.timeout:g}s"
             except httpx.TransportError as error:
-                raise RetrieverError(f"ColBERTv2 server {self.url} is unreachable ({type(error).__name__}: "
+                raise RetrieverError(f"ColBERTv2 server {self.shown} is unreachable ({type(error).__name__}: "
                                      f"{error}); start one with `ragzoo serve` or use --retriever bm25:<corpus>")
             else:
                 if response.status_code in RETRYABLE_STATUS:
                     reason = f"HTTP {response.status_code}{_error_detail(response)}"
                 elif response.status_code in (413, 414, 431):
-                    raise RetrieverError(_too_long(response, self.url, query, self.post))
+                    raise RetrieverError(_too_long(response, self.shown, query, self.post))
                 elif response.status_code >= 400:
-                    raise RetrieverError(f"ColBERTv2 server {self.url} refused the query: HTTP "
+                    raise RetrieverError(f"ColBERTv2 server {self.shown} refused the query: HTTP "
                                          f"{response.status_code}{_error_detail(response)}")
                 else:
-                    return _decode(response, self.url)
+                    return _decode(response, self.shown)
             if attempt >= self.retries:
-                raise RetrieverError(f"ColBERTv2 server {self.url} failed {attempt + 1} time(s), last: {reason}")
+                raise RetrieverError(f"ColBERTv2 server {self.shown} failed {attempt + 1} time(s), last: {reason}")
             delay = min(self.max_backoff, self.backoff * (2 ** attempt))
             time.sleep(delay)
             attempt += 1
@@ -128,16 +131,16 @@ class ColBERTv2Client(BaseRetriever):
     def _parse(self, payload: dict, k: int) -> list[Passage]:
         topk = payload.get("topk")
         if not isinstance(topk, list):
-            raise RetrieverError(f"ColBERTv2 server {self.url} answered without a 'topk' list "
+            raise RetrieverError(f"ColBERTv2 server {self.shown} answered without a 'topk' list "
                                  f"(keys: {sorted(payload)[:8]}); is this a ColBERTv2 endpoint?")
         passages = []
         for position, item in enumerate(topk[:k]):
             if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-                raise RetrieverError(f"ColBERTv2 server {self.url}: topk[{position}] has no 'text' string")
+                raise RetrieverError(f"ColBERTv2 server {self.shown}: topk[{position}] has no 'text' string")
             try:
                 score = float(item.get("score", 0.0))
             except (TypeError, ValueError):
-                raise RetrieverError(f"ColBERTv2 server {self.url}: topk[{position}].score is not a number")
+                raise RetrieverError(f"ColBERTv2 server {self.shown}: topk[{position}].score is not a number")
             passage = Passage.from_long_text(item["text"], pid=str(item.get("pid", "")), score=score)
             meta = {name: item[name] for name in ("rank", "prob") if name in item}
             passages.append(Passage(passage.pid, passage.title, passage.text, passage.score, meta))

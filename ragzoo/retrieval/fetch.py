@@ -163,6 +163,19 @@ CORPORA: dict[str, CorpusSource] = {
 }
 
 
+def hub_shown() -> str:
+    """The hub `corpus fetch` asks (HF_ENDPOINT, else the hub client's default) as output may name it: through
+    `secrets.strip_url`, so a mirror's userinfo or token is never shown (and is registered for redaction)."""
+    from ragzoo.secrets import strip_url
+
+    endpoint = os.environ.get("HF_ENDPOINT")
+    if not endpoint:
+        from huggingface_hub import constants
+
+        endpoint = constants.ENDPOINT
+    return strip_url(endpoint.rstrip("/"))
+
+
 def corpora_root() -> Path:
     """Unpacked corpora: `$RAGZOO_CORPORA`, else `<RAGZOO_CACHE>/corpora`."""
     env = os.environ.get("RAGZOO_CORPORA")
