@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,87 +20,19 @@ import pytest
 import ragzoo
 from ragzoo import programs
 from ragzoo.stubserver import StubLMServer
+from tests.serving.conftest import port_is_free, wait_until
 
 DEMO_CORPUS = Path(ragzoo.__file__).parent / "demo_data" / "hotpotqa" / "corpus_wiki17_abstracts.jsonl"
 QUESTION = "Which magazine was started first, Arthur's Magazine or First for Women?"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-            sock.listen(1)
-        except OSError:
-            return False
-        return True
-
-
-def _wait(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
-class Served:
-    """`ragzoo serve FLAGS` in its own session (its own process group, as a terminal's foreground job)."""
-
-    def __init__(self, *flags: str, **env: str):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--port", str(self.port), *flags],
-                                        env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True, start_new_session=True)
-
-    def healthy(self) -> "Served":
-        def up():
-            try:
-                return httpx.get(self.url + "/health", timeout=2).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        assert _wait(lambda: up() or self.process.poll() is not None, 90)
-        assert self.process.poll() is None, self.process.stderr.read()
-        return self
-
-    def end(self, seconds: float = 30) -> tuple[int, str]:
-        try:
-            code = self.process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"ragzoo serve still ran {seconds:g} s after it was told to stop: "
-                        f"{self.process.stderr.read()}")
-        return code, self.process.stderr.read()
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait(timeout=10)
-
-
 @pytest.fixture
-def served():
-    started: list[Served] = []
+def served(serve_process):
+    """`served(*FLAGS, **env)`: `ragzoo serve --port PORT FLAGS` (tests/serving/conftest.py: ServeProcess)."""
+    def start(*flags: str, **env: str):
+        return serve_process("-m", "ragzoo.cli", "serve", "--port", "{port}", *flags, **env)
 
-    def start(*flags: str, **env: str) -> Served:
-        started.append(Served(*flags, **env))
-        return started[-1]
-
-    yield start
-    for server in started:
-        if server.process.poll() is None:
-            server.kill()
+    return start
 
 
 def _asking(url: str) -> tuple[threading.Thread, dict]:
@@ -138,7 +67,7 @@ def test_sigterm_stops_a_retriever_server_cleanly_with_status_0(served):
     code, err = server.end()
     assert code == 0, err
     assert "Traceback" not in err, err
-    assert _port_is_free(server.port)
+    assert port_is_free(server.port)
 
 
 def test_ctrl_c_stops_a_retriever_server_with_status_130(served):
@@ -148,7 +77,7 @@ def test_ctrl_c_stops_a_retriever_server_with_status_130(served):
     assert code == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "ragzoo serve: interrupted" in err, err
-    assert _port_is_free(server.port)
+    assert port_is_free(server.port)
 
 
 @pytest.mark.slow  # the server imports DSPy and loads the program: ~8-15 s on a shared 2-core machine
@@ -157,9 +86,9 @@ def test_sigterm_finishes_the_answer_in_flight_a_second_cuts_the_one_stuck_at_th
     with StubLMServer(latency=2.0, faults=lambda index, body: "hang" if index == 1 else None) as stub:
         server = served(*_program_flags(artifact, stub), OPENAI_API_KEY="sk-stub").healthy()
         asked = [_asking(server.url) for _ in range(2)]
-        assert _wait(lambda: stub.requests >= 2, 30), [got for _, got in asked]
+        assert wait_until(lambda: stub.requests >= 2, 30), [got for _, got in asked]
         os.kill(server.process.pid, signal.SIGTERM)
-        assert _wait(lambda: any(got for _, got in asked), 15), asked  # the answer in flight was finished...
+        assert wait_until(lambda: any(got for _, got in asked), 15), asked  # the answer in flight was finished...
         time.sleep(0.5)
         assert server.process.poll() is None  # ...and the server still waits for the other one
         os.kill(server.process.pid, signal.SIGTERM)  # a second signal: no more waiting
@@ -171,7 +100,7 @@ def test_sigterm_finishes_the_answer_in_flight_a_second_cuts_the_one_stuck_at_th
     assert code == 0, err
     assert "Traceback" not in err, err
     assert "1 question" in err and "cut" in err, err  # its thread is not waited for
-    assert _port_is_free(server.port)
+    assert port_is_free(server.port)
 
 
 @pytest.mark.slow  # the server imports DSPy and loads the program: ~8-15 s on a shared 2-core machine
@@ -179,7 +108,7 @@ def test_ctrl_c_twice_cuts_an_answer_stuck_at_the_lm_and_exits_130(served, artif
     with StubLMServer(faults=["hang"]) as stub:
         server = served(*_program_flags(artifact, stub), OPENAI_API_KEY="sk-stub").healthy()
         thread, got = _asking(server.url)
-        assert _wait(lambda: stub.requests >= 1, 30), got
+        assert wait_until(lambda: stub.requests >= 1, 30), got
         os.killpg(server.process.pid, signal.SIGINT)  # a terminal sends Ctrl-C to its whole foreground group
         time.sleep(1.0)
         assert server.process.poll() is None  # the first Ctrl-C waits for the answer in flight
@@ -190,4 +119,4 @@ def test_ctrl_c_twice_cuts_an_answer_stuck_at_the_lm_and_exits_130(served, artif
     assert code == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "ragzoo serve: interrupted" in err and "1 question" in err, err
-    assert _port_is_free(server.port)
+    assert port_is_free(server.port)
