@@ -13,7 +13,8 @@ fork would copy their locks mid-use. Stopping: SIGTERM to the parent stops every
 130; the workers ignore the terminal's SIGINT and are stopped by the parent), a worker that dies stops the others
 (exit 1), and a worker whose parent is gone (killed outright) shuts itself down, so no process keeps the port.
 One process (`--workers 1`, the `--retriever` server) stops alike: SIGTERM exits 0, Ctrl-C 130, once the answers in
-flight are finished (at most WORKER_GRACE seconds, or until a second signal; a program's questions still running are then answered 503)."""
+flight are finished (at most WORKER_GRACE seconds, or until a second signal; a program's questions still running are then answered 503).
+A stop before the server is up (the program or index still loading) exits alike: SIGTERM 0, Ctrl-C 130."""
 
 from __future__ import annotations
 
@@ -89,6 +90,29 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-pending must be at least 1, got {args.max_pending}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"ragzoo serve: warning: listening on {args.host}, reachable from other machines", file=sys.stderr)
+    import signal
+    import threading
+
+    # Loading a program or an index can take minutes before uvicorn takes over the signals: a SIGTERM meanwhile
+    # stops the command as one after start-up does (exit 0, what it opened closed on the way out), not by
+    # SIGTERM's default action (status 143, no cleanup). Ctrl-C is KeyboardInterrupt already (exit 130).
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main else None
+    try:
+        return _serve(args)
+    except _Terminated:
+        print("ragzoo serve: stopped (SIGTERM) before it served; nothing was written", file=sys.stderr)
+        return 0
+    finally:
+        if on_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import sys
+
+    from ragzoo.errors import ConfigError
+
     if args.program:
         return _serve_program(args)
     if args.lm or args.api_base:
@@ -275,7 +299,11 @@ def _stop_with_parent(sentinel: int, serving: dict) -> None:
 
 
 class _Terminated(BaseException):
-    """SIGTERM to the parent of `--workers` processes: stop them all, exit 0."""
+    """SIGTERM while the command loads, or to the parent of `--workers` processes: stop, exit 0."""
+
+
+def _terminated(signum, frame):
+    raise _Terminated
 
 
 def _serve_workers(args: argparse.Namespace, sockets: list) -> int:
@@ -294,10 +322,7 @@ def _serve_workers(args: argparse.Namespace, sockets: list) -> int:
     children = [context.Process(target=_program_worker, args=(options, sock, args.workers), name=f"ragzoo-serve-{i}")
                 for i, sock in enumerate(sockets)]
 
-    def terminated(signum, frame):
-        raise _Terminated
-
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, terminated),
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _terminated),
                 signal.SIGINT: signal.getsignal(signal.SIGINT)}
     status = 0
     try:

@@ -4,7 +4,8 @@
 the parent that supervises the workers, the exit status), with two stand-ins: the parent builds no program, and each
 worker serves a tiny ASGI app (GET -> {"worker": pid}) instead of loading DSPy, through the same
 `ragzoo.commands.serve._run_worker` as a program worker. FAKE_WORKER_LOAD_SECONDS makes each worker take that long
-to "load its program" first."""
+to "load its program" first, FAKE_PARENT_LOAD_SECONDS the parent (before any socket is served; with `--workers 1`
+the only process, and then it never serves: the tests stop it while it loads)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def light_worker(options: dict, sock, workers: int) -> None:
 
 
 def light_service(args):
+    seconds = float(os.environ.get("FAKE_PARENT_LOAD_SECONDS", "0"))
+    if seconds:  # the parent's own program load (every --workers, 1 included), long enough to be stopped in
+        print("helper: loading the program", file=sys.stderr, flush=True)
+        time.sleep(seconds)
     return None, "ragzoo-light", "light", 120.0, 120.0
 
 

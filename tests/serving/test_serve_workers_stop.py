@@ -73,3 +73,26 @@ def test_no_worker_outlives_a_parent_killed_outright(served):
     server.process.wait(timeout=10)
     assert wait_until(lambda: not server.live_children(), 15), server.live_children()
     assert port_is_free(server.port)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("stop, status", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_a_stop_while_the_program_loads_exits_as_one_after_start_up(served, workers, stop, status):
+    """SIGTERM (or a terminal's Ctrl-C) before the server is up, while the parent loads the program (a big index
+    can take minutes): the same exit status as a stop after start-up, one line, no traceback, nothing left running
+    and the port free (was: killed by SIGTERM's default action, status 143)."""
+    import psutil
+
+    server = served(workers, FAKE_PARENT_LOAD_SECONDS="30").said("helper: loading the program")
+    children = psutil.Process(server.process.pid).children(recursive=True)
+    if stop == signal.SIGINT:
+        os.killpg(server.process.pid, stop)
+    else:
+        os.kill(server.process.pid, stop)
+    code, err = server.end(seconds=10)
+    assert code == status, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("ragzoo serve:")]
+    assert len(lines) == 1 and ("interrupted" if stop == signal.SIGINT else "stopped") in lines[0], err
+    assert not [child for child in children if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
+    assert port_is_free(server.port)
