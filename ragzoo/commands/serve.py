@@ -340,7 +340,22 @@ def _serve_workers(args: argparse.Namespace, sockets: list) -> int:
         _stop_workers(children, previous)
         for sock in sockets:
             sock.close()
+        _stop_resource_tracker()
     return status
+
+
+def _stop_resource_tracker() -> None:
+    """Stop, and wait for, the resource tracker process multiprocessing started beside the spawned workers: left
+    to notice by itself that the parent is gone, it outlives the parent for a moment, so whoever waits for this
+    command would see a process of it still running after it exited. Its own cleanup runs as at any exit."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(getattr(resource_tracker, "_resource_tracker", None), "_stop", None)  # CPython 3.8+
+    if stop is not None:
+        try:
+            stop()
+        except (OSError, ChildProcessError):
+            pass
 
 
 def _stop_workers(children: list, previous: dict) -> None:
@@ -366,8 +381,8 @@ def _stop_workers(children: list, previous: dict) -> None:
         for child in children:
             if child.pid is not None and child.is_alive():
                 child.kill()
-            if child.pid is not None:
-                child.join(timeout=5)
+            if child.pid is not None:  # SIGKILLed at the latest, so it ends: waited for, none outlives the parent
+                child.join()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
