@@ -25,7 +25,7 @@ import numpy as np
 from ragzoo.errors import ConfigError, DataError, RetrieverError
 from ragzoo.retrieval import index_cache
 from ragzoo.retrieval.base import BaseRetriever, Passage
-from ragzoo.retrieval.store import PassageStore, PassageStoreWriter
+from ragzoo.retrieval.store import PassageStore, PassageStoreWriter, describe_files
 
 BACKEND = "bm25"
 TERM_MAX = "term_max.npy"
@@ -154,7 +154,7 @@ def build_bm25_index(corpus: Path, out_dir: Path, settings: BM25Settings = BM25S
                 "vocab_size": len(vocab), "settings": asdict(settings), "versions": _versions(),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "build_seconds": round(time.perf_counter() - started, 3),
-                "files": files + " + passages.jsonl with passage_offsets.npy", **extra}
+                "files": f"{files} + {describe_files(store.compress)}", **extra}
         index_cache.publish(staging, out_dir, meta)
         return meta
     except BaseException:
@@ -410,12 +410,11 @@ class BM25Retriever(BaseRetriever):
     def _search_batch(self, queries: list[str], k: int) -> list[list[Passage]]:
         token_ids = self.tokenize(queries)
         answerable = [i for i, ids in enumerate(token_ids) if ids]
-        results: list[list[Passage]] = [[] for _ in queries]
         if not answerable:
-            return results  # no query term is in the vocabulary: nothing matches
+            return [[] for _ in queries]  # no query term is in the vocabulary: nothing matches
+        asked = token_ids if len(answerable) == len(queries) else [token_ids[i] for i in answerable]
         if self.pruned is None:
-            documents, scores = self.model.retrieve([token_ids[i] for i in answerable], k=min(k, self.num_docs),
-                                                    show_progress=False,
+            documents, scores = self.model.retrieve(asked, k=min(k, self.num_docs), show_progress=False,
                                                     n_threads=self.n_threads if len(answerable) > 1 else 0)
             documents, scores = list(documents), list(scores)
             for n, row_scores in enumerate(scores):
@@ -425,32 +424,45 @@ class BM25Retriever(BaseRetriever):
                     matched = int(np.count_nonzero(row_scores > 0))
                     documents[n], scores[n] = documents[n][:matched], row_scores[:matched]
         elif self.n_threads >= 2 and len(answerable) > 1:
-            documents, scores = zip(*self._map(lambda i: self.pruned.top_k(token_ids[i], k), answerable))
+            documents, scores = zip(*self._map(lambda ids: self.pruned.top_k(ids, k), asked))
         else:
-            documents, scores = self._top_k_here([token_ids[i] for i in answerable], k)
-        # every hit of the batch in one store call, then cut per query: at 17.7k passages the per-query Python
-        # around the ~30 us kernel (a call per query here and in the store) is what bm25s's batch does not pay
-        lengths = [len(rows) for rows in documents]
+            documents, scores = self._top_k_here(asked, k)
+        # every hit of the batch in one store call (rows and scores, nothing read yet), then cut per query: at
+        # 17.7k passages the per-query Python around the ~30 us kernel is what bm25s's batch does not pay
         hits = self.store.get_many(np.concatenate(documents), np.concatenate(scores))
-        start = 0
-        for slot, length in zip(answerable, lengths):
-            results[slot] = hits[start:start + length]
-            start += length
+        ranked, start = [], 0
+        for rows in documents:
+            end = start + len(rows)
+            ranked.append(hits[start:end])
+            start = end
+        if len(answerable) == len(queries):
+            return ranked
+        results: list[list[Passage]] = [[] for _ in queries]
+        for slot, slot_hits in zip(answerable, ranked):
+            results[slot] = slot_hits
         return results
 
     def _top_k_here(self, token_ids: list[list[int]], k: int) -> tuple[list, list]:
         """The pruned scorer's (rows, scores) for each query, on the calling thread: the csc's one-call kernel
-        called directly (one scratch lookup and one counter update for the whole batch, not one per query)."""
+        called directly (one scratch lookup and one counter update for the whole batch, not one per query; the
+        queries' ids in one array, each query a view of it)."""
         pruned = self.pruned
         kernel = getattr(pruned, "_one_call", None)
         if kernel is None:  # the packed index, or the numpy kernels
             ranked = [pruned.top_k(ids, k) for ids in token_ids]
-        else:
-            stats = np.zeros(3, dtype=np.int64)
-            data, indices, indptr, term_max = pruned.data, pruned.indices, pruned.indptr, pruned.term_max
-            scratch, found, k, int64 = pruned._scratch(), pruned._found(), int(k), np.int64
-            ranked = [kernel(np.array(ids, dtype=int64), k, data, indices, indptr, term_max, scratch, found, stats)
-                      for ids in token_ids]
-            with pruned._stats_lock:
-                pruned._totals += stats
-        return [rows for rows, _ in ranked], [scores for _, scores in ranked]
+            return [rows for rows, _ in ranked], [scores for _, scores in ranked]
+        ends = list(itertools.accumulate(map(len, token_ids)))
+        flat = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=ends[-1])
+        stats = np.zeros(3, dtype=np.int64)
+        data, indices, indptr, term_max = pruned.data, pruned.indices, pruned.indptr, pruned.term_max
+        scratch, found, k = pruned._scratch(), pruned._found(), int(k)
+        documents, scores = [], []
+        start = 0
+        for end in ends:
+            rows, row_scores = kernel(flat[start:end], k, data, indices, indptr, term_max, scratch, found, stats)
+            documents.append(rows)
+            scores.append(row_scores)
+            start = end
+        with pruned._stats_lock:
+            pruned._totals += stats
+        return documents, scores

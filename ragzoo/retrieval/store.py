@@ -13,9 +13,9 @@ is never held as Python objects. Two layouts, told apart by their files:
   hits cost at most 10 decompressions (~70 us CPU a hit read at 1M), hits in one block one, never-read hits none.
 
 A search's hits come back as `StoredPassage`s (`PassageStore.get_many`): each holds its store and row, and reads
-and decodes its line on first access to pid, title or text. Decoding ten ~500-byte lines and building ten dataclasses costs
-~30 us, as much as the rest of a bm25 query over the 17.7k-passage sample; a caller that keeps only the first
-hits, or only counts them, no longer pays it, and one that reads them pays it once.
+and decodes its line on first access to pid, title or text. Decoding ten ~500-byte lines and building ten
+dataclasses costs ~30 us, as much as the rest of a bm25 query over the 17.7k-passage sample; a caller that keeps
+only the first hits, or only counts them, no longer pays it, and one that reads them pays it once.
 
 `python -m ragzoo.retrieval.store compress INDEX_DIR` converts an index's plain store to blocks in place (an
 index built before the block layout, e.g. a 21M-passage one): the new files are written beside the old, declared
@@ -148,6 +148,13 @@ class PassageStoreWriter:
         atomic_write_json(self.folder / MANIFEST_FILE, {"layout": LAYOUT, "rows": self._count,
                                                         "block_rows": self.block_rows, "level": self.level})
         return self._count
+
+
+def describe_files(compress: bool) -> str:
+    """The files a store of that layout is made of, as an index's meta.json names them."""
+    if compress:
+        return "passages in zlib blocks (" + ", ".join(BLOCK_FILES) + ")"
+    return "passages (" + ", ".join(PLAIN_FILES) + ")"
 
 
 def is_blocks(folder: Path) -> bool:
@@ -357,6 +364,7 @@ def compress_store(folder: Path, show_progress: bool = True, block_rows: int = B
     for path in plain:  # the blocks' manifest is in place: the plain store is no longer read
         path.unlink(missing_ok=True)
     fsync_dir(folder)
+    _describe_blocks_in_meta(folder)
     marker = ownership.read_marker(folder)
     if marker is not None and set(PLAIN_FILES) & set(marker["files"]):
         marker["files"] = sorted(set(marker["files"]) - set(PLAIN_FILES))
@@ -367,6 +375,21 @@ def compress_store(folder: Path, show_progress: bool = True, block_rows: int = B
     return {"passages": count, "plain bytes": plain_bytes, "compressed bytes": block_bytes,
             "seconds": round(seconds, 3),
             "MB/s (plain)": round(plain_bytes / 1e6 / seconds, 1) if plain_bytes else None}
+
+
+def _describe_blocks_in_meta(folder: Path) -> None:
+    """An index's meta.json names its files: after a conversion, the blocks instead of the plain store."""
+    from ragzoo.files import atomic_write_json
+
+    meta_file = folder / "meta.json"
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # not an index's folder (or not one that describes its files): nothing to say
+    described = meta.get("files") if isinstance(meta, dict) else None
+    if isinstance(described, str) and describe_files(False) in described:
+        meta["files"] = described.replace(describe_files(False), describe_files(True))
+        atomic_write_json(meta_file, meta)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,6 +149,22 @@ def test_conversion_of_a_plain_index_in_place(tmp_path, capsys):
     assert list(PassageStore(folder)) == before
 
 
+def test_conversion_renames_the_store_files_in_the_index_meta(tmp_path):
+    """meta.json's "files" names the passage store an index holds: after a conversion, the blocks."""
+    from ragzoo.retrieval.store import describe_files
+
+    folder = tmp_path / "index"
+    _plain_index(folder, _rows(40))
+    meta = {"format": "ragzoo-index", "num_docs": 40,
+            "files": f"bm25s index (data.csc.index.npy) + {describe_files(False)}"}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    compress_store(folder, show_progress=False)
+    after = json.loads((folder / "meta.json").read_text())
+    assert after == {**meta, "files": f"bm25s index (data.csc.index.npy) + {describe_files(True)}"}
+    assert all(name in after["files"] for name in BLOCK_FILES)
+    assert not any(name in after["files"] for name in PLAIN_FILES)
+
+
 def test_a_killed_conversion_leaves_a_loadable_store(tmp_path, monkeypatch):
     rows = _rows(300)
     folder = tmp_path / "index"

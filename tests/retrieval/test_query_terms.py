@@ -18,7 +18,8 @@ ADVERSARIAL = [
     "Arthur's Magazine or First for Women?", "don't won't can't", "a" * 300, "word " * 50,
     "ΣΊΣΥΦΟΣ σίσυφος", "ǅemal Ǆ", "zzyzx qqqqq", "the the the film film", "\u200bzero\u200bwidth",
     # the separators str.split() splits on besides the space (a query is split on whitespace first)
-    "film\u3000river\u00a0Paris", "film\x1criver\x1dParis\x1eopera\x1fharbor", "film\u2028river\u2029Paris\u0085opera",
+    "film\u3000river\u00a0Paris", "film\x1criver\x1dParis\x1eopera\x1fharbor",
+    "film\u2028river\u2029Paris\u0085opera",
     "film\u180eriver", "  film\t\triver\r\nParis\x0b\x0copera  ", "film,river;Paris.(opera)", "Film, film. FILM!",
 ]
 

@@ -215,3 +215,88 @@ def test_numba_batch_on_one_thread_equals_single_and_reads_the_store_once(wiki17
     assert [[p.score for p in hits] for hits in batched] == [[p.score for p in hits] for hits in singles]
     # the kernel's counters still see every answered query
     assert retriever.pruned.one_call_queries == before + len(questions) - 1
+
+
+def _hotpotqa_questions(data_dir, count: int) -> list[str]:
+    with open(data_dir / "hotpotqa" / "dev_distractor.jsonl") as handle:
+        return [json.loads(line)["question"] for _, line in zip(range(count), handle)]
+
+
+@pytest.mark.parametrize("options", ["backend=numba", "backend=numpy", "format=packed"])
+def test_batch_equals_one_query_at_a_time_over_hundreds_of_questions(wiki17_corpus, data_dir, options):
+    """The batch path (one tokenising pass, the kernel in one loop, every hit in one store call, hits cut per
+    query) answers what each query answers alone and what the scorer ranks: the same rows (pids), scores, order,
+    titles and texts, for k = 1, 10 and 100, with unanswerable queries (stopwords, unknown words) among them and
+    queries with fewer matches than k."""
+    if options != "backend=numpy":
+        pytest.importorskip("numba")
+    retriever = make_retriever(f"bm25:{wiki17_corpus}?{options}", show_progress=False)
+    questions = _hotpotqa_questions(data_dir, 300)
+    questions[5:5] = ["the of and", "zzyzx qqqqvv", "Bolsheviks", "Bolsheviks Bolsheviks zzyzx"]
+    questions += [questions[0], "THE Of", "xylophonist"]
+    for k in (1, 10, 100):
+        batched = retriever.batch(questions, k)
+        singles = [retriever(q, k) for q in questions]
+        expected = []
+        for ids in retriever.tokenize(questions):
+            rows, scores = retriever.pruned.top_k(ids, k) if ids else ([], [])
+            expected.append([(retriever.store.get(int(row)).pid, float(score)) for row, score in zip(rows, scores)])
+        assert [[(p.pid, p.score) for p in hits] for hits in batched] == expected
+        assert batched == singles
+        assert [[(p.pid, p.title, p.text, p.score, type(p.score)) for p in hits] for hits in batched] == \
+            [[(p.pid, p.title, p.text, p.score, type(p.score)) for p in hits] for hits in singles]
+        assert batched[5] == batched[6] == [] and batched[-2] == []
+        assert all(len(hits) <= k for hits in batched) and batched[0] == batched[-3]
+        if k == 100:
+            assert 0 < len(batched[7]) < k  # fewer matches than k
+        assert sum(map(len, batched)) > (len(questions) - 5) * min(k, 10) * 0.9
+
+
+def test_a_batch_does_its_per_batch_work_once(wiki17_corpus, data_dir, monkeypatch):
+    """What a batch pays once stays once: one store call, no passage line read until a hit is read, no regex
+    split nor stemming for known words (the tokenising goes through the piece and word caches), one kernel
+    call per answerable query and nothing more."""
+    pytest.importorskip("numba")
+    from ragzoo.retrieval.store import PassageStore
+
+    retriever = make_retriever(f"bm25:{wiki17_corpus}?backend=numba", show_progress=False)
+    questions = _hotpotqa_questions(data_dir, 200) + ["the of"]
+    first = [[p.title for p in ranked] for ranked in retriever.batch(questions, 10)]  # every word now known
+    counts = {"get_many": 0, "line": 0, "split": 0, "stem": 0}
+    terms, store = retriever._query_terms, retriever.store
+    real_many, real_line, real_split, real_stem = store.get_many, store._stored_line, terms.split, terms.stemmer
+
+    def counted(name, function):
+        def wrapper(*args):
+            counts[name] += 1
+            return function(*args)
+        return wrapper
+
+    monkeypatch.setattr(store, "get_many", counted("get_many", real_many))
+    monkeypatch.setattr(store, "_stored_line", counted("line", real_line))
+    monkeypatch.setattr(terms, "split", counted("split", real_split))
+    monkeypatch.setattr(terms, "stemmer", counted("stem", real_stem))
+    before = retriever.pruned.one_call_queries
+    batched = retriever.batch(questions, 10)
+    assert counts == {"get_many": 1, "line": 0, "split": 0, "stem": 0}
+    assert retriever.pruned.one_call_queries == before + len(questions) - 1
+    hits = sum(map(len, batched))
+    assert [[p.title for p in ranked] for ranked in batched] == first
+    assert counts["line"] == hits > 1500 and isinstance(store, PassageStore)  # each hit read once, when read
+
+
+@pytest.mark.parametrize("index_format", ["csc", "packed"])
+def test_meta_names_the_passage_store_files_the_build_wrote(tmp_path, corpus, index_format):
+    """meta.json's "files" says which passage store was written: the plain one for csc, the compressed blocks for
+    packed (it used to name passages.jsonl for both)."""
+    import re
+
+    from ragzoo.retrieval.bm25 import build_bm25_index
+
+    if index_format == "packed":
+        pytest.importorskip("numba")
+    meta = build_bm25_index(corpus, tmp_path / "index", show_progress=False, index_format=index_format)
+    written = {path.name for path in (tmp_path / "index").iterdir() if path.name.startswith("passage")}
+    named = set(re.findall(r"passage[\w.]*\.\w+", meta["files"]))
+    assert written and named == written
+    assert json.loads((tmp_path / "index" / "meta.json").read_text())["files"] == meta["files"]
