@@ -109,27 +109,44 @@ def _fmt(value) -> str:
 
 
 # -- side by side with bm25s ---------------------------------------------------------------------------
-def interleaved(contenders: dict, n_queries: dict, rounds: int, clock=time.perf_counter) -> dict[str, list[float]]:
+def interleaved(contenders: dict, n_queries: dict, rounds: int, clock=time.perf_counter,
+                cpu: dict | None = None, cpu_clock=time.process_time) -> dict[str, list[float]]:
     """q/s of each contender (name -> a no-argument function answering `n_queries[name]` queries) over `rounds`
     rounds. Every round runs each contender once, forward on even rounds and backward on odd ones, so that a
-    change in the machine's load between rounds (2 cores shared with other jobs) falls on all of them alike."""
+    change in the machine's load between rounds (2 cores shared with other jobs) falls on all of them alike.
+    With `cpu` (a dict), also each run's process CPU time per query in microseconds, name -> one per round: on a
+    shared machine steadier than wall time (time spent waiting for a core is not counted)."""
     names = list(contenders)
     rates: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(rounds):
         for name in (names if round_ % 2 == 0 else names[::-1]):
+            cpu_started = cpu_clock() if cpu is not None else 0.0
             started = clock()
             contenders[name]()
             rates[name].append(n_queries[name] / (clock() - started))
+            if cpu is not None:
+                cpu.setdefault(name, []).append(1e6 * (cpu_clock() - cpu_started) / n_queries[name])
     return rates
 
 
-def ratio_row(label: str, ours: list[float], anchor: list[float]) -> dict:
+def ratio_row(label: str, ours: list[float], anchor: list[float], ours_cpu: list[float] | None = None,
+              anchor_cpu: list[float] | None = None, returns: str | None = None) -> dict:
     """One table row: the median q/s of both and ours/anchor as the median (and range) of the per-round
-    ratios: each round's two runs were measured minutes apart at most, under the same load."""
+    ratios: each round's two runs were measured minutes apart at most, under the same load. With the CPU times
+    per query of each round, the same for CPU (ours/bm25s as a speed: bm25s's CPU over ours). `returns`: what
+    each side hands back, in words (ours hits with passages, bm25s row numbers)."""
     ratios = [a / b for a, b in zip(ours, anchor)]
-    return {"mode": label, "bm25s q/s": statistics.median(anchor), "ours q/s": statistics.median(ours),
-            "ours/bm25s": statistics.median(ratios), "ratio range": f"{min(ratios):.2f}-{max(ratios):.2f}",
-            "rounds": len(ratios)}
+    row = {"mode": label, "bm25s q/s": statistics.median(anchor), "ours q/s": statistics.median(ours),
+           "ours/bm25s": statistics.median(ratios), "ratio range": f"{min(ratios):.2f}-{max(ratios):.2f}",
+           "rounds": len(ratios)}
+    if ours_cpu and anchor_cpu:
+        cpu_ratios = [b / a for a, b in zip(ours_cpu, anchor_cpu)]
+        row.update({"bm25s CPU us/q": statistics.median(anchor_cpu), "ours CPU us/q": statistics.median(ours_cpu),
+                    "ours/bm25s CPU": statistics.median(cpu_ratios),
+                    "CPU ratio range": f"{min(cpu_ratios):.2f}-{max(cpu_ratios):.2f}"})
+    if returns:
+        row["returns (ours / bm25s)"] = returns
+    return row
 
 
 def load_average() -> str:
@@ -171,8 +188,8 @@ def bm25s_searcher(csc_dir: Path, backend: str, settings=None):
 
 def cpu_split(ours, theirs, questions: list[str], repeats: int = 3) -> dict:
     """Where a question's CPU time goes, one question per call (process CPU time, best of `repeats`; on a
-    shared machine less noisy than wall time): ours tokenize / score / build hits / whole call, bm25s tokenize /
-    retrieve / whole call, in microseconds per question."""
+    shared machine less noisy than wall time): ours tokenize / score / build hits (unread) / whole call, bm25s
+    tokenize / retrieve / whole call, in microseconds per question."""
     def per_question(function) -> float:
         best = float("inf")
         for _ in range(repeats):
@@ -198,11 +215,15 @@ def side_by_side(index_dir: Path, questions: list[str], csc_dir: Path | None = N
                  label: str = "", cpu_backends: tuple[str, ...] = ("numba",)) -> tuple[list[dict], dict]:
     """ragzoo's bm25 (`BM25Retriever` over `index_dir`, one thread) against bm25s's `retrieve` over the same
     index's CSC (`csc_dir`, default `index_dir`), same questions, k=10, end to end from query strings: interleaved
-    rounds of one question per call ("single") and one batch of all ("batch"), per backend. numpy runs
-    `numpy_questions` only (bm25s's numpy scorer answers ~4 q/s at 5.2M passages). Also "single, hits read":
-    ours reading every hit's title and text (hits decode on first read; bm25s returns row numbers only).
-    For `cpu_backends`, also where a question's CPU time goes (`cpu_split`). Returns (table rows, flat numbers
-    for JSON)."""
+    rounds of one question per call ("single") and one batch of all ("batch"), per backend, wall q/s and process
+    CPU per question. numpy runs `numpy_questions` only (bm25s's numpy scorer answers ~4 q/s at 5.2M passages).
+
+    The two do not hand back the same thing: ours returns each question's hits as `Passage` objects (pid, title,
+    text, score; a hit's line is read and decoded when a field is first read), bm25s's `retrieve` arrays of row
+    numbers and scores, which a caller still has to turn into passages. Hence also "single, hits read" and
+    "batch, hits read": ours reading every hit's title and text, against the same bm25s rows (a lower bound of
+    ours' advantage: bm25s's side reads nothing). For `cpu_backends`, also where a question's CPU time goes
+    (`cpu_split`). Returns (table rows, flat numbers for JSON)."""
     import numpy as np
 
     from ragzoo.retrieval.bm25 import BM25Retriever
@@ -225,6 +246,7 @@ def side_by_side(index_dir: Path, questions: list[str], csc_dir: Path | None = N
             "ours batch": lambda: ours.batch(asked, 10),
             "bm25s batch": lambda: theirs(asked),
             "ours single, hits read": lambda: [read_all([ours(q, 10)]) for q in asked],
+            "ours batch, hits read": lambda: read_all(ours.batch(asked, 10)),
         }
         for function in contenders.values():  # warm every path (and the page cache) before timing
             function()
@@ -237,17 +259,23 @@ def side_by_side(index_dir: Path, questions: list[str], csc_dir: Path | None = N
         if ours.pruned is not None and backend in cpu_backends:  # (bm25s numpy: minutes at 1M+)
             flat.update({f"{backend} cpu per question, {key}": value
                          for key, value in cpu_split(ours, theirs, asked).items()})
-        rates = interleaved(contenders, {name: len(asked) for name in contenders}, rounds)
+        cpu: dict[str, list[float]] = {}
+        rates = interleaved(contenders, {name: len(asked) for name in contenders}, rounds, cpu=cpu)
         for mode, anchor in (("single", "bm25s single"), ("batch", "bm25s batch"),
-                             ("single, hits read", "bm25s single")):
-            row = ratio_row(f"{label}{backend} {mode}", rates[f"ours {mode}"], rates[anchor])
+                             ("single, hits read", "bm25s single"), ("batch, hits read", "bm25s batch")):
+            returns = ("hits, every title and text read" if "hits read" in mode else "hits, unread") + " / rows"
+            row = ratio_row(f"{label}{backend} {mode}", rates[f"ours {mode}"], rates[anchor],
+                            cpu[f"ours {mode}"], cpu[anchor], returns=returns)
             row["questions"] = len(asked)
             rows.append(row)
             key = f"{backend} {mode}"
-            if anchor == f"bm25s {mode}":  # (the hits-read row shares the single row's anchor)
+            if anchor == f"bm25s {mode}":  # (a hits-read row shares its mode's anchor)
                 flat[f"bm25s {key} q/s"] = row["bm25s q/s"]
+                flat[f"bm25s {key} cpu us/q"] = row["bm25s CPU us/q"]
             flat.update({f"ours {key} q/s": row["ours q/s"], f"ours/bm25s {key}": row["ours/bm25s"],
-                         f"ours/bm25s {key} range": row["ratio range"]})
+                         f"ours/bm25s {key} range": row["ratio range"], f"ours {key} cpu us/q": row["ours CPU us/q"],
+                         f"ours/bm25s {key} cpu": row["ours/bm25s CPU"],
+                         f"ours/bm25s {key} cpu range": row["CPU ratio range"]})
     flat["side by side load"] = load_average()
     return rows, flat
 
@@ -483,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
                     [{k: v for k, v in ratios.items() if k.startswith("ours")}])
         print_table(f"ragzoo bm25 vs bm25s retrieve on the same index, end to end from query strings, k=10, "
                     f"one thread, medians of {args.rounds} interleaved rounds ({load_average()}; target: numba "
-                    f"ours/bm25s >= 0.8)", side)
+                    f"ours/bm25s >= 0.8). Ours returns each question's hits (Passage objects: pid, title, text, "
+                    f"score), bm25s row numbers and scores only; 'hits read' rows read every hit's title and "
+                    f"text", side)
         print_table("CPU per question, one question per call (us, best of 3)", cpu_rows(ratios))
         print_table("ColBERTv2-compatible server over loopback (bm25, k=10)", bench_server(data, tmp))
         if args.big:

@@ -66,10 +66,14 @@ def test_side_by_side_runs_both_on_one_index(tiny_index):
     questions = ["which river city", "film album band", "king and queen of paris", "war music"] * 3
     rows, flat = side_by_side(tiny_index, questions, rounds=2, backends=("numpy",), label="csc ",
                               cpu_backends=("numpy",))
-    assert [row["mode"] for row in rows] == ["csc numpy single", "csc numpy batch", "csc numpy single, hits read"]
+    assert [row["mode"] for row in rows] == ["csc numpy single", "csc numpy batch", "csc numpy single, hits read",
+                                             "csc numpy batch, hits read"]
     for row in rows:
         assert row["ours q/s"] > 0 and row["bm25s q/s"] > 0 and row["rounds"] == 2
         assert row["questions"] == len(questions)
+        assert row["ours CPU us/q"] > 0 and row["bm25s CPU us/q"] > 0 and row["ours/bm25s CPU"] > 0
+        assert row["returns (ours / bm25s)"].endswith(" / rows")  # what each side hands back, said
+    assert flat["ours numpy batch, hits read cpu us/q"] == rows[3]["ours CPU us/q"]
     assert flat["ours/bm25s numpy batch"] == rows[1]["ours/bm25s"]
     assert flat[f"numpy top-10 scores == bm25s (of {len(questions)})"] == len(questions)
     assert flat["side by side load"].startswith("load average ")
