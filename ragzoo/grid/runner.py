@@ -378,12 +378,15 @@ class OptunaClaims:
     GRACE = 30
 
     def __init__(self, url: str, study_name: str, keys: list[str], *, wait: float = 60.0,
-                 choices: list[str] | None = None, say=None, keys_as_of=None):
+                 choices: list[str] | None = None, say=None, keys_as_of=None, done_on_disk=None):
         import warnings
 
         # `keys` are the cells not done on disk when the caller read them (`keys_as_of`, a naive local datetime as
         # Optuna records): a claim another worker completed since then is a cell done, never one to enqueue again
         self._keys_as_of = keys_as_of
+        # whether a cell is complete on disk now (the caller's cell state): a worker may finish a cell on disk and
+        # die before its `tell`, after `keys` were read
+        self._done_on_disk = done_on_disk or (lambda key: False)
 
         # the several-machines test waits out a dead worker's heartbeat in seconds rather than half a minute
         self.HEARTBEAT = _whole_seconds("RAGZOO_GRID_HEARTBEAT", self.HEARTBEAT)
@@ -467,8 +470,14 @@ class OptunaClaims:
                 if trial.datetime_complete is not None and trial.datetime_complete >= self._keys_as_of:
                     live.add(self._key_of(trial))
         for key in self._keys:
-            if key not in live:
+            if key not in live and self._to_run(key):
                 self.study.enqueue_trial({"cell": key})
+
+    def _to_run(self, key) -> bool:
+        """The one rule of what a claim that ended without its cell done may put back in the queue (a rerun, a dead
+        worker's claim) and what a popped claim may run: a cell of this worker's (not done on disk when it read
+        them) that is still not complete on disk."""
+        return key in self._keys and not self._done_on_disk(key)
 
     @staticmethod
     def _key_of(trial):
@@ -485,18 +494,28 @@ class OptunaClaims:
 
         host = socket.gethostname()
         now = datetime.datetime.now()
+        stale: set = set()  # claims whose heartbeat stopped (a worker of any machine): settled here by the same
+        # rule, before Optuna's fail_stale_trials would fail them and enqueue a copy whatever the disk says
+        if getattr(self.storage, "get_heartbeat_interval", lambda: None)():
+            with contextlib.suppress(Exception):
+                stale = set(self.storage._get_stale_trial_ids(self.study._study_id))
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = str(trial.user_attrs.get("worker") or "")
             name, _, pid = worker.rpartition(":")
-            if worker:
+            if trial._trial_id in stale:
+                pass
+            elif worker:
                 if name != host or not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
                     continue
             elif trial.datetime_start is None or (now - trial.datetime_start).total_seconds() < self.GRACE:
                 continue
-            with contextlib.suppress(Exception):  # another worker failed it first
+            key = self._key_of(trial)
+            with contextlib.suppress(Exception):  # another worker ended it first
+                if self._done_on_disk(key):  # it died after its cell was complete, before its `tell`: done
+                    self.storage.set_trial_state_values(trial._trial_id, state=TrialState.COMPLETE, values=[0.0])
+                    continue
                 self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-                key = self._key_of(trial)
-                if key in self._keys:
+                if self._to_run(key):
                     self.study.enqueue_trial({"cell": key})
 
     def next(self):
@@ -506,8 +525,8 @@ class OptunaClaims:
         while True:
             with self._lock:
                 with contextlib.suppress(Exception):
-                    fail_stale_trials(self.study)  # a dead worker's cell goes back to the queue
-                    self._fail_dead_claims()
+                    self._fail_dead_claims()  # a dead worker's cell goes back to the queue, unless done on disk
+                    fail_stale_trials(self.study)
                 if not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                     beats = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
                     # without heartbeats (journal storage) a dead worker's claim would never come back: stop; and
@@ -542,7 +561,7 @@ class OptunaClaims:
                     with contextlib.suppress(Exception):  # never leave a claim running with no one behind it
                         self.study.tell(trial, state=TrialState.FAIL)
                     raise
-                if key not in self._keys:  # a cell this worker does not know, or one done on disk
+                if not self._to_run(key):  # a cell this worker does not know, or one done on disk
                     self.study.tell(trial, state=TrialState.FAIL)
                     continue
                 return key, trial
@@ -771,8 +790,13 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     used_calls = sum(result.states[c.key]["lm_calls"] - result.states[c.key]["cached_calls"] for c in counted)
     budget = Budget(None if max_calls is None else max(0, max_calls - used_calls),
                     None if max_cost is None else max(0.0, max_cost - used_cost), price_per_hour=price_per_hour)
+
+    def done_on_disk(key: str) -> bool:  # now, not when the states above were read
+        return key in by_key and cell_state(out, by_key[key])["status"] == "done"
+
     claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
-                           choices=[c.key for c in cells], say=say, keys_as_of=states_read_at) if storage
+                           choices=[c.key for c in cells], say=say, keys_as_of=states_read_at,
+                           done_on_disk=done_on_disk) if storage
               else LocalClaims([c.key for c in todo]))
     lock = threading.Lock()
     running: dict[str, dict] = {}  # key -> the cell's meter, what it had on disk, its predictions' line count

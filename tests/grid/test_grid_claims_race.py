@@ -41,3 +41,71 @@ def test_a_cell_completed_before_the_disk_was_read_and_not_done_there_is_enqueue
     read_at = datetime.datetime.now()  # x's claim completed, yet its run is not done on disk (removed): run it again
     second = OptunaClaims(url, "race", ["x", "y"], keys_as_of=read_at)
     assert _waiting_keys(second) == ["x", "y"]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+
+
+def _claim_of_a_worker_that_died_before_tell(url, key, how):
+    """A first worker claims `key`, runs its cell to the end on disk, and dies before it tells the study: a process
+    of this machine that is gone, or a worker of another machine whose heartbeat stopped."""
+    import socket
+    import time
+
+    first = OptunaClaims(url, "race", ["x", "y"])
+    while True:
+        got, trial = first.next()
+        if got == key:
+            if how == "its process is gone":
+                trial.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+            else:
+                trial.set_user_attr("worker", "another-machine:4242")
+                first.heartbeat(trial)
+                time.sleep(first.GRACE + 1.5)
+            return trial.number
+        first.done(trial, ok=False, requeue=True)
+
+
+def _states(url):
+    from optuna.trial import TrialState
+
+    study = optuna.load_study(study_name="race", storage=url)
+    return sorted((OptunaClaims._key_of(t), t.state.name) for t in study.get_trials(deepcopy=False)
+                  if t.state != TrialState.WAITING)
+
+
+@pytest.mark.parametrize("how", ["its process is gone", "its heartbeat stopped"])
+@pytest.mark.parametrize("found_by", ["a worker that joins", "a worker already running"])
+def test_a_dead_workers_claim_on_a_cell_complete_on_disk_is_told_complete_not_run_again(tmp_path, monkeypatch,
+                                                                                         found_by, how):
+    """The second worker read the disk while x ran (x not done then), then x's worker finished x on disk and died
+    before `tell`: x is done (told complete, once), not requeued to be run again as an empty resume."""
+    monkeypatch.setenv("RAGZOO_GRID_HEARTBEAT", "1")
+    monkeypatch.setenv("RAGZOO_GRID_GRACE", "1")
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    disk = {"x": False, "y": False}
+    read_at = datetime.datetime.now()
+    if found_by == "a worker already running":  # it read the disk and joined before x's worker died
+        second = OptunaClaims(url, "race", ["x", "y"], keys_as_of=read_at, done_on_disk=disk.get)
+    number = _claim_of_a_worker_that_died_before_tell(url, "x", how)
+    disk["x"] = True  # the dead worker's cell is complete on disk
+    if found_by == "a worker that joins":
+        second = OptunaClaims(url, "race", ["x", "y"], keys_as_of=read_at, done_on_disk=disk.get)
+    ran = []
+    while True:  # the second worker runs what is left
+        key, trial = second.next()
+        if key is None:
+            break
+        ran.append(key)
+        disk[key] = True
+        second.done(trial, ok=True)
+    assert ran == ["y"]
+    study = optuna.load_study(study_name="race", storage=url)
+    assert study.trials[number].state.name == "COMPLETE"  # the dead worker's claim: its cell is done
+    assert [state for key, state in _states(url) if key == "x"].count("COMPLETE") == 1
+    assert [state for key, state in _states(url) if key == "y"].count("COMPLETE") == 1
