@@ -36,8 +36,11 @@ Choices:
   waits for a network timeout) unless the user set `LITELLM_LOCAL_MODEL_COST_MAP` themselves.
 - CPU per call (an evaluation against a fast server is bound by it): `make_lm` also installs, once, shortcuts
   in DSPy with the same results: its model-price lookup memoised (`ragzoo.usage.memoize_price_metadata`), the
-  proxy variables read again only when the environment changed (`_memoize_env_proxies`), plain strings
-  formatted into prompts without a pydantic TypeAdapter each (`_plain_text_serialization`).
+  proxy variables read again only when the environment changed (`_memoize_env_proxies`), plain strings (and
+  lists of them) formatted into prompts without a pydantic TypeAdapter each (`_plain_text_serialization`), a
+  signature's system message built once per adapter class (`_memoize_system_messages`), a model string's route
+  resolved once (`_memoize_backend_resolution`). tests/lm/test_lm_dspy_shortcuts.py: the requests sent are the
+  same without them.
 """
 
 from __future__ import annotations
@@ -203,6 +206,8 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
     memoize_price_metadata()  # DSPy prices each call from its model table: a full scan for unknown models
     _memoize_env_proxies()
     _plain_text_serialization()
+    _memoize_system_messages()
+    _memoize_backend_resolution()
     return lm
 
 
@@ -211,9 +216,10 @@ _INSTALL_LOCK = threading.Lock()
 
 def _plain_text_serialization() -> bool:
     """DSPy's adapters put every input value of a prompt through `dspy.adapters.utils.serialize_for_json`, which
-    builds a pydantic TypeAdapter for the value's type each time (~6% of ragzoo's CPU per LM call, nearly all
-    for plain strings, whose JSON-ready form is themselves): a `str` is returned as it is, any other value
-    (a str subclass included) goes to DSPy's function. Idempotent; True if installed."""
+    builds a pydantic TypeAdapter for the value's type each time (~6% of ragzoo's CPU per LM call for plain
+    strings, whose JSON-ready form is themselves, and ~5% more for a list of passages): a `str` is returned as it
+    is, a list or tuple of `str` as a list of them (pydantic's JSON form of both), any other value (a str
+    subclass, a list holding one, included) goes to DSPy's function. Idempotent; True if installed."""
     try:
         from dspy.adapters import utils
     except ImportError:
@@ -224,12 +230,122 @@ def _plain_text_serialization() -> bool:
             return current is not None
 
         def serialize_for_json(value):
-            return value if type(value) is str else current(value)
+            kind = type(value)
+            if kind is str:
+                return value
+            if (kind is list or kind is tuple) and all(type(item) is str for item in value):
+                return list(value)
+            return current(value)
 
         serialize_for_json._ragzoo_plain_text = True
         serialize_for_json.__wrapped__ = current
         serialize_for_json.__doc__ = current.__doc__
         utils.serialize_for_json = serialize_for_json
+        return True
+
+
+_SYSTEM_MESSAGE_PARTS = ("format_field_description", "format_field_structure", "format_task_description",
+                         "format_field_with_value")
+
+
+def _memoize_system_messages() -> bool:
+    """DSPy's adapters build the system message of a signature (its fields' descriptions and structure, its
+    instructions) again for every call (~5% of ragzoo's CPU per LM call): keep it per signature class, adapter
+    class and instructions (a signature's instructions may be set in place; its fields are fixed when the class is
+    made). Only for an adapter whose parts of that message are all DSPy's own (`dspy.adapters`: they read nothing
+    but the signature); an adapter that formats any part its own way builds it every time, as before. Idempotent;
+    True if installed."""
+    import weakref
+
+    try:
+        from dspy.adapters.base import Adapter
+    except ImportError:
+        return False
+    with _INSTALL_LOCK:
+        current = Adapter.__dict__.get("format_system_message")
+        if current is None or getattr(current, "_ragzoo_memo", False):
+            return current is not None
+        memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # signature class -> {(adapter class, doc)}
+        lock = threading.Lock()
+
+        def dspy_parts(adapter) -> bool:
+            cls = type(adapter)
+            return all(getattr(getattr(cls, name, None), "__module__", "").startswith("dspy.adapters")
+                       and name not in getattr(adapter, "__dict__", ()) for name in _SYSTEM_MESSAGE_PARTS)
+
+        def format_system_message(self, signature):
+            if not dspy_parts(self):
+                return current(self, signature)
+            key = (type(self), signature.__doc__)
+            try:
+                with lock:
+                    text = memo.get(signature, {}).get(key)
+            except TypeError:  # a signature that is not a class (cannot be weakly referenced): as DSPy does
+                return current(self, signature)
+            if text is None:
+                text = current(self, signature)
+                with lock:
+                    memo.setdefault(signature, {})[key] = text
+            return text
+
+        format_system_message._ragzoo_memo = True
+        format_system_message.__wrapped__ = current
+        format_system_message.__doc__ = current.__doc__
+        Adapter.format_system_message = format_system_message
+        return True
+
+
+def _memoize_backend_resolution() -> bool:
+    """DSPy picks the engine of every call (`dspy.clients.backend_selection.select_backend`) by building an lm15
+    engine and its router only to resolve the model string (~3% of ragzoo's CPU per LM call). That resolution
+    is offline routing, a function of the model string, model type and the providers the LM bound at
+    construction (its router gets an empty environment): it is kept per those, and the rest of the selection
+    (client options, environment variables) is still done for every call. Idempotent; True if installed."""
+    import dataclasses
+
+    try:
+        from dspy.clients import backend_selection
+        from dspy.lm15 import RouterConfig
+    except ImportError:
+        return False
+    with _INSTALL_LOCK:
+        engine = getattr(backend_selection, "LM15Engine", None)
+        if engine is None or getattr(engine, "_ragzoo_memo", False):
+            return engine is not None
+        resolved: dict = {}
+        # the config select_backend builds: no environment, the LM's providers, every other field its default
+        template = RouterConfig(env={})
+        fields = [field.name for field in dataclasses.fields(RouterConfig) if field.name != "providers"]
+
+        def key_of(model, model_type, config):
+            if type(model) is not str or not all(getattr(config, name) == getattr(template, name)
+                                                 for name in fields):
+                return None
+            return model, model_type, config.providers
+
+        class ResolvingEngine(engine):
+            """What `select_backend` builds to resolve a model: the resolution memoised, no router built."""
+
+            _ragzoo_memo = True
+            __wrapped__ = engine
+
+            def __init__(self, config=None, *, model_type="chat"):  # noqa: D107 - no router: see resolve
+                self._resolve_config, self.model_type = config, model_type
+
+            def resolve(self, model: str):
+                config = self._resolve_config
+                try:
+                    key = key_of(model, self.model_type, config)
+                    found = resolved.get(key) if key is not None else None
+                except (TypeError, AttributeError):  # unhashable providers, another config: as DSPy does
+                    key, found = None, None
+                if found is None:
+                    found = engine(config, model_type=self.model_type).resolve(model)
+                    if key is not None and len(resolved) < 1024:
+                        resolved[key] = found  # a frozen Resolution, shared
+                return found
+
+        backend_selection.LM15Engine = ResolvingEngine
         return True
 
 

@@ -43,7 +43,7 @@ def test_plain_strings_are_formatted_without_a_type_adapter(type_adapters):
     inputs = {"context": ["Paris | capital of France", "Lyon | a city"], "question": "Capital of France?",
               "hint": "Überall ein \"Zitat\" \n\t und {json: 1}", "year": 1999}
     messages = ChatAdapter().format(QA, demos=[], inputs=inputs)
-    assert type_adapters == [list, int]  # the list and the int still go through DSPy's serialization; no str did
+    assert type_adapters == [int]  # the int still goes through DSPy's serialization; no str, no list of them did
     serialize = utils.serialize_for_json
     utils.serialize_for_json = serialize.__wrapped__  # DSPy's function, for the same prompt
     try:
