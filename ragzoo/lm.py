@@ -296,32 +296,39 @@ def _memoize_system_messages() -> bool:
 
 
 def _memoize_backend_resolution() -> bool:
-    """DSPy picks the engine of every call (`dspy.clients.backend_selection.select_backend`) by building an lm15
-    engine and its router only to resolve the model string (~3% of ragzoo's CPU per LM call). That resolution
-    is offline routing, a function of the model string, model type and the providers the LM bound at
-    construction (its router gets an empty environment): it is kept per those, and the rest of the selection
-    (client options, environment variables) is still done for every call. Idempotent; True if installed."""
+    """DSPy resolves the model string of every call twice by building an lm15 engine and its router for it: to
+    pick the call's engine (`dspy.clients.backend_selection.select_backend`) and to price its reply
+    (`dspy.clients.capabilities.resolve`), ~4% of ragzoo's CPU per LM call. That resolution is offline routing, a
+    function of the model string, model type and the providers the LM bound at construction (the router gets an
+    empty environment): it is kept per those, and the rest of the selection (client options, environment
+    variables) is still done for every call. Idempotent; True if installed."""
     import dataclasses
 
     try:
-        from dspy.clients import backend_selection
-        from dspy.lm15 import RouterConfig
+        from dspy.clients import backend_selection, capabilities
+        from dspy.lm15 import RouterConfig, _definitions
     except ImportError:
         return False
     with _INSTALL_LOCK:
         engine = getattr(backend_selection, "LM15Engine", None)
         if engine is None or getattr(engine, "_ragzoo_memo", False):
             return engine is not None
-        resolved: dict = {}
-        # the config select_backend builds: no environment, the LM's providers, every other field its default
+        resolved: dict = {}  # (model, model type, providers) -> its frozen lm15 Resolution
+        # the config both build: no environment, the LM's providers, every other field its default
         template = RouterConfig(env={})
         fields = [field.name for field in dataclasses.fields(RouterConfig) if field.name != "providers"]
 
-        def key_of(model, model_type, config):
-            if type(model) is not str or not all(getattr(config, name) == getattr(template, name)
-                                                 for name in fields):
-                return None
-            return model, model_type, config.providers
+        def memoised(model, model_type, providers, config_of):
+            try:
+                key = (model, model_type, providers) if type(model) is str else None
+                found = resolved.get(key) if key is not None else None
+            except TypeError:  # unhashable providers: as DSPy does
+                key, found = None, None
+            if found is None:
+                found = engine(config_of(), model_type=model_type).resolve(model)
+                if key is not None and len(resolved) < 1024:
+                    resolved[key] = found
+            return found
 
         class ResolvingEngine(engine):
             """What `select_backend` builds to resolve a model: the resolution memoised, no router built."""
@@ -334,18 +341,20 @@ def _memoize_backend_resolution() -> bool:
 
             def resolve(self, model: str):
                 config = self._resolve_config
-                try:
-                    key = key_of(model, self.model_type, config)
-                    found = resolved.get(key) if key is not None else None
-                except (TypeError, AttributeError):  # unhashable providers, another config: as DSPy does
-                    key, found = None, None
-                if found is None:
-                    found = engine(config, model_type=self.model_type).resolve(model)
-                    if key is not None and len(resolved) < 1024:
-                        resolved[key] = found  # a frozen Resolution, shared
-                return found
+                if config is None or not all(getattr(config, name) == getattr(template, name) for name in fields):
+                    return engine(config, model_type=self.model_type).resolve(model)  # another config: as DSPy
+                return memoised(model, self.model_type, config.providers, lambda: config)
 
+        original_resolve = capabilities.resolve
+
+        def resolve(lm):
+            providers = _definitions(getattr(lm, "_providers", ()))
+            return memoised(lm.model, lm.model_type, providers, lambda: RouterConfig(env={}, providers=providers))
+
+        resolve.__wrapped__ = original_resolve
+        resolve._ragzoo_memo = True
         backend_selection.LM15Engine = ResolvingEngine
+        capabilities.resolve = resolve
         return True
 
 

@@ -14,7 +14,7 @@ from dspy.adapters import utils
 from dspy.adapters.base import Adapter
 from dspy.adapters.chat_adapter import ChatAdapter
 from dspy.adapters.json_adapter import JSONAdapter
-from dspy.clients import backend_selection
+from dspy.clients import backend_selection, capabilities
 
 from ragzoo.adapters import LenientChatAdapter
 from ragzoo.lm import _memoize_backend_resolution, _memoize_system_messages, _plain_text_serialization, make_lm
@@ -58,7 +58,7 @@ def _sent_requests(adapter) -> list[dict]:
 def _without_shortcuts(monkeypatch) -> None:
     """DSPy's own functions back in place (each shortcut keeps the function it wraps as `__wrapped__`)."""
     for owner, name in ((utils, "serialize_for_json"), (Adapter, "format_system_message"),
-                        (backend_selection, "LM15Engine")):
+                        (backend_selection, "LM15Engine"), (capabilities, "resolve")):
         current = getattr(owner, name)
         monkeypatch.setattr(owner, name, getattr(current, "__wrapped__", current))
     for install in (_plain_text_serialization, _memoize_system_messages, _memoize_backend_resolution):
@@ -137,6 +137,23 @@ def test_the_route_of_a_model_is_resolved_once(monkeypatch):
         assert backend_selection.select_backend(lm, {}) == first
     other = dspy.LM("openai/another-model", api_base="http://127.0.0.1:9/v1", api_key="stub")
     assert backend_selection.select_backend(other, {}).resolution.model == "another-model"
+    assert len(built) == 3  # the first, DSPy's own (without the memo), another model's
+    assert capabilities.resolve(lm) == first.resolution and capabilities.resolve(other).model == "another-model"
+    assert len(built) == 3  # the reply's pricing resolved the model string again for every call
+
+
+def test_a_call_against_the_stub_builds_one_engine(monkeypatch):
+    from dspy.clients.engines.lm15_engine import LM15Engine
+
+    built = []
+    real_init = LM15Engine.__init__
+    monkeypatch.setattr(LM15Engine, "__init__", lambda self, *a, **k: built.append(1) or real_init(self, *a, **k))
+    with StubLMServer() as server:
+        lm = make_lm("openai/stub-one-engine", api_base=server.base_url + "/v1", cache=False, num_retries=0)
+        with dspy.context(lm=lm):
+            for question in ("a", "b", "c"):
+                dspy.Predict("question -> answer")(question=question)
+    assert len(built) == 2, built  # the LM's own engine, and one resolution; DSPy built 2 more for every call
 
 
 def test_a_list_of_plain_strings_is_formatted_without_a_type_adapter(monkeypatch):
