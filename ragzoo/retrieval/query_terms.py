@@ -84,8 +84,12 @@ class QueryTerms:
         try:
             return list(chain.from_iterable(map(pieces.__getitem__, text.split())))
         except KeyError:  # a piece seen for the first time (or since the cache started over)
-            return list(chain.from_iterable([pieces[piece] if piece in pieces else self._piece_ids(piece)
-                                             for piece in text.split()]))
+            ids: list[int] = []
+            for piece in text.split():
+                # get, not `in` then [ ]: another thread may clear the cache in between
+                known = pieces.get(piece)
+                ids.extend(known if known is not None else self._piece_ids(piece))
+            return ids
 
     def _piece_ids(self, piece: str) -> tuple[int, ...]:
         ids = tuple(self._word_ids(self.split(piece)))
@@ -100,7 +104,7 @@ class QueryTerms:
         try:
             ids = list(map(cache.__getitem__, words))
         except KeyError:  # a word seen for the first time (or since the cache started over)
-            ids = [cache[word] if word in cache else self.word_id(word) for word in words]
+            ids = [term if (term := cache.get(word)) is not None else self.word_id(word) for word in words]
         return ids if _NONE not in ids else [term for term in ids if term != _NONE]
 
     def many(self, texts: Sequence[str]) -> list[list[int]]:

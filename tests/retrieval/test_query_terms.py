@@ -96,6 +96,34 @@ def test_the_word_cache_stays_bounded_and_right(indexed):
         assert len(terms._cache) <= 50 and len(terms._pieces) <= 50
 
 
+def test_threads_sharing_tiny_caches_get_the_right_ids(indexed, data_dir):
+    """A server's worker threads share one QueryTerms; caches that keep starting over under them never give a
+    wrong id nor fail (a cache cleared between a membership test and a read used to be a KeyError)."""
+    import threading
+
+    questions = _questions(data_dir)[:300]
+    expected = _bm25s_ids(_fresh(BM25Settings(), indexed.stem_to_sid), questions)
+    terms = QueryTerms.from_tokenizer(indexed, cache_words=16)
+    failures, barrier = [], threading.Barrier(4)
+
+    def worker(offset):
+        barrier.wait()
+        for _ in range(3):
+            for n in range(offset, len(questions), 2):
+                try:
+                    if terms(questions[n]) != expected[n]:
+                        failures.append(n)
+                except Exception as error:  # noqa: BLE001 -- any failure is the finding
+                    failures.append(repr(error))
+
+    threads = [threading.Thread(target=worker, args=(i % 2,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and len(terms._pieces) <= 16 and len(terms._cache) <= 16
+
+
 def test_retriever_queries_leave_no_growing_word_caches(wiki17_corpus):
     """bm25s's tokenizer remembers every word a query ever brought (word_to_stem, word_to_id): a server's memory
     grew with each new word. The retriever's word cache is bounded, and bm25s's stay empty."""
