@@ -8,6 +8,13 @@ ratio = measured / ideal; CPU ms per LM call = ragzoo's process CPU time (this p
 user + system, to the microsecond) / LM calls, the figure a busy machine changes least. The 1-minute load average is
 printed with the table: on a shared machine, read the ratios beside it.
 
+A run also costs CPU once, whatever its size (the run folder, its config and summary written and fsync'ed, the
+LM's first request: its engine, router and connection; threads or worker processes started): spread over 15
+questions at 1 x 1 it is a tenth of the figure. So each setting is also run on one round of questions (in flight
+questions) first, and the table gives apart: per call excluding set-up = (CPU of the full run - CPU of the short
+one) / (their difference in LM calls), and set-up = CPU of the short run - its calls x that. The verdict is on the
+whole figure, set-up included.
+
     python -m benchmarks.throughput [--latency 0.2] [--settings 1x1,32x1,64x1,128x1,256x1,32x2,64x2,128x2] [--rounds 5]
 
 A setting is THREADSxPROCESSES (`evaluate --threads T --processes P`); each runs `--rounds` questions per request
@@ -65,7 +72,8 @@ def cpu_seconds() -> float:
 
 
 def run_setting(method_id: str, threads: int, processes: int, n: int, latency: float, base: str, retriever,
-                examples) -> dict:
+                examples, short: dict | None = None) -> dict:
+    """One evaluate run of `n` questions; `short`: this setting's run of one round, for the set-up apart."""
     import dspy
 
     from ragzoo import programs
@@ -84,13 +92,24 @@ def run_setting(method_id: str, threads: int, processes: int, n: int, latency: f
             elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     calls = summary["usage"]["lm_calls"]
     per_question = calls / max(1, summary["n"])
+    if short is not None and calls > short["lm_calls"]:
+        marginal = (cpu - short["cpu_seconds"]) / (calls - short["lm_calls"])
+        extra = {"cpu_ms_per_call_marginal": 1000 * marginal,
+                 "setup_cpu_ms": 1000 * (short["cpu_seconds"] - short["lm_calls"] * marginal),
+                 "short_examples": short["examples"], "short_cpu_seconds": short["cpu_seconds"]}
+    else:
+        extra = {}
     rate = summary["n"] / elapsed
     ideal = in_flight / (latency * per_question) if per_question else float("nan")
     return {"method": method_id, "in_flight": in_flight, "threads": threads, "processes": processes,
             "examples": summary["n"], "failures": summary["failures"], "lm_calls": calls,
             "lm_calls_per_example": per_question, "seconds": elapsed, "examples_per_s": rate, "ideal_per_s": ideal,
             "ratio": rate / ideal, "cpu_seconds": cpu, "cpu_ms_per_call": 1000 * cpu / max(1, calls),
-            "load_average": os.getloadavg()[0]}
+            "load_average": os.getloadavg()[0], **extra}
+
+
+def _figure(result: dict, key: str, spec: str) -> str:
+    return format(result[key], spec) if key in result else ""
 
 
 def parse_settings(text: str) -> list[tuple[int, int]]:
@@ -124,7 +143,8 @@ def main(argv=None) -> int:
 
     settings = parse_settings(args.settings)
     n_max = max(max(args.min_examples, args.rounds * t * p) for t, p in settings)
-    examples = data.load("hotpotqa", "dev", n=n_max + 2, seed=None)
+    in_flight_max = max(t * p for t, p in settings)
+    examples = data.load("hotpotqa", "dev", n=n_max + in_flight_max + 2, seed=None)
     retriever = make_retriever(DEFAULT_RETRIEVER)
     results = []
     with stub_server(args.latency) as base:
@@ -134,10 +154,17 @@ def main(argv=None) -> int:
                 evaluate(programs.get(method_id, retriever=retriever), examples[:2], "em", None, progress=False)
             for threads, processes in settings:
                 n = max(args.min_examples, args.rounds * threads * processes)
-                result = run_setting(method_id, threads, processes, n, args.latency, base, retriever, examples[2:])
+                short = None
+                if n > threads * processes:  # other questions than the full run's: no retriever cache shared
+                    short = run_setting(method_id, threads, processes, threads * processes, args.latency, base,
+                                        retriever, examples[2 + n_max:])
+                result = run_setting(method_id, threads, processes, n, args.latency, base, retriever, examples[2:],
+                                     short)
                 results.append(result)
                 print(f"  {method_id} {threads}x{processes}: {result['examples_per_s']:.1f} q/s, ratio "
-                      f"{result['ratio']:.2f}, {result['cpu_ms_per_call']:.2f} ms CPU per call", file=sys.stderr)
+                      f"{result['ratio']:.2f}, {result['cpu_ms_per_call']:.2f} ms CPU per call "
+                      f"({result.get('cpu_ms_per_call_marginal', float('nan')):.2f} without the run's set-up of "
+                      f"{result.get('setup_cpu_ms', float('nan')):.1f} ms)", file=sys.stderr)
 
     def verdict(r) -> str:
         target = TARGETS.get(r["in_flight"])
@@ -146,12 +173,14 @@ def main(argv=None) -> int:
 
     rows = [[r["method"], r["in_flight"], r["threads"], r["processes"], r["examples"], f"{r['lm_calls_per_example']:g}",
              r["failures"], f"{r['seconds']:.2f}", f"{r['examples_per_s']:.1f}", f"{r['ideal_per_s']:.1f}",
-             f"{r['ratio']:.3f}", f"{r['cpu_ms_per_call']:.2f}", f"{r['load_average']:.1f}", verdict(r)]
+             f"{r['ratio']:.3f}", f"{r['cpu_ms_per_call']:.2f}", _figure(r, "cpu_ms_per_call_marginal", ".2f"),
+             _figure(r, "setup_cpu_ms", ".1f"), f"{r['load_average']:.1f}", verdict(r)]
             for r in results]
     print(f"\nEvaluation throughput: stub LM at {1000 * args.latency:.0f} ms per call (own process), real dspy.LM "
           f"over loopback, {DEFAULT_RETRIEVER}, ragzoo.runs.evaluate with a run directory; {os.cpu_count()} CPUs\n")
     print(markdown_table(["method", "in flight", "threads", "processes", "questions", "LM calls/q", "failures",
-                          "seconds", "q/s", "ideal q/s", "ratio", "CPU ms/call", "load avg",
+                          "seconds", "q/s", "ideal q/s", "ratio", "CPU ms/call", "without set-up",
+                          "set-up ms a run", "load avg",
                           f"target (CPU <= {CPU_TARGET_MS:g} ms)"], rows))
     write_json(args.out, {"latency": args.latency, "targets": TARGETS, "cpu_target_ms": CPU_TARGET_MS,
                           "results": results})
