@@ -33,8 +33,9 @@ stored copies of the hub's pages); the others are checked against the hub's sha2
 - Unpack: streamed (`tarfile` mode "r|gz", never the whole archive in memory) into a hidden
   `.NAME.partial-PID` file beside the target, then fsynced and renamed; a `NAME.ragzoo.json` marker (archive
   sha256, member size) is written last (and one without a size before the rename: the file is ragzoo's from
-  the moment it has its name). A file at the target without ragzoo's marker beside it is the user's (RAGZOO_CORPORA
-  may be their folder): never overwritten, the fetch is refused before any download (`check_ours`). A corpus is known by name only when file and marker agree, so an
+  the moment it has its name). A file at the target without ragzoo's marker beside it is the user's
+  (RAGZOO_CORPORA may be their folder): never overwritten, the fetch is refused before any download
+  (`check_ours`). A corpus is known by name only when file and marker agree, so an
   interrupted unpack (Ctrl-C, SIGTERM, power loss) is never indexed: the next run removes the partial file of a
   dead process and unpacks again. Only the named member is read, under our own file name: member paths in
   the archive are never used as paths.
