@@ -13,6 +13,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# One OpenMP thread per process (torch's encoders, here and in the subprocesses tests start): the suite's workers
+# (`-n 2`) already fill the cores, and torch's spinning threads on a busy core made a six-passage embedding take
+# seconds instead of milliseconds (tests/retrieval/test_retrieval_dense_hybrid.py: 37 s -> see H4's report).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # DSPy's response cache must not write into the user's home during tests.
 os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="ragzoo-dspy-cache-")
 
@@ -38,6 +42,46 @@ FULL_DATA_REASON = "needs the full benchmark data"
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_full_data: reads the full benchmark files (exact sizes, whole "
                                        "splits, the 17,703-abstract sample); skipped on the demo slice")
+
+
+SHARED_SCOPES = ("module", "class", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns `-n N` without --dist into --dist load
+def pytest_cmdline_main(config):
+    """`-n N` without `--dist` distributes with `loadgroup` (see pytest_collection_modifyitems). Set here, not in
+    pyproject's addopts: a `--dist` there breaks pytest where xdist is not installed (.venv-colbert)."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "no" \
+            and config.getoption("numprocesses", None):
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    # a worker reads the command line again, which does not say loadgroup when pytest_cmdline_main chose it
+    node.workerinput["ragzoo_dist"] = node.config.option.dist
+
+
+@pytest.hookimpl(trylast=True)  # after deselection (-k, --deselect), which reads the ids this changes
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`, the tests that share a module-scoped fixture (an MLflow server, a browser, an
+    embedding model, a built index) go to one xdist worker, so it is set up once per run and not once per
+    worker; every other test is still handed out one at a time."""
+    if getattr(config, "workerinput", {}).get("ragzoo_dist") == "loadgroup":
+        config.option.loadgroup = True
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or not any((defs := info.name2fixturedefs.get(name)) and defs[-1].scope in SHARED_SCOPES
+                                   for name in info.names_closure):
+            continue
+        group = item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
+            # what xdist does to group a test (its `item._nodeid = ...@group`), which pytest 9's structured
+            # node ids ignore: the scheduler reads the group from the id's "@" suffix
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def pytest_runtest_setup(item):

@@ -1,0 +1,51 @@
+"""The suite's own distribution (tests/conftest.py): under `pytest -n 2`, the tests sharing a module-scoped fixture
+run on one worker, so an expensive fixture (an MLflow server, a browser, a model) is set up once per run, not once
+per worker. xdist's own grouping does not survive pytest 9's node ids, so this guards the conftest's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SHARED = """
+import os
+import pytest
+
+@pytest.fixture(scope="module")
+def server():
+    with open(os.environ["SETUPS"], "a") as log:
+        log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+    return "up"
+
+@pytest.mark.parametrize("n", range(6))
+def test_uses_the_server(server, n):
+    assert server == "up"
+"""
+
+PLAIN = """
+import pytest
+
+@pytest.mark.parametrize("n", range(6))
+def test_plain(n):
+    assert n >= 0
+"""
+
+
+def test_a_module_scoped_fixture_is_set_up_once_under_two_workers(tmp_path):
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_cmdline_main, pytest_configure_node, "
+                                          "pytest_collection_modifyitems  # noqa: F401\n")
+    (tmp_path / "test_shared.py").write_text(SHARED)
+    (tmp_path / "test_plain.py").write_text(PLAIN)
+    setups = tmp_path / "setups.txt"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+                           "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "SETUPS": str(setups), "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "12 passed" in done.stdout, done.stdout[-2000:]
+    workers = setups.read_text().split()
+    assert len(workers) == 1, workers  # one set-up, on one worker: not one per worker
