@@ -39,8 +39,8 @@ Choices:
   proxy variables read again only when the environment changed (`_memoize_env_proxies`), plain strings (and
   lists of them) formatted into prompts without a pydantic TypeAdapter each (`_plain_text_serialization`), a
   signature's system message built once per adapter class (`_memoize_system_messages`), a model string's route
-  resolved once (`_memoize_backend_resolution`). tests/lm/test_lm_dspy_shortcuts.py: the requests sent are the
-  same without them.
+  resolved once (`_memoize_backend_resolution`), a plain-text request's pre-flight plan kept per shape
+  (`_memoize_request_plans`). tests/lm/test_lm_dspy_shortcuts.py: the requests sent are the same without them.
 """
 
 from __future__ import annotations
@@ -208,6 +208,7 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
     _plain_text_serialization()
     _memoize_system_messages()
     _memoize_backend_resolution()
+    _memoize_request_plans()
     return lm
 
 
@@ -355,6 +356,74 @@ def _memoize_backend_resolution() -> bool:
         resolve._ragzoo_memo = True
         backend_selection.LM15Engine = ResolvingEngine
         capabilities.resolve = resolve
+        return True
+
+
+def _plan_shape(request):
+    """What DSPy's pre-flight `plan` of an lm15 request can depend on, or None when the request is not plain text
+    (another part than text, a continuation, tools, an unhashable config option, text with no UTF-8 form)."""
+    from dspy._vendor.lm15.types import TextPart
+
+    system = request.system
+    if request.tools or not (system is None or type(system) is str):
+        return None
+    texts = [system or ""]
+    messages = []
+    for message in request.messages:
+        if message.continuation:
+            return None
+        parts = []
+        for part in message.parts:
+            if type(part) is not TextPart or part.continuation:
+                return None
+            texts.append(part.text)
+            parts.append(bool(part.text))
+        messages.append((message.role, tuple(parts)))
+    try:
+        for text in texts:
+            if not text.isascii():
+                text.encode("utf-8")  # a lone surrogate: planned (and refused) as DSPy does
+    except UnicodeEncodeError:
+        return None
+    key = (request.model, system is None, bool(system), request.config, tuple(messages))
+    hash(key)  # TypeError for an unhashable config option
+    return key
+
+
+def _memoize_request_plans() -> bool:
+    """DSPy's default engine ("auto") plans every request before sending it (`LM15Engine.plan`: the whole wire
+    request built, JSON included, and thrown away, ~10% of ragzoo's CPU per LM call) to fall back to LiteLLM
+    before any I/O if lm15 would refuse it. The verdict depends on the request's model, options and the kinds of
+    its parts, not on its words: a plan that passed is kept per engine for requests of plain text with the same
+    model, options, roles and empty/non-empty parts (`_plan_shape`); a refusal is never kept (planned again each
+    time), any other request is planned as before. Idempotent; True if installed."""
+    try:
+        from dspy.clients.engines import lm15_engine
+    except ImportError:
+        return False
+    with _INSTALL_LOCK:
+        routing = getattr(lm15_engine, "_Routing", None)
+        current = getattr(routing, "plan", None)
+        if current is None or getattr(current, "_ragzoo_memo", False):
+            return current is not None
+
+        def plan(self, request):
+            try:
+                key = _plan_shape(request)
+            except (TypeError, AttributeError):
+                key = None
+            planned = self.__dict__.setdefault("_ragzoo_plans", {}) if key is not None else None
+            if key is not None and key in planned and not self._closed:
+                return planned[key]
+            adaptations = current(self, request)
+            if key is not None and len(planned) < 256:
+                planned[key] = adaptations
+            return adaptations
+
+        plan._ragzoo_memo = True
+        plan.__wrapped__ = current
+        plan.__doc__ = current.__doc__
+        routing.plan = plan
         return True
 
 

@@ -1,8 +1,9 @@
 """The CPU shortcuts `make_lm` installs in DSPy leave what is sent unchanged: the requests the stub server receives
 are the same with and without them (the ChatAdapter, JSONAdapter and ragzoo's lenient adapter; a list of passages,
 a typed field, instructions changed in place), and each shortcut does what it is for: a system message is built
-once per signature and adapter class, the model's route is resolved once per model, a list of plain strings is
-put in a prompt without a pydantic TypeAdapter."""
+once per signature and adapter class, the model's route is resolved once per model, a plain-text request is
+planned once per model, options and shape, a list of plain strings is put in a prompt without a pydantic
+TypeAdapter."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from dspy.adapters.base import Adapter
 from dspy.adapters.chat_adapter import ChatAdapter
 from dspy.adapters.json_adapter import JSONAdapter
 from dspy.clients import backend_selection, capabilities
+from dspy.clients.engines import lm15_engine
 
 from ragzoo.adapters import LenientChatAdapter
-from ragzoo.lm import _memoize_backend_resolution, _memoize_system_messages, _plain_text_serialization, make_lm
+from ragzoo.lm import _memoize_backend_resolution, _memoize_request_plans, _memoize_system_messages, \
+    _plain_text_serialization, make_lm
 from ragzoo.stubserver import StubLMServer, adapter_responder
 
 
@@ -58,10 +61,11 @@ def _sent_requests(adapter) -> list[dict]:
 def _without_shortcuts(monkeypatch) -> None:
     """DSPy's own functions back in place (each shortcut keeps the function it wraps as `__wrapped__`)."""
     for owner, name in ((utils, "serialize_for_json"), (Adapter, "format_system_message"),
-                        (backend_selection, "LM15Engine"), (capabilities, "resolve")):
+                        (backend_selection, "LM15Engine"), (capabilities, "resolve"), (lm15_engine._Routing, "plan")):
         current = getattr(owner, name)
         monkeypatch.setattr(owner, name, getattr(current, "__wrapped__", current))
-    for install in (_plain_text_serialization, _memoize_system_messages, _memoize_backend_resolution):
+    for install in (_plain_text_serialization, _memoize_system_messages, _memoize_backend_resolution,
+                    _memoize_request_plans):
         monkeypatch.setattr(f"ragzoo.lm.{install.__name__}", lambda: False)
 
 
@@ -70,9 +74,11 @@ def _without_shortcuts(monkeypatch) -> None:
 def test_the_requests_sent_are_the_same_with_and_without_the_shortcuts(adapter, monkeypatch):
     fast = _sent_requests(adapter)
     assert getattr(Adapter.format_system_message, "_ragzoo_memo", False)
+    assert getattr(lm15_engine._Routing.plan, "_ragzoo_memo", False)
     with monkeypatch.context() as plain:
         _without_shortcuts(plain)
         assert not getattr(Adapter.format_system_message, "_ragzoo_memo", False)
+        assert not getattr(lm15_engine._Routing.plan, "_ragzoo_memo", False)
         slow = _sent_requests(adapter)
     assert len(fast) == len(INPUTS) + 1
     assert json.dumps(fast, ensure_ascii=False) == json.dumps(slow, ensure_ascii=False)
@@ -180,3 +186,36 @@ def test_a_list_of_plain_strings_is_formatted_without_a_type_adapter(monkeypatch
     for value in (["a", 1], [Tagged("t")], [["nested"]], ("a", None)):
         assert utils.serialize_for_json(value) == original(value)
     assert len(built) == 8  # anything but exact strings takes DSPy's path
+
+
+def _planned_builds(monkeypatch) -> list[bool]:
+    from dspy._vendor.lm15.providers.base import BaseProviderLM
+
+    builds = []
+    real = BaseProviderLM._build
+
+    def counted(self, request, stream, *, policy=None, planning=False):
+        builds.append(planning)
+        return real(self, request, stream, policy=policy, planning=planning)
+
+    monkeypatch.setattr(BaseProviderLM, "_build", counted)
+    return builds
+
+
+def test_a_plain_text_request_is_planned_once_per_model_options_and_shape(monkeypatch):
+    builds = _planned_builds(monkeypatch)
+    with StubLMServer() as server:
+        lm = make_lm("openai/stub-plans", api_base=server.base_url + "/v1", cache=False, num_retries=0)
+        predict = dspy.Predict(Sourced)
+        with dspy.context(lm=lm):
+            for inputs in INPUTS:
+                predict(**inputs)
+            assert builds.count(True) == 1 and builds.count(False) == 3  # DSPy built every request twice
+            predict(**INPUTS[0], config={"temperature": 0.7})  # other options: planned again
+            assert builds.count(True) == 2
+            with dspy.context(adapter=JSONAdapter()):  # other words (no response format for this model): kept
+                predict(**INPUTS[0])
+            assert builds.count(True) == 2
+            with pytest.raises(Exception, match="not valid Unicode"):  # no UTF-8 form: still refused, unsent
+                predict(question="q", passages=["lone \ud800 surrogate"], year=1)
+    assert builds.count(True) == 2 and builds.count(False) == 5
