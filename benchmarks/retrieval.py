@@ -6,9 +6,12 @@ of the ColBERTv2-compatible server under 1/8/32 concurrent loopback clients.
 The side-by-side table sets ragzoo's bm25 (each index format) against bm25s's own `retrieve` (numba and numpy)
 on the same index files and questions, both from query strings to ranked rows, in interleaved rounds of one
 process, and prints the ratio with its range and the load average: on a shared machine the absolute q/s
-move with the load, the interleaved ratio much less (`side_by_side`, also used by `benchmarks.scale`).
+move with the load, the interleaved ratio much less (`side_by_side`, also used by `benchmarks.scale`), with
+each side's process CPU per question. Ours returns hits with their passages, bm25s row numbers: the table
+says so, and its "hits read" rows have ours read every hit.
 
     python -m benchmarks.retrieval [--dense] [--big] [--questions N] [--big-docs N] [--format csc,packed]
+    python -m benchmarks.retrieval --side-by-side-only --format csc --backends numba --rounds 9
 """
 
 from __future__ import annotations
@@ -360,19 +363,35 @@ def bench_sparse(data: Path, n_questions: int, rank_bm25_questions: int, tmp: Pa
     ratios = {"ours/raw single": ours_single / raw_single, "ours/raw batch": ours_batch / raw_batch,
               "ours/rank_bm25": ours_single / okapi_qps,
               "ours numba/raw batch": fast_batch / raw_batch, "docs": num_docs, "questions": len(questions)}
-    # bm25s on the very index ours reads (its CSC files), both end to end from query strings, interleaved
+    side, flat = bench_side_by_side(corpus, questions, Path(folder), tmp, formats, rounds)
+    ratios.update(flat)
+    return quality, speed, ratios, side
+
+
+def bench_side_by_side(corpus: Path, questions: list[str], csc_folder: Path, tmp: Path, formats: tuple[str, ...],
+                       rounds: int, backends: tuple[str, ...] = ("numba", "numpy")) -> tuple[list[dict], dict]:
+    """bm25s on the very index ours reads (the csc index's files at `csc_folder`; another format is built from
+    `corpus` beside it), both end to end from query strings, interleaved (`side_by_side`) for each format."""
     side: list[dict] = []
+    ratios: dict = {}
     for index_format in formats:
-        index = folder
+        index = csc_folder
         if index_format != "csc":
             (_s, index, _n), _rss = in_child(_build_ours, str(corpus), str(tmp / "cache"), index_format)
         # a packed index scores with numba whatever the backend: its numpy row would repeat the numba one
-        rows, flat = side_by_side(Path(index), questions, csc_dir=Path(folder), rounds=rounds,
-                                  backends=("numba", "numpy") if index_format == "csc" else ("numba",),
+        rows, flat = side_by_side(Path(index), questions, csc_dir=csc_folder, rounds=rounds,
+                                  backends=backends if index_format == "csc" else ("numba",),
                                   label=f"{index_format} ")
         side += rows
         ratios.update({f"{index_format} {key}": value for key, value in flat.items()})
-    return quality, speed, ratios, side
+    return side, ratios
+
+
+def side_by_side_title(rounds: int) -> str:
+    return (f"ragzoo bm25 vs bm25s retrieve on the same index, end to end from query strings, k=10, one thread, "
+            f"medians of {rounds} interleaved rounds ({load_average()}; target: numba ours/bm25s >= 0.8). Ours "
+            f"returns each question's hits (Passage objects: pid, title, text, score), bm25s row numbers and "
+            f"scores only; 'hits read' rows read every hit's title and text")
 
 
 def bench_dense(data: Path, n_questions: int) -> list[dict]:
@@ -488,6 +507,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="bm25 index formats to set beside bm25s, comma-separated: csc, packed (default: all "
                              "this checkout can build)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the side-by-side runs")
+    parser.add_argument("--side-by-side-only", action="store_true",
+                        help="only the side by side with bm25s (and its CPU split): no recall, rank_bm25, server")
+    parser.add_argument("--backends", default="numba,numpy",
+                        help="backends of the csc side by side, comma-separated (default numba,numpy)")
     args = parser.parse_args(argv)
     formats = tuple(args.format.split(",")) if args.format else tuple(index_formats())
     unknown = set(formats) - set(index_formats())
@@ -498,8 +521,19 @@ def main(argv: list[str] | None = None) -> int:
     from ragzoo.paths import data_root
 
     data = data_root()
+    backends = tuple(args.backends.split(","))
+    if set(backends) - {"numba", "numpy"} or not backends:
+        parser.error(f"--backends {args.backends}: numba and/or numpy")
     with tempfile.TemporaryDirectory(prefix="ragzoo-bench-") as scratch:
         tmp = Path(scratch)
+        if args.side_by_side_only:
+            questions = [json.loads(line)["question"] for line in open(data / QUESTIONS)][:args.questions]
+            (_s, folder, _n), _rss = in_child(_build_ours, str(data / CORPUS), str(tmp / "cache"))
+            side, ratios = bench_side_by_side(data / CORPUS, questions, Path(folder), tmp, formats, args.rounds,
+                                              backends)
+            print_table(side_by_side_title(args.rounds), side)
+            print_table("CPU per question, one question per call (us, best of 3)", cpu_rows(ratios))
+            return 0
         quality, speed, ratios, side = bench_sparse(data, args.questions, args.rank_bm25_questions, tmp, formats,
                                                     args.rounds)
         if args.dense:
@@ -509,11 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table("BM25 speed (one thread)", speed)
         print_table("Ratios (targets: ours/raw >= 0.9, ours/rank_bm25 >= 10)",
                     [{k: v for k, v in ratios.items() if k.startswith("ours")}])
-        print_table(f"ragzoo bm25 vs bm25s retrieve on the same index, end to end from query strings, k=10, "
-                    f"one thread, medians of {args.rounds} interleaved rounds ({load_average()}; target: numba "
-                    f"ours/bm25s >= 0.8). Ours returns each question's hits (Passage objects: pid, title, text, "
-                    f"score), bm25s row numbers and scores only; 'hits read' rows read every hit's title and "
-                    f"text", side)
+        print_table(side_by_side_title(args.rounds), side)
         print_table("CPU per question, one question per call (us, best of 3)", cpu_rows(ratios))
         print_table("ColBERTv2-compatible server over loopback (bm25, k=10)", bench_server(data, tmp))
         if args.big:
