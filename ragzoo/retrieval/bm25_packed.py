@@ -15,19 +15,26 @@ per posting (8 bytes), 22 GB at wiki18's 21M passages, and its scorer runs a Pyt
   block's largest weight (float32, computed exactly at build) for block-max skipping (Ding & Suel 2011,
   "Faster top-k document retrieval using block-max indexes"). Per term: its first block, df, idf, and its
   largest weight. A term's blocks are contiguous; terms are laid out bucket by bucket (see the build).
-- **One numba call per query** (`_top_k`, nogil, cache=True; no per-term Python): the query's distinct terms,
-  rarest first, MaxScore term at a time (Turtle & Flood 1995) as `bm25_topk.PrunedTopK` does: rare
-  ("essential") terms add every posting into a per-thread float32 accumulator; theta, the k-th best partial
-  score, is a lower bound on the final k-th score; once the remaining terms' summed bounds fall below theta
-  no new passage can reach the top k, and the remaining terms are only looked up for the sorted candidates
-  still in reach. Block-max on top: an essential term's block whose largest weight plus the remaining terms'
-  bounds is below theta adds nothing for passages it would reach first, and is not even decoded when no
-  earlier candidate falls in its doc range; a looked-up term skips blocks by their last doc id, drops a
-  candidate whose partial + block max + rest cannot reach theta, and decodes each needed block once. Only
-  touched accumulator entries are reset. Results are (rows, scores) best first, exact ties by lower row, the
-  contract of `PrunedTopK.top_k`; terms are summed in the same order as there (distinct term ids sorted, then
-  stably by df), so the scores are bit-identical to `PrunedTopK`'s too. Bounds carry a 1e-5 relative margin for
-  float32 rounding, as in `PrunedTopK`.
+- **One numba call per query** (`_top_k`, nogil, cache=True; no per-term Python), **window by window**: MaxScore
+  (Turtle & Flood 1995) run over windows of `WINDOW` passages with per-window bounds from the block maxima, the idea
+  of Lucene's MaxScoreBulkScorer. The query's distinct terms, rarest first (ties by term id, the order
+  `bm25_topk.PrunedTopK` sums in). Per window [start, start + W): (1) each term's bound there, the largest block max
+  of its blocks overlapping it (for a sparse block, spanning `SPARSE_SPAN` windows or more, decoded once and its
+  largest weight in the window: exact); if all bounds together cannot reach theta, the window is skipped, nothing
+  decoded. (2) The essential terms are a prefix of the rarest-first order: the longest suffix whose bounds together
+  cannot lift a passage to theta is only looked up (a suffix, so every passage still sums 0 + w1 + w2 + ... in the
+  same order: scores bit-identical to the exhaustive scorer's, `PrunedTopK`'s and bm25s's csc weights). (3) The
+  essential terms' postings in the window go into a window-sized float32 accumulator (L2-resident, with the
+  window's slice of the norms), first reaches marked in a bitset, so candidates come out in row order; an essential
+  block whose best weight plus the later terms' bounds cannot reach theta only adds to passages already reached, and
+  is not decoded at all when none lies in its range. (4) Candidates whose partial score plus the looked-up terms'
+  bounds cannot reach theta are dropped (branch-free); (5) the looked-up terms, in order, term at a time over the
+  candidates: skip blocks by their last doc id (galloping), drop a candidate whose block's max cannot lift it,
+  decode a block's doc ids once (weights only for the postings wanted: a weight reads the passage's norm, a cache
+  miss); (6) the survivors have their exact final score: into a k-heap, theta its worst once it holds k, a true
+  lower bound that rises fast. Ties go to the lower row (windows go in row order, so a later passage that only ties
+  the k-th never enters). Each block is decoded at most once per query, even when it spans many windows. Only what
+  a window touched is reset. Bounds carry a 1e-5 relative margin for float32 rounding, as in `PrunedTopK`.
 - **A streaming build within a memory budget**: tokenisation as for the CSC (bm25.py's loop), but each chunk's
   (doc, term, tf) postings go to B bucket spools by `term % B` (B from the corpus size and `memory_budget`),
   so no whole-corpus posting array ever exists; then per bucket: load, counting-sort by term (passages
@@ -35,25 +42,23 @@ per posting (8 bytes), 22 GB at wiki18's 21M passages, and its scorer runs a Pyt
 
 Needs numba (the `[fast]` extra): there is no numpy fallback; without numba `format=packed` is refused.
 
-Measured (README, "The packed format"; 2 cores shared with other jobs, CPU time): at 1M passages the postings
-take 217 MB against the csc's 456 MB; the scorer costs 3.6 ms a question against bm25s numba's 1.5 ms (0.41x;
-the csc's PrunedTopK 2.6 ms) and 0.069 ms against 0.051 on the 17,703-passage sample. Where the time goes at
-1M (per question): the essential terms' scan ~1.4 ms (a decode and two random reads a posting, norm and
-accumulator, where bm25s reads a stored weight and one accumulator entry), theta ~0.3 ms, the candidates'
-filtering ~0.4 ms and lookups ~0.9 ms. Precomputed norms were kept over lengths (one load instead of a load, a
-multiply, an add and a divide a posting), and 1 / (norm + 1) is precomputed at load for tf = 1 (most postings),
-which removed the division there without changing a bit. Since then theta is kept up to date during the
-essential terms' scan (the k best partial scores, k <= 64, as `bm25_topk._top_k_csc`; after every block, so a term's
-later blocks are skipped by a theta its earlier ones raised) and a looked-up term is read whole when candidates x 32
-exceed its df (was x 8): 1M passages, 1,000 HotpotQA questions, 3 interleaved rounds, 2.63 -> 2.29 ms a question
-CPU (bm25s numba 1.42, the csc one-call kernel 1.20).
+Measured (CPU time a question, token ids in, top 10 out; 2 cores shared with other jobs at load 4-8, so figures move
+by +-10%): 21M passages (issue 24's synthetic wiki18-like corpus, 1,000 HotpotQA questions' terms hold 11M postings a
+question): the windowed kernel 34-38 ms against 105-108 ms for the kernel before it (term at a time over the whole
+index, a random read into 84 MB arrays a posting), answers identical. Choices, measured there: W = 2^14..2^15 (2^12:
+37 ms, 2^16: 35-37, 2^18: 52 before the decode split); weights computed in a loop of their own after the doc ids (the
+norm reads, cache misses, overlap: 47 -> 34 ms); a looked-up block decoded without weights (the few wanted are
+computed alone); an oracle that knew the final theta from the start would save only ~17% (27 ms): theta from the
+first windows is close to final. Where the rest goes at 21M: per question 2.3-2.6M postings decoded, 0.8M weighed,
+0.7M passages reached by essential terms of which ~98% dropped after one look-up, 0.5M look-ups (~55% of the time).
+Earlier (the previous kernel): at 1M passages the postings take 217 MB against the csc's 456 MB.
 
 API (the retriever in `bm25.py` builds and loads this format: `bm25.build_bm25_index(corpus, out_dir,
 index_format="packed", memory_budget=...)`, `bm25.BM25Retriever(index_dir)`; this module imports nothing of
 `bm25.py`, which imports it):
-    PackedIndex(folder): the arrays, memory-mapped; `.top_k(token_ids, k)` -> (rows int64, scores float32);
-        `.stats` running totals: postings decoded, essential blocks skipped, lookup blocks skipped, terms
-        looked up; `.df` document frequency per term id.
+    PackedIndex(folder, window=WINDOW): the arrays, memory-mapped; `.top_k(token_ids, k)` -> (rows int64, scores
+        float32); `.stats` running totals named by STATS (postings decoded, windows skipped, candidates, look-ups,
+        postings weighed, ...); `.df` document frequency per term id.
     to_csc(packed_dir, out_dir): writes bm25s's CSC files (data/indices/indptr .csc.index.npy, vocab, params)
         with identical weights, so `bm25s.BM25.load(out_dir, mmap=True)` runs on the same index.
     is_packed(folder) -> bool
@@ -90,6 +95,20 @@ SPOOL_PREFIX = "spool.bucket"
 BYTES_PER_SPOOLED = 12  # int32 doc, term, tf
 # in-memory bytes per posting while one bucket is encoded: the spool (12), sorted docs and tfs (8), offsets
 BYTES_PER_BUCKET_POSTING = 28
+# PackedIndex.stats, running totals over the queries answered
+STATS = ("postings decoded", "essential blocks skipped", "windows skipped", "windows scored", "candidates",
+         "look-ups", "candidates dropped", "terms looked up in a window", "postings weighed")
+WINDOW = 1 << 15  # passages a query is scored over at a time (see the module docstring)
+# a block spanning this many windows is weighed when first met, for its exact largest weight in each window
+SPARSE_SPAN = 4
+# the lowest set bit of a word -> its index: (bit * magic) >> 58 is distinct for each of the 64 bits (a de Bruijn
+# sequence), so a window's reached passages come out of its bitset in row order without a loop over bits
+_DEBRUIJN_MAGIC = 0x022FDD63CC95386D
+_DEBRUIJN = np.zeros(64, dtype=np.int64)
+for _bit in range(64):
+    _DEBRUIJN[(((1 << _bit) * _DEBRUIJN_MAGIC) & (2**64 - 1)) >> 58] = _bit
+assert sorted(_DEBRUIJN.tolist()) == list(range(64))
+del _bit
 
 
 def require_numba() -> None:
@@ -363,36 +382,34 @@ def _decode_block(words, block_offset, block_widths, block_last, b, j, count, do
     return np.int64(block_widths[b, 1]), at + (count * wd + 31) // 32
 
 
-def _read_block(words, block_offset, block_widths, block_last, b, j, count, idf, norm, inv1, repeat, docs,
-                weights):
-    """Block `b` (the term's `j`-th, `count` postings) in one pass: doc ids into docs, weights * repeat into
-    weights (float32, as the csc builder computes them; inv1 = 1 / (norm + 1), the tf-1 factor, saves the
-    division where every tf is 1)."""
-    wd = np.int64(block_widths[b, 0])
-    wt = np.int64(block_widths[b, 1])
-    at = block_offset[b]
-    at_tf = at + (count * wd + 31) // 32
-    mask_d = (np.uint64(1) << np.uint64(wd)) - np.uint64(1)
-    mask_t = (np.uint64(1) << np.uint64(wt)) - np.uint64(1)
-    doc = np.int64(-1) if j == 0 else np.int64(block_last[b - 1])
-    tf = np.float32(1)
-    for i in range(count):
-        if wd:
-            bit = i * wd
-            word = at + (bit >> 5)
-            pair = np.uint64(words[word]) | (np.uint64(words[word + 1]) << np.uint64(32))
-            doc += np.int64((pair >> np.uint64(bit & 31)) & mask_d) + 1
-        else:
-            doc += 1
-        docs[i] = doc
-        if wt:
-            bit = i * wt
-            word = at_tf + (bit >> 5)
-            pair = np.uint64(words[word]) | (np.uint64(words[word + 1]) << np.uint64(32))
-            tf = np.float32(np.int64((pair >> np.uint64(bit & 31)) & mask_t) + 1)
-            weights[i] = (idf * (tf / (norm[doc] + tf))) * repeat
-        else:
-            weights[i] = (idf * inv1[doc]) * repeat  # the same float32 value as idf * (1 / (norm + 1))
+def _hold(words, block_offset, block_widths, block_last, b, j, count, docs, tfs):
+    """Block `b` (the term's `j`-th, `count` postings): doc ids into docs, tf - 1 into tfs; returns the tf width."""
+    wt, at = _decode_block(words, block_offset, block_widths, block_last, b, j, count, docs)
+    _unpack(words, at, count, wt, tfs)
+    return wt
+
+
+def _weigh(count, idf, norm, inv1, repeat, docs, tfs, wt, weights):
+    """The held block's weights x repeat into weights, float32 as the csc builder computes them (inv1 = 1 / (norm
+    + 1), the tf-1 factor, saves the division in a block whose tfs are all 1, the common case). A loop of its own
+    after the doc ids are known: the norm reads (cache misses where the block is sparse) do not wait on each
+    other, as they would interleaved with the doc ids' running sum (27 -> 18 ns a posting, a term in 1 of 54
+    passages at 21M)."""
+    if wt == 0:
+        for i in range(count):
+            weights[i] = (idf * inv1[docs[i]]) * repeat
+    else:
+        for i in range(count):
+            tf = np.float32(tfs[i] + 1)
+            weights[i] = (idf * (tf / (norm[docs[i]] + tf))) * repeat
+
+
+def _weight(idf, tf_minus_1, norm, inv1, doc, repeat):
+    """One posting's weight x repeat, the same float32 value `_weigh` computes (1 / (norm + 1) is inv1's value)."""
+    if tf_minus_1 == 0:
+        return (idf * inv1[doc]) * repeat
+    tf = np.float32(tf_minus_1 + 1)
+    return (idf * (tf / (norm[doc] + tf))) * repeat
 
 
 def _heap_push(heap_scores, heap_rows, size, k, score, row):
@@ -481,17 +498,10 @@ def _kth_best(scratch, rows, count, k, heap_scores, heap_rows):
     return np.float64(heap_scores[0])
 
 
-def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_max, term_first, term_df, idf,
-           term_max, norm, inv1, scratch, found, touched, stats):
-    """Exact top k of one query (see the module docstring). Returns (rows, scores), best first.
-    scratch: float32 per passage, zero; found: int32 per passage; touched: uint8 per 128 passages, zero (set
-    where a passage was reached: an essential block is skipped only when no earlier candidate may lie in it)."""
-    empty_rows = np.zeros(0, dtype=np.int64)
-    empty_scores = np.zeros(0, dtype=np.float32)
-    if len(token_ids) == 0 or k <= 0:
-        return empty_rows, empty_scores
+def _query_terms(token_ids, term_df):
+    """The query's distinct known terms, rarest first (ties by term id: the order `PrunedTopK` sums in), and how
+    often each occurs (float32: a term repeated in the query counts as often, as in bm25s)."""
     ordered = np.sort(token_ids)
-    # distinct terms with their counts, in term-id order; unknown ids and empty terms drop out
     uniq = np.empty(len(ordered), dtype=np.int64)
     reps = np.empty(len(ordered), dtype=np.float32)
     n_uniq = 0
@@ -505,218 +515,278 @@ def _top_k(token_ids, k, words, block_last, block_offset, block_widths, block_ma
             uniq[n_uniq] = t
             reps[n_uniq] = 1
             n_uniq += 1
-    if n_uniq == 0:
-        return empty_rows, empty_scores
     dfs = np.empty(n_uniq, dtype=np.int64)
     for i in range(n_uniq):
         dfs[i] = term_df[uniq[i]]
-    order = np.argsort(dfs, kind="mergesort")  # rarest first, ties by term id (as PrunedTopK)
-    terms = uniq[:n_uniq][order]
-    repeats = reps[:n_uniq][order]
-    n_terms = n_uniq
-    # the most terms i.. can still add, and the same with the float32 margin
-    rest = np.zeros(n_terms + 1, dtype=np.float64)
-    for i in range(n_terms - 1, -1, -1):
-        rest[i] = rest[i + 1] + np.float64(repeats[i]) * np.float64(term_max[terms[i]])
-    bound = rest * (1 + 1e-5)
+    order = np.argsort(dfs, kind="mergesort")
+    return uniq[:n_uniq][order], reps[:n_uniq][order]
+
+
+def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, block_max, term_first, term_df, idf,
+           norm, inv1, acc, bits, cands, stats):
+    """Exact top k of one query, window by window (see the module docstring). Returns (rows, scores), best first.
+    acc: float32[window], zero; bits: uint64[window / 64], zero (both left zero). stats: see `PackedIndex.stats`."""
+    empty_rows = np.zeros(0, dtype=np.int64)
+    empty_scores = np.zeros(0, dtype=np.float32)
+    if k <= 0:
+        return empty_rows, empty_scores
+    terms, repeats = _query_terms(token_ids, term_df)
+    n_terms = len(terms)
+    if n_terms == 0:
+        return empty_rows, empty_scores
+    first = np.empty(n_terms, dtype=np.int64)
+    dfs = np.empty(n_terms, dtype=np.int64)
+    nbs = np.empty(n_terms, dtype=np.int64)
+    last = np.int64(0)
+    for i in range(n_terms):
+        first[i] = term_first[terms[i]]
+        dfs[i] = term_df[terms[i]]
+        nbs[i] = (dfs[i] + 127) // 128
+        last = max(last, np.int64(block_last[first[i] + nbs[i] - 1]))
+    # per term: cur, its first block not wholly before the window; the block held decoded in its buffer (docs,
+    # weights x repeat) and pos, the next posting there not yet passed
+    cur = np.zeros(n_terms, dtype=np.int64)
+    held = np.full(n_terms, -1, dtype=np.int64)
+    pos = np.zeros(n_terms, dtype=np.int64)
+    docs = np.empty((n_terms, 128), dtype=np.int64)
+    tfs = np.empty((n_terms, 128), dtype=np.int64)  # tf - 1
+    wts = np.zeros(n_terms, dtype=np.int64)  # the held block's tf width (0: every tf is 1)
+    weighed = np.zeros(n_terms, dtype=np.bool_)  # whether the held block's weights x repeat are in weights
+    weights = np.empty((n_terms, 128), dtype=np.float32)
+    bound = np.zeros(n_terms, dtype=np.float64)
+    rest = np.zeros(n_terms + 1, dtype=np.float64)  # rest[i]: the most terms i.. can add to a passage in the window
     heap_scores = np.empty(k, dtype=np.float32)
     heap_rows = np.empty(k, dtype=np.int64)
-    docs = np.empty(128, dtype=np.int64)
-    weights = np.empty(128, dtype=np.float32)
-    n_found = 0
-    theta = -np.inf
-    n = 0
-    # the k best partial scores so far (ties: lower row), kept up to date as the essential terms are added, as
-    # bm25_topk._top_k_csc does: theta after every block without a pass over the reached passages, so a term's
-    # later blocks are skipped by a theta its earlier ones raised; for a large k the offers cost more than a pass
-    track = k <= 64
     size = 0
-    worst = 0
-    worst_score = np.float32(-np.inf)
-    worst_row = np.int64(-1)
-    # essential terms: every posting added, except in blocks that cannot lift a new passage to theta
-    while n < n_terms:
-        if n and bound[n] < theta:
-            break
-        t = terms[n]
-        repeat = repeats[n]
-        first = term_first[t]
-        df = term_df[t]
-        nb = (df + 127) // 128
-        for j in range(nb):
-            b = first + j
-            count = min(128, df - j * 128)
-            if theta > -np.inf and (np.float64(block_max[b]) * repeat + rest[n + 1]) * (1 + 1e-5) < theta:
-                # no passage first reached here can make the top k: only earlier candidates need this block
-                low = (-1 if j == 0 else np.int64(block_last[b - 1])) + 1
+    theta = -np.inf  # the k-th best final score so far: only a passage scoring above it can still enter
+    slack = 1 + 1e-5  # bounds are float64 sums of float32 maxima; the float32 sums they bound may round above
+    magic = np.uint64(_DEBRUIJN_MAGIC)
+    n_words = (window + 63) >> 6
+    sparse = window * SPARSE_SPAN
+    start = np.int64(0)
+    while start <= last:
+        end = start + window
+        # 1. each term's bound in the window: the largest block max of its blocks overlapping it, or for a block
+        # held decoded, the largest weight it has in the window
+        for i in range(n_terms):
+            f = first[i]
+            nb = nbs[i]
+            j = cur[i]
+            while j < nb and block_last[f + j] < start:
+                j += 1
+            cur[i] = j
+            top = 0.0
+            while j < nb:
+                b = f + j
+                low = np.int64(0) if j == 0 else np.int64(block_last[b - 1]) + 1
+                if low >= end:
+                    break
                 high = np.int64(block_last[b])
-                if (high >> 7) - (low >> 7) <= 64:
+                count = min(128, dfs[i] - j * 128)
+                if held[i] != j and high - low >= sparse:
+                    # a sparse block, spanning more than a window: read once now, it bounds each window exactly
+                    wts[i] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[i], tfs[i])
+                    held[i] = j
+                    pos[i] = 0
+                    weighed[i] = False
+                    stats[0] += count
+                if held[i] == j and (weighed[i] or high - low >= sparse):
+                    if not weighed[i]:
+                        _weigh(count, idf[terms[i]], norm, inv1, repeats[i], docs[i], tfs[i], wts[i], weights[i])
+                        weighed[i] = True
+                        stats[8] += count
+                    p = pos[i]
+                    while p < count and docs[i, p] < start:
+                        p += 1
+                    pos[i] = p
+                    while p < count and docs[i, p] < end:
+                        top = max(top, np.float64(weights[i, p]))
+                        p += 1
+                else:
+                    top = max(top, np.float64(block_max[b]) * repeats[i])
+                if high >= end - 1:
+                    break
+                j += 1
+            bound[i] = top
+        for i in range(n_terms - 1, -1, -1):
+            rest[i] = rest[i + 1] + bound[i]
+        if rest[0] == 0 or rest[0] * slack < theta:
+            stats[2] += 1  # no passage in the window can enter the top k: skipped, nothing decoded
+            start = end
+            continue
+        stats[3] += 1
+        # 2. the essential terms, a prefix of the rarest-first order (the summation order: scores stay
+        # bit-identical); the longest suffix whose bounds cannot lift a passage to theta is only looked up
+        e = n_terms
+        while e > 0 and rest[e - 1] * slack < theta:
+            e -= 1
+        stats[7] += n_terms - e
+        # 3. every posting of the essential terms in the window added, first reaches marked in the bitset
+        for i in range(e):
+            f = first[i]
+            nb = nbs[i]
+            j = cur[i]
+            while j < nb:
+                b = f + j
+                low = np.int64(0) if j == 0 else np.int64(block_last[b - 1]) + 1
+                if low >= end:
+                    break
+                high = np.int64(block_last[b])
+                count = min(128, dfs[i] - j * 128)
+                # a passage first reached here can make the top k only if this block's best lifts it to theta
+                fresh = not ((min(np.float64(block_max[b]) * repeats[i], bound[i]) + rest[i + 1]) * slack < theta)
+                if not fresh:
+                    # then only passages earlier terms reached need the block: any in its range in this window?
                     earlier = False
-                    for r in range(low >> 7, (high >> 7) + 1):
-                        if touched[r]:
+                    for w in range((max(low, start) - start) >> 6, ((min(high, end - 1) - start) >> 6) + 1):
+                        if bits[w]:
                             earlier = True
                             break
                     if not earlier:
-                        stats[1] += 1
+                        if held[i] != j:
+                            stats[1] += 1
+                        if high >= end:
+                            break
+                        j += 1
                         continue
-                _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1, repeat,
-                            docs, weights)
-                stats[0] += count
-                for i in range(count):
-                    d = docs[i]
-                    old = scratch[d]
-                    if old > 0:
-                        score = old + weights[i]
-                        scratch[d] = score
-                        if track and (score > worst_score or (score == worst_score and d < worst_row)):
-                            size, worst = _offer(heap_scores, heap_rows, size, k, worst, d, score)
-                            worst_score, worst_row = heap_scores[worst], heap_rows[worst]
-                if track:
-                    theta = max(theta, np.float64(worst_score))
-                continue
-            _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1, repeat,
-                        docs, weights)
-            stats[0] += count
-            for i in range(count):
-                d = docs[i]
-                old = scratch[d]
-                # branch-free: a first reach is unpredictable, a mispredicted branch costs more than the stores
-                found[n_found] = d
-                n_found += np.int64(old == 0)
-                touched[d >> 7] = 1
-                score = old + weights[i]
-                scratch[d] = score
-                if track and (score > worst_score or (score == worst_score and d < worst_row) or size < k):
-                    size, worst = _offer(heap_scores, heap_rows, size, k, worst, d, score)
-                    if size == k:
-                        worst_score, worst_row = heap_scores[worst], heap_rows[worst]
-            if track and size == k:
-                theta = max(theta, np.float64(worst_score))
-        n += 1
-        # theta helps only once what was read could outweigh the rest: to stop, or to skip the next term's blocks
-        if not track and n < n_terms and rest[n + 1] < rest[0] - rest[n]:
-            theta = max(theta, _kth_best(scratch, found, n_found, k, heap_scores, heap_rows))
-    # looked-up terms: only for the candidates still in reach
-    stats[3] += n_terms - n
-    stats[4] += n_found
-    if n < n_terms:
-        # the candidates still in reach; after each looked-up term the same pass keeps those that can still
-        # reach theta with the next terms and gathers their k best (theta's next value, and at the end the answer)
-        candidates = np.empty(n_found, dtype=found.dtype)
+                if held[i] != j:
+                    wts[i] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[i], tfs[i])
+                    held[i] = j
+                    pos[i] = 0
+                    weighed[i] = False
+                    stats[0] += count
+                p = pos[i]
+                while p < count and docs[i, p] < start:
+                    p += 1
+                if not weighed[i] and p < count and docs[i, p] < end:  # not for a block starting past the window
+                    _weigh(count, idf[terms[i]], norm, inv1, repeats[i], docs[i], tfs[i], wts[i], weights[i])
+                    weighed[i] = True
+                    stats[8] += count
+                if fresh:
+                    while p < count:
+                        local = docs[i, p] - start
+                        if local >= window:
+                            break
+                        acc[local] += weights[i, p]
+                        bits[local >> 6] |= np.uint64(1) << np.uint64(local & 63)
+                        p += 1
+                else:
+                    while p < count:
+                        local = docs[i, p] - start
+                        if local >= window:
+                            break
+                        old = acc[local]
+                        if old > 0:
+                            acc[local] = old + weights[i, p]
+                        p += 1
+                pos[i] = p
+                if p < count:
+                    break  # the block goes on into the next window
+                j += 1
+            cur[i] = j
+        # 4. the candidates, in row order out of the bitset, kept where what they have plus what the looked-up
+        # terms could add reaches theta (branch-free: a passage kept or dropped is a coin toss to the CPU)
         n_cand = 0
-        for c in range(n_found):
-            d = found[c]
-            if np.float64(scratch[d]) + bound[n] >= theta:
-                candidates[n_cand] = d
-                n_cand += 1
-        in_order = False
-        size = 0
-        for m in range(n, n_terms):
-            t = terms[m]
-            repeat = repeats[m]
-            first = term_first[t]
-            df = term_df[t]
-            nb = (df + 127) // 128
-            stats[5] += n_cand
-            kept = 0
-            size = 0
-            if n_cand * 32 > df:
-                # many candidates for this term's postings: one pass over its blocks, adding to every passage
-                # already reached, is cheaper than finding each candidate (as PrunedTopK's add_to_reached); a
-                # reached passage that is no longer a candidate only gains weight nobody reads. 32, as in
-                # bm25_topk._top_k_csc: more than ~4 candidates a block of 128 decode nearly every block anyway
-                for j in range(nb):
-                    count = min(128, df - j * 128)
-                    _read_block(words, block_offset, block_widths, block_last, first + j, j, count, idf[t], norm,
-                                inv1, repeat, docs, weights)
-                    for i in range(count):
-                        d = docs[i]
-                        old = scratch[d]
-                        scratch[d] = old + weights[i] * np.float32(old > 0)  # x + w * 1 == x + w, bit for bit
-                stats[0] += df
-                for c in range(n_cand):
-                    d = candidates[c]
-                    score = scratch[d]
-                    if np.float64(score) + bound[m + 1] >= theta:
-                        candidates[kept] = d
-                        kept += 1
-                        row = np.int64(d)
-                        if size < k or score > heap_scores[0] or (score == heap_scores[0] and row < heap_rows[0]):
-                            size = _heap_push(heap_scores, heap_rows, size, k, score, row)
-                n_cand = kept
-                if size == k:
-                    theta = max(theta, np.float64(heap_scores[0]))
+        reached = 0
+        for w in range(n_words):
+            word = bits[w]
+            if word == 0:
                 continue
-            if not in_order:
-                candidates[:n_cand] = np.sort(candidates[:n_cand])
-                in_order = True
-            j = 0
-            decoded = -1
-            pos = 0
-            used = 0
+            bits[w] = 0
+            while word:
+                lowest = word & (~word + np.uint64(1))
+                word ^= lowest
+                local = (w << 6) + _DEBRUIJN[(lowest * magic) >> np.uint64(58)]
+                reached += 1
+                score = acc[local]
+                alive = (np.float64(score) + rest[e]) * slack >= theta
+                acc[local] = score * np.float32(alive)  # a dropped passage's entry back to zero
+                cands[n_cand] = local
+                n_cand += alive
+        stats[4] += reached
+        # 5. the looked-up terms in order, term at a time over the candidates (each term's cursor in registers),
+        # each adding its weight where it has the passage; a candidate is dropped once its score plus what the
+        # remaining terms could add falls below theta
+        for m in range(e, n_terms):
+            if n_cand == 0:
+                break
+            stats[5] += n_cand
+            f = first[m]
+            nb = nbs[m]
+            j = cur[m]
+            term_idf = idf[terms[m]]
+            repeat = repeats[m]
+            later = rest[m + 1]
+            kept = 0
             for c in range(n_cand):
-                d = candidates[c]
-                partial = np.float64(scratch[d])
-                if j < nb and block_last[first + j] < d:
+                local = cands[c]
+                d = start + local
+                score = acc[local]
+                if j < nb and block_last[f + j] < d:
                     # galloping from the current block: O(1) for dense candidates, O(log gap) for sparse ones
                     low, high, step = j, j + 1, 1
-                    while high < nb and block_last[first + high] < d:
+                    while high < nb and block_last[f + high] < d:
                         low = high
                         step *= 2
                         high = low + step
                     high = min(high, nb)
                     while high - low > 1:  # block_last[low] < d <= block_last[high] (or high == nb)
                         middle = (low + high) >> 1
-                        if block_last[first + middle] < d:
+                        if block_last[f + middle] < d:
                             low = middle
                         else:
                             high = middle
                     j = high
                 if j < nb:
-                    b = first + j
-                    if (partial + (np.float64(block_max[b]) * repeat + rest[m + 1])) * (1 + 1e-5) < theta:
-                        continue  # not even this block's best weight lifts it to theta
-                    count = min(128, df - j * 128)
-                    if decoded != b:
-                        _read_block(words, block_offset, block_widths, block_last, b, j, count, idf[t], norm, inv1,
-                                    repeat, docs, weights)
-                        decoded = b
-                        pos = 0
-                        used += 1
+                    b = f + j
+                    if (np.float64(score) + np.float64(block_max[b]) * repeat + later) * slack < theta:
+                        acc[local] = 0  # not even this block's best lifts it to theta
+                        continue
+                    count = min(128, dfs[m] - j * 128)
+                    if held[m] != j:
+                        # doc ids only: of a looked-up block's postings few are wanted, and a weight costs a read
+                        # of the passage's norm, a cache miss where the block is sparse
+                        wts[m] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[m], tfs[m])
+                        held[m] = j
+                        pos[m] = 0
+                        weighed[m] = False
                         stats[0] += count
-                    while pos < count and docs[pos] < d:
-                        pos += 1
-                    if pos < count and docs[pos] == d:
-                        scratch[d] += weights[pos]
-                score = scratch[d]
-                if np.float64(score) + bound[m + 1] >= theta:
-                    candidates[kept] = d
-                    kept += 1
-                    row = np.int64(d)
-                    if size < k or score > heap_scores[0] or (score == heap_scores[0] and row < heap_rows[0]):
-                        size = _heap_push(heap_scores, heap_rows, size, k, score, row)
-            stats[2] += nb - used
+                    p = pos[m]
+                    while p < count and docs[m, p] < d:
+                        p += 1
+                    pos[m] = p
+                    at = min(p, count - 1)
+                    hit = docs[m, at] == d
+                    if hit and tfs[m, at]:
+                        weight = _weight(term_idf, tfs[m, at], norm, inv1, d, repeat)
+                    else:
+                        weight = (term_idf * inv1[d]) * repeat  # x + w * 0 == x and x + w * 1 == x + w, bit for bit
+                    score = score + weight * np.float32(hit)
+                alive = (np.float64(score) + later) * slack >= theta
+                acc[local] = score * np.float32(alive)
+                cands[kept] = local
+                kept += alive
+            cur[m] = j
             n_cand = kept
-            if size == k:
-                theta = max(theta, np.float64(heap_scores[0]))
-    elif not track:
-        size = _best_k(scratch, found, n_found, k, heap_scores, heap_rows)
+        # 6. the survivors' scores are final: into the k best (ties: lower row; a later window's rows are higher,
+        # so a passage only tying the k-th best is not kept), their entries back to zero for the next window
+        stats[6] += reached - n_cand
+        for c in range(n_cand):
+            local = cands[c]
+            score = acc[local]
+            acc[local] = 0
+            d = start + local
+            if size < k or score > heap_scores[0] or (score == heap_scores[0] and d < heap_rows[0]):
+                size = _heap_push(heap_scores, heap_rows, size, k, score, d)
+                if size == k:
+                    theta = np.float64(heap_scores[0])
+        start = end
     # best first, exact ties by lower row
     by_row = np.argsort(heap_rows[:size])
     rows = heap_rows[:size][by_row]
     scores = heap_scores[:size][by_row]
     ranking = np.argsort(-scores, kind="mergesort")
-    rows = rows[ranking]
-    scores = scores[ranking]
-    # reset only what was touched
-    if n_found > len(scratch) // 16:
-        scratch[:] = 0
-        touched[:] = 0
-    else:
-        for i in range(n_found):
-            scratch[found[i]] = 0
-            touched[found[i] >> 7] = 0
-    return rows, scores
+    return rows[ranking], scores[ranking]
 
 
 _COMPILED: dict = {}
@@ -733,8 +803,8 @@ def _compiled() -> dict:
             jit = numba.njit(nogil=True, cache=True)
             # the helpers the kernels call are module globals: numba resolves them when it compiles a kernel,
             # so they are swapped for their compiled versions first
-            for name in ("_pack", "_unpack", "_decode_block", "_read_block", "_heap_push", "_offer", "_best_k",
-                         "_kth_best"):
+            for name in ("_pack", "_unpack", "_decode_block", "_hold", "_weigh", "_weight", "_heap_push", "_offer", "_best_k",
+                         "_kth_best", "_query_terms"):
                 globals()[name] = jit(globals()[name])
             _COMPILED["encode_bucket"] = jit(_encode_bucket)
             _COMPILED["top_k"] = jit(_top_k)
@@ -746,9 +816,12 @@ class PackedIndex:
     """A packed index folder's arrays (memory-mapped) and its scorer: `top_k(token_ids, k)` answers one query
     in one compiled call; per-thread scratch arrays make it safe to call from several threads."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, window: int = WINDOW):
         require_numba()
+        if int(window) < 1:
+            raise ConfigError(f"the packed scorer's window must be a positive number of passages, got {window}")
         self.folder = Path(folder)
+        self.window = int(window)
         self._maps = [np.load(self.folder / name, mmap_mode="r")
                       for name in (WORDS, BLOCK_LAST, BLOCK_OFFSET, BLOCK_WIDTHS, BLOCK_MAX)]
         # plain ndarray views of the maps: numba takes them as arrays, no copy
@@ -757,7 +830,6 @@ class PackedIndex:
         self.term_first = np.load(self.folder / TERM_FIRST)
         self.df = np.load(self.folder / TERM_DF)
         self.idf = np.load(self.folder / IDF)
-        self.term_max = np.load(self.folder / TERM_MAX)
         self.norm = np.load(self.folder / NORM)
         # 1 / (norm + 1) per passage, the weight's factor where tf is 1 (most postings): computed once here with
         # the same float32 division the scorer would do, so weights stay bit-identical
@@ -766,26 +838,26 @@ class PackedIndex:
         self._top_k = _compiled()["top_k"]
         self._local = threading.local()
         self._stats_lock = threading.Lock()
-        # running totals: postings decoded, essential blocks skipped, looked-up blocks skipped, terms looked up,
-        # passages reached by the essential terms, candidate visits by the looked-up terms
-        self.stats = np.zeros(6, dtype=np.int64)
+        # running totals (STATS names them)
+        self.stats = np.zeros(len(STATS), dtype=np.int64)
 
     def _scratch(self):
+        """This thread's window accumulator and bitset (the kernel leaves both zero), for the current window."""
         scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = (np.zeros(self.num_docs, dtype=np.float32),
-                                             np.empty(self.num_docs, dtype=np.int32),
-                                             np.zeros(self.num_docs // 128 + 1, dtype=np.uint8))
+        if scratch is None or len(scratch[0]) != self.window:
+            scratch = self._local.scratch = (np.zeros(self.window, dtype=np.float32),
+                                             np.zeros((self.window + 63) // 64, dtype=np.uint64),
+                                             np.empty(self.window, dtype=np.int32))
         return scratch
 
     def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the k best passages, best first, exact ties by lower row; fewer when fewer match."""
-        scores, found, touched = self._scratch()
-        stats = np.zeros(6, dtype=np.int64)
-        rows, values = self._top_k(np.asarray(token_ids, dtype=np.int64), int(k), self.words, self.block_last,
-                                   self.block_offset, self.block_widths, self.block_max, self.term_first, self.df,
-                                   self.idf, self.term_max, self.norm, self.inv1, scores, found,
-                                   touched, stats)
+        acc, bits, cands = self._scratch()
+        stats = np.zeros(len(STATS), dtype=np.int64)
+        rows, values = self._top_k(np.asarray(token_ids, dtype=np.int64), int(k), np.int64(len(acc)), self.words,
+                                   self.block_last, self.block_offset, self.block_widths, self.block_max,
+                                   self.term_first, self.df, self.idf, self.norm, self.inv1, acc, bits, cands,
+                                   stats)
         with self._stats_lock:
             self.stats += stats
         return rows, values
@@ -796,11 +868,12 @@ class PackedIndex:
 
     @property
     def blocks_skipped(self) -> int:
-        return int(self.stats[1] + self.stats[2])
+        return int(self.stats[1])
 
     @property
     def terms_searched(self) -> int:
-        return int(self.stats[3])
+        """(term, window) pairs where the term was only looked up for the window's candidates."""
+        return int(self.stats[7])
 
     def maps(self) -> tuple:
         """The memory maps worth reading ahead (`BM25Retriever.warm_up`)."""

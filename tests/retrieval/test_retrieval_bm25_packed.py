@@ -179,54 +179,162 @@ def test_bit_fields_up_to_32_bits_round_trip():
     assert out[:2].tolist() == docs.tolist()
 
 
-def test_block_max_skips_blocks_and_stays_exact(tmp_path):
-    """A rare term in a few long passages sets theta; a frequent term whose first blocks hold long passages
-    (small weights) and whose last ones short passages with tf 3 (large weights) stays essential, but its
-    low blocks cannot lift a new passage to theta: they are skipped, never decoded, and the answer is still
-    the exhaustive one."""
-    texts = ["noise " * 3 for _ in range(6000)]
-    for i in range(0, 600):
-        texts[i] = "beta " + "pad " * 60
-    for i in range(600, 700):
-        texts[i] = "beta beta beta x"
-    for i in range(5900, 5915):
-        texts[i] = "alpha " + "pad " * 60
-    corpus = _write(tmp_path / "c.jsonl", texts)
-    csc, packed = _both(tmp_path, corpus)
-    ids = packed.tokenize(["alpha beta"])[0]
-    before = packed.pruned.stats.copy()
-    for k in (1, 5, 10):
+def _stats(index, before):
+    return dict(zip(bm25_packed.STATS, (index.stats - before).tolist()))
+
+
+def _check(csc, packed, ids, ks=(1, 2, 3, 5, 10, 1000)):
+    for k in ks:
         rows, scores = packed.pruned.top_k(ids, k)
         expected_rows, expected_scores = _exhaustive(csc, ids, k)
-        assert rows.tolist() == expected_rows.tolist()
-        assert scores.tobytes() == expected_scores.tobytes()
-    skipped = packed.pruned.stats - before
-    assert skipped[1] > 0, skipped  # essential blocks skipped by their block max
-    # fewer postings decoded than the two terms hold
-    assert skipped[0] < 3 * (700 + 15)
+        assert rows.tolist() == expected_rows.tolist(), (ids, k)
+        assert scores.tobytes() == expected_scores.tobytes(), (ids, k)
 
 
-def test_theta_rises_during_the_scan_and_skips_the_same_terms_later_blocks(tmp_path):
-    """One term: its first block holds short passages with tf 3 (large weights), its other 15 blocks long
-    passages (small weights). A theta kept up to date while that block is added is its 10th best weight, above
-    every later block's largest: those blocks are never decoded. A theta taken only between terms never exists
-    for a one-term query, and every posting is decoded. The answer is the exhaustive one either way; k > 64
-    (theta by a pass between terms) is exact too."""
+@pytest.mark.parametrize("window", [64, 100, 128, 1000])
+def test_windows_of_any_size_give_the_exhaustive_top_k(tmp_path, window):
+    """Passages scored a window at a time, windows skipped by their bounds, terms only looked up where their
+    bounds in a window cannot lift a passage to theta: still the exhaustive top k, bit for bit, for windows smaller
+    than a block, not a multiple of 64, or spanning several blocks."""
+    corpus = _random_corpus(tmp_path / "c.jsonl", 11, 3000)
+    csc, packed = _both(tmp_path, corpus)
+    packed.pruned.window = window
+    rng = np.random.default_rng(window)
+    vocab_ids = np.asarray(sorted(csc.vocab.values()))
+    before = packed.pruned.stats.copy()
+    for ids in _queries(rng, vocab_ids, 60):
+        _check(csc, packed, ids)
+    done = _stats(packed.pruned, before)
+    # the windowed machinery was exercised, not only the first window
+    assert done["windows skipped"] > 0 and done["terms looked up in a window"] > 0, done
+
+
+def test_passages_at_window_boundaries(tmp_path):
+    """Window 64: a term in the passages either side of each window edge (63, 64, 65, 127, 128, ...), a term whose one
+    block of 128 postings spans 40 windows, a term with a single posting in a far window, in one query and in pairs."""
+    n_docs = 64 * 50
+    texts = [["filler"] * (1 + i % 7) for i in range(n_docs)]
+    for edge in range(64, n_docs, 64):
+        for d in (edge - 1, edge, edge + 1):
+            texts[d].append("edge")
+    for d in range(0, 128 * 20, 20):  # 128 postings, one block, docs 0..2540: 40 windows
+        texts[d] += ["wide"] * (1 + d % 3)
+    texts[64 * 45 + 7].append("far")
+    texts[64 * 45 + 7].append("edge")
+    corpus = _write(tmp_path / "c.jsonl", [" ".join(words) for words in texts])
+    csc, packed = _both(tmp_path, corpus)
+    packed.pruned.window = 64
+    edge, wide, far = (packed.tokenize([word])[0][0] for word in ("edge", "wide", "far"))
+    assert packed.pruned.df[wide] == 128
+    for ids in ([edge], [wide], [far], [edge, wide], [wide, far], [edge, far], [edge, wide, far], [far, far, wide]):
+        _check(csc, packed, ids)
+    rows, _ = packed.pruned.top_k([far, edge], 1)
+    assert rows.tolist() == [64 * 45 + 7]
+
+
+def test_a_window_skipped_wholesale_before_the_one_holding_the_top_1(tmp_path):
+    """Window 128. Window 0: 10 passages with "alpha" set theta. Windows 1-4: "beta" alone, whose bound stays
+    below theta: skipped, their blocks never decoded. Window 5: the one passage with all three terms, the top 1."""
+    texts = ["noise"] * (128 * 6)
+    for d in range(10):
+        texts[d] = "alpha words"
+    for d in range(128, 128 * 5):
+        texts[d] = "beta " + "pad " * 30
+    texts[128 * 5 + 50] = "alpha beta gamma"
+    corpus = _write(tmp_path / "c.jsonl", texts)
+    csc, packed = _both(tmp_path, corpus)
+    packed.pruned.window = 128
+    ids = packed.tokenize(["alpha beta gamma"])[0]
+    for k in (1, 5, 10):
+        before = packed.pruned.stats.copy()
+        rows, scores = packed.pruned.top_k(ids, k)
+        done = _stats(packed.pruned, before)
+        expected_rows, expected_scores = _exhaustive(csc, ids, k)
+        assert rows.tolist() == expected_rows.tolist() and scores.tobytes() == expected_scores.tobytes()
+        assert rows[0] == 128 * 5 + 50
+        assert done["windows skipped"] >= 4, done
+        assert done["postings decoded"] < 512, done  # beta's 512 postings in windows 1-4 are not read
+
+
+def test_ties_across_windows_go_to_the_lower_row(tmp_path):
+    """The same passage text in many windows (equal scores, bit for bit): the k best are the lowest rows, whether the
+    tie straddles the k-th place or fills it; a later window's passage that only ties theta never enters."""
+    texts = [f"other{i % 5} text" for i in range(64 * 12)]
+    tied = [5, 63, 64, 130, 200, 257, 400, 700]
+    for d in tied:
+        texts[d] = "apple pear"
+    texts[500] = "apple pear pear"  # better than the tied ones, in a later window
+    corpus = _write(tmp_path / "c.jsonl", texts)
+    csc, packed = _both(tmp_path, corpus)
+    packed.pruned.window = 64
+    ids = packed.tokenize(["apple pear"])[0]
+    for k in range(1, 11):
+        rows, scores = packed.pruned.top_k(ids, k)
+        expected_rows, expected_scores = _exhaustive(csc, ids, k)
+        assert rows.tolist() == expected_rows.tolist() and scores.tobytes() == expected_scores.tobytes()
+        assert rows.tolist() == ([500] + tied)[:k]
+
+
+def test_k_larger_than_the_passages_reached(tmp_path):
+    texts = ["nothing here"] * 600
+    for d in (3, 64, 65, 300, 599):
+        texts[d] = "kiwi"
+    texts[64 * 5] = "kiwi kiwi mango"
+    corpus = _write(tmp_path / "c.jsonl", texts)
+    csc, packed = _both(tmp_path, corpus)
+    packed.pruned.window = 64
+    ids = packed.tokenize(["kiwi mango mango"])[0]
+    rows, scores = packed.pruned.top_k(ids, 50)
+    assert len(rows) == 6 and rows[0] == 320 and (scores > 0).all()
+    _check(csc, packed, ids, ks=(6, 7, 50))
+
+
+def test_a_term_whose_bound_in_a_window_is_low_is_only_looked_up_there(tmp_path):
+    """"common" is in every other passage: short ones with tf 3 in window 0 (its largest weights, theta for k = 1),
+    long ones with tf 1 in windows 1-5. In window 5 "rare" reaches two passages: the window is scored, but common's
+    bound there (not its global largest weight, which equals theta and would make it essential) cannot lift a
+    passage to theta: it is looked up for rare's two passages, its 128 postings there decoded but never weighed."""
+    window = 256
+    texts = ["pad " * 10 for _ in range(window * 6)]
+    for d in range(0, window * 6, 2):
+        texts[d] = "common common common" if d < window else "common " + "pad " * 40
+    texts[window * 5 + 10] = "rare common " + "pad " * 40
+    texts[window * 5 + 200] = "rare common " + "pad " * 40
+    corpus = _write(tmp_path / "c.jsonl", texts)
+    csc, packed = _both(tmp_path, corpus)
+    packed.pruned.window = window
+    ids = packed.tokenize(["rare common"])[0]
+    before = packed.pruned.stats.copy()
+    _check(csc, packed, ids, ks=(1,))
+    done = _stats(packed.pruned, before)
+    assert done["windows skipped"] == 4 and done["terms looked up in a window"] == 1, done
+    # window 0's 128 postings of common and rare's 2: nothing of window 5's common
+    assert done["postings weighed"] == 128 + 2, done
+
+
+def test_theta_from_the_first_window_skips_the_later_ones(tmp_path):
+    """One term: its first block (window 0 of 128) holds short passages with tf 3 (large weights), its other 15
+    blocks long passages (small weights). The k best of window 0 are final scores: theta is their k-th, above every
+    later window's bound, so those windows are skipped and their blocks never decoded. With one window for the whole
+    index every posting is decoded. The answer is the exhaustive one either way."""
     texts = ["beta beta beta x" if i < 128 else "beta " + "pad " * 60 for i in range(2048)]
     corpus = _write(tmp_path / "c.jsonl", texts)
     csc, packed = _both(tmp_path, corpus)
     ids = packed.tokenize(["beta"])[0]
-    for k in (1, 10, 64):
+    for window, k, decoded in ((128, 1, 128), (128, 10, 128), (128, 128, 128), (bm25_packed.WINDOW, 10, 2048)):
+        packed.pruned.window = window
         before = packed.pruned.stats.copy()
         rows, scores = packed.pruned.top_k(ids, k)
-        decoded = (packed.pruned.stats - before)[0]
         expected_rows, expected_scores = _exhaustive(csc, ids, k)
         assert rows.tolist() == expected_rows.tolist() and scores.tobytes() == expected_scores.tobytes()
-        assert decoded == 128, (k, decoded)  # the first block only, of 2048 postings
-    for k in (65, 200):
-        rows, scores = packed.pruned.top_k(ids, k)
-        expected_rows, expected_scores = _exhaustive(csc, ids, k)
-        assert rows.tolist() == expected_rows.tolist() and scores.tobytes() == expected_scores.tobytes()
+        assert _stats(packed.pruned, before)["postings decoded"] == decoded, (window, k)
+
+
+def test_a_window_must_be_a_positive_number_of_passages(tmp_path):
+    corpus = _random_corpus(tmp_path / "c.jsonl", 2, 50)
+    build_bm25_index(corpus, tmp_path / "packed", show_progress=False, index_format="packed")
+    with pytest.raises(ConfigError, match="window must be a positive"):
+        bm25_packed.PackedIndex(tmp_path / "packed", window=0)
 
 
 def test_format_packed_through_the_spec_and_cli(tmp_path, monkeypatch):
