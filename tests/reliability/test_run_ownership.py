@@ -35,11 +35,16 @@ def test_a_second_process_on_the_same_run_is_refused_in_one_line(tmp_path, capsy
 
 @pytest.mark.parametrize("change, named", [(["--lm", "dry-run:openai/gpt-4o"], "--lm was"),
                                            (["--metric", "f1"], "--metric was"),
-                                           (["--retriever", "bm25:hotpotqa/corpus_wiki17_abstracts.jsonl?k1=1.2"],
-                                            "retriever")])
+                                           (["--retriever", "bm25:{corpus}?k1=1.2"], "retriever")])
 def test_resume_refuses_a_change_that_alters_results_and_keeps_the_config(tmp_path, capsys, change, named):
     out = tmp_path / "run"
-    base = [*BASE[:2], "rag", *BASE[3:]]  # a method that retrieves, so the retriever matters
+    # a small corpus: a change of retriever is refused all the same, without indexing the 17,703 abstracts twice
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": f"Title {i}", "text": f"passage {i} of a magazine"})
+                              + "\n" for i in range(30)))
+    change = [arg.format(corpus=corpus) for arg in change]
+    # a method that retrieves, so the retriever matters
+    base = [*BASE[:2], "rag", *BASE[3:], "--retriever", f"bm25:{corpus}"]
     assert _run([*base, "--out", str(out)], capsys)[0] == 0
     config = (out / "config.json").read_text()
     argv = [*base, "--out", str(out), "--resume"]
