@@ -5,7 +5,8 @@ the parent that supervises the workers, the exit status), with two stand-ins: th
 worker serves a tiny ASGI app (GET -> {"worker": pid}) instead of loading DSPy, through the same
 `ragzoo.commands.serve._run_worker` as a program worker. FAKE_WORKER_LOAD_SECONDS makes each worker take that long
 to "load its program" first, FAKE_PARENT_LOAD_SECONDS the parent (before any socket is served; with `--workers 1`
-the only process, and then it never serves: the tests stop it while it loads)."""
+the only process, and then it never serves: the tests stop it while it loads). `WORKERS` "retriever": `ragzoo serve
+--retriever` instead, its index load as slow.)"""
 
 from __future__ import annotations
 
@@ -55,6 +56,15 @@ def main() -> int:
     serve._program_service = light_service
     serve._program_worker = light_worker
     port, workers = sys.argv[1], sys.argv[2]
+    if workers == "retriever":  # `ragzoo serve --retriever`, whose index takes FAKE_PARENT_LOAD_SECONDS to load
+        import ragzoo.retrieval.specs as specs
+
+        def slow_retriever(spec, **options):
+            light_service(None)
+            raise SystemExit("helper: the index was never meant to finish loading")
+
+        specs.make_retriever = slow_retriever
+        return cli(["serve", "--retriever", "bm25:slow", "--port", port])
     return cli(["serve", "--program", "light", "--lm", "dry-run", "--port", port, "--workers", workers])
 
 

@@ -22,8 +22,9 @@ HELPER = Path(__file__).with_name("serve_workers_helper.py")
 @pytest.fixture
 def served(serve_process):
     """`served(workers, **env)`: the helper's `ragzoo serve --workers N` (tests/serving/conftest.py: ServeProcess)."""
-    def start(workers: int = 2, **env: str):
-        return serve_process(str(HELPER), "{port}", str(workers), workers=workers, **env)
+    def start(workers: int | str = 2, **env: str):  # "retriever": `ragzoo serve --retriever` (no workers)
+        return serve_process(str(HELPER), "{port}", str(workers), workers=workers if isinstance(workers, int) else 0,
+                             **env)
 
     return start
 
@@ -75,7 +76,7 @@ def test_no_worker_outlives_a_parent_killed_outright(served):
     assert port_is_free(server.port)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, 2, "retriever"])
 @pytest.mark.parametrize("stop, status", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
 def test_a_stop_while_the_program_loads_exits_as_one_after_start_up(served, workers, stop, status):
     """SIGTERM (or a terminal's Ctrl-C) before the server is up, while the parent loads the program (a big index
