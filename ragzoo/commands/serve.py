@@ -122,8 +122,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     spec = args.retriever or DEFAULT_RETRIEVER
     retriever = make_retriever(spec)
-    print(f"serving {spec} on http://{args.host}:{args.port}{args.path} (GET ?query=&k=, POST JSON; /health; "
-          f"queries up to {args.max_query_chars:,} characters)", file=sys.stderr)
+    from ragzoo.secrets import strip_spec
+
+    print(f"serving {strip_spec(spec)} on http://{args.host}:{args.port}{args.path} (GET ?query=&k=, POST JSON; "
+          f"/health; queries up to {args.max_query_chars:,} characters)", file=sys.stderr)
     serve(retriever, host=args.host, port=args.port, path=args.path, max_query_chars=args.max_query_chars,
           max_pending=args.max_pending, grace=WORKER_GRACE)
     return 0

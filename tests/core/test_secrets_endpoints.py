@@ -92,3 +92,27 @@ def test_a_colbertv2_servers_credentials_never_reach_the_error_line(tmp_path, se
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("ragzoo search: error:")]
     assert f"ColBERTv2 server http://127.0.0.1:{port}/api " in line  # still says which server
     assert PASSWORD not in done.stdout + done.stderr and "reader" not in done.stdout + done.stderr
+
+
+def test_serve_names_the_colbertv2_server_it_relays_without_its_credentials(tmp_path):
+    import signal
+    import time
+
+    port, upstream = _free_port(), _free_port()
+    environ = {**os.environ, "RAGZOO_CACHE": str(tmp_path / "cache"), "HF_TOKEN": TOKEN}
+    process = subprocess.Popen([sys.executable, "-m", "ragzoo.cli", "serve", "--port", str(port), "--retriever",
+                                f"colbertv2:http://reader:{PASSWORD}@127.0.0.1:{upstream}/api"], env=environ,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "serving" not in line and process.poll() is None and time.monotonic() < deadline:
+            line = process.stderr.readline()
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert line.startswith(f"serving colbertv2:http://127.0.0.1:{upstream}/api on http://127.0.0.1:{port}/"), line
+    assert PASSWORD not in line + out + err and "reader" not in line + out + err
