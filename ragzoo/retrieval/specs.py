@@ -49,13 +49,16 @@ def make_retriever(spec: str, **kwargs) -> Retriever:
     `post=True` for colbertv2, `examples=`/`by_question=` for fixed)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"empty retriever spec; valid forms: {', '.join(SPEC_FORMS)}")
+    from ragzoo.secrets import strip_spec
+
     spec = spec.strip()
+    shown = strip_spec(spec)  # what a refusal names: a URL's credentials never (and registered for redaction)
     scheme, sep, rest = spec.partition(":")
     scheme = scheme.lower()
     if scheme == "fixed":
         return _make_fixed(rest, kwargs)
     if not sep or not rest:
-        raise ConfigError(f"unknown retriever spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+        raise ConfigError(f"unknown retriever spec {shown!r}; valid forms: {', '.join(SPEC_FORMS)}")
     if scheme == "bm25":
         from dataclasses import replace
 
@@ -87,12 +90,12 @@ def make_retriever(spec: str, **kwargs) -> Retriever:
 
         return ColBERTv2Client(rest, spec=spec, **kwargs)
     if scheme in ("http", "https"):
-        raise ConfigError(f"a URL needs the colbertv2: prefix: use 'colbertv2:{spec}'")
+        raise ConfigError(f"a URL needs the colbertv2: prefix: use 'colbertv2:{shown}'")
     if scheme == "colbert":
         from ragzoo.retrieval.colbert_local import ColBERTLocalRetriever
 
         return ColBERTLocalRetriever(rest, spec=spec, **kwargs)
-    raise ConfigError(f"unknown retriever spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+    raise ConfigError(f"unknown retriever spec {shown!r}; valid forms: {', '.join(SPEC_FORMS)}")
 
 
 def _model_option(options: dict[str, str], spec: str) -> dict[str, str]:

@@ -116,3 +116,14 @@ def test_serve_names_the_colbertv2_server_it_relays_without_its_credentials(tmp_
             process.wait()
     assert line.startswith(f"serving colbertv2:http://127.0.0.1:{upstream}/api on http://127.0.0.1:{port}/"), line
     assert PASSWORD not in line + out + err and "reader" not in line + out + err
+
+
+@pytest.mark.parametrize("spec", ["http://reader:{password}@127.0.0.1:{port}/api",  # the prefix forgotten
+                                  "colbert2:http://reader:{password}@127.0.0.1:{port}/api"])  # a misspelt one
+def test_a_refused_retriever_spec_is_named_without_the_urls_credentials(tmp_path, spec):
+    port = _free_port()
+    done = _cli(["search", "who", "--retriever", spec.format(password=PASSWORD, port=port)], tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("ragzoo search: error:")]
+    assert f"127.0.0.1:{port}/api" in line  # still says which spec
+    assert PASSWORD not in done.stdout + done.stderr and "reader" not in done.stdout + done.stderr
