@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -45,6 +46,9 @@ def pytest_configure(config):
 
 
 SHARED_SCOPES = ("module", "class", "package")
+# a test module that runs the numba kernels (bm25 `backend=numba`, `format=packed`): all of them on one worker, so a
+# cold numba cache (a fresh clone, an edited kernel) is compiled once per run (~23 s of CPU), not in each worker
+NUMBA_USER = re.compile(r"""["']numba["']|backend=["']?numba|format=["']?packed""")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist turns `-n N` without --dist into --dist load
@@ -66,15 +70,22 @@ def pytest_configure_node(node):
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, the tests that share a module-scoped fixture (an MLflow server, a browser, an
     embedding model, a built index) go to one xdist worker, so it is set up once per run and not once per
-    worker; every other test is still handed out one at a time."""
+    worker, and so do all the modules that run numba kernels (NUMBA_USER); every other test is still handed out
+    one at a time."""
     if getattr(config, "workerinput", {}).get("ragzoo_dist") == "loadgroup":
         config.option.loadgroup = True
+    numba_users: dict[Path, bool] = {}
     for item in items:
+        if item.path not in numba_users:
+            numba_users[item.path] = bool(NUMBA_USER.search(item.path.read_text(encoding="utf-8")))
         info = getattr(item, "_fixtureinfo", None)
-        if info is None or not any((defs := info.name2fixturedefs.get(name)) and defs[-1].scope in SHARED_SCOPES
-                                   for name in info.names_closure):
+        if numba_users[item.path]:
+            group = "numba"
+        elif info is not None and any((defs := info.name2fixturedefs.get(name)) and defs[-1].scope in SHARED_SCOPES
+                                      for name in info.names_closure):
+            group = item.path.stem
+        else:
             continue
-        group = item.path.stem
         item.add_marker(pytest.mark.xdist_group(group))
         if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
             # what xdist does to group a test (its `item._nodeid = ...@group`), which pytest 9's structured

@@ -1,6 +1,7 @@
 """The suite's own distribution (tests/conftest.py): under `pytest -n 2`, the tests sharing a module-scoped fixture
 run on one worker, so an expensive fixture (an MLflow server, a browser, a model) is set up once per run, not once
-per worker. xdist's own grouping does not survive pytest 9's node ids, so this guards the conftest's."""
+per worker, and the modules that run numba kernels share one worker. xdist's own grouping does not survive
+pytest 9's node ids, so this guards the conftest's."""
 
 from __future__ import annotations
 
@@ -26,6 +27,16 @@ def test_uses_the_server(server, n):
     assert server == "up"
 """
 
+KERNELS = """
+import os
+import pytest
+
+@pytest.mark.parametrize("n", range(4))
+def test_a_kernel(n):  # as the bm25 tests ask for it: backend="numba"
+    with open(os.environ["KERNELS"], "a") as log:
+        log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+"""
+
 PLAIN = """
 import pytest
 
@@ -40,12 +51,16 @@ def test_a_module_scoped_fixture_is_set_up_once_under_two_workers(tmp_path):
                                           "pytest_collection_modifyitems  # noqa: F401\n")
     (tmp_path / "test_shared.py").write_text(SHARED)
     (tmp_path / "test_plain.py").write_text(PLAIN)
-    setups = tmp_path / "setups.txt"
+    for name in ("test_kernels_a.py", "test_kernels_b.py"):
+        (tmp_path / name).write_text(KERNELS)
+    setups, kernels = tmp_path / "setups.txt", tmp_path / "kernels.txt"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                            "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "SETUPS": str(setups), "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "SETUPS": str(setups), "KERNELS": str(kernels), "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "12 passed" in done.stdout, done.stdout[-2000:]
+    assert "20 passed" in done.stdout, done.stdout[-2000:]
     workers = setups.read_text().split()
     assert len(workers) == 1, workers  # one set-up, on one worker: not one per worker
+    # the modules that run numba kernels share one worker: a cold kernel cache is compiled once, not per worker
+    assert len(set(kernels.read_text().split())) == 1 and len(kernels.read_text().split()) == 8
