@@ -1090,11 +1090,9 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
     halt = context.RawValue("b", 0)  # lock-free: a killed worker cannot leave it locked
     workers, pipes = [], {}
     parent = os.getpid()
-    import gc
-
-    # the objects made so far (program, retriever index, modules) go to a generation no collection visits: a
-    # worker's collections would otherwise write to every object and copy the whole parent, page by page
-    gc.freeze()
+    # the objects made before the run (program, retriever index, modules) are frozen out of the collector by
+    # evaluate (`_collector_set_aside`): a worker's collections would otherwise write to every one of them and copy
+    # the whole parent, page by page
     sharing = contextlib.ExitStack()
     try:
         sharing.enter_context(_workers_share_limits(out, limits))
@@ -1147,7 +1145,6 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
             return budget[0]
         return None
     finally:
-        gc.unfreeze()
         halt.value = 1
         for worker in workers:
             if worker.is_alive():
