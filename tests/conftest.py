@@ -79,14 +79,18 @@ def pytest_collection_modifyitems(config, items):
         if item.path not in numba_users:
             numba_users[item.path] = bool(NUMBA_USER.search(item.path.read_text(encoding="utf-8")))
         info = getattr(item, "_fixtureinfo", None)
-        if numba_users[item.path]:
+        explicit = item.get_closest_marker("xdist_group")
+        if explicit is not None:  # a test's own xdist_group mark, which xdist alone no longer applies (below)
+            group = str(explicit.args[0] if explicit.args else explicit.kwargs.get("name", "default"))
+        elif numba_users[item.path]:
             group = "numba"
         elif info is not None and any((defs := info.name2fixturedefs.get(name)) and defs[-1].scope in SHARED_SCOPES
                                       for name in info.names_closure):
             group = item.path.stem
         else:
             continue
-        item.add_marker(pytest.mark.xdist_group(group))
+        if explicit is None:
+            item.add_marker(pytest.mark.xdist_group(group))
         if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
             # what xdist does to group a test (its `item._nodeid = ...@group`), which pytest 9's structured
             # node ids ignore: the scheduler reads the group from the id's "@" suffix

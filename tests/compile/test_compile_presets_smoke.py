@@ -29,8 +29,10 @@ def test_every_listed_preset_is_covered():
                             "knn", "ensemble"}
 
 
-@pytest.mark.parametrize("preset", ["none", "labeled", "bootstrap", "bootstrap-rs", "optuna", "mipro", "gepa",
-                                    "simba", "knn", "ensemble"])
+# knn loads the embedding model: on the worker that loads it for the dense retrieval tests (~6 s of CPU once)
+@pytest.mark.parametrize("preset", ["none", "labeled", "bootstrap", "bootstrap-rs", "optuna", "mipro", "gepa", "simba",
+                                    pytest.param("knn", marks=pytest.mark.xdist_group("embedding-model")),
+                                    "ensemble"])
 def test_preset_compiles_saves_and_loads(preset, tmp_path, make_examples):
     retriever = StaticRetriever(make_passages(6))
     examples = make_examples(14)

@@ -37,6 +37,18 @@ def test_a_kernel(n):  # as the bm25 tests ask for it: backend="numba"
         log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
 """
 
+MARKED = """
+import os
+import pytest
+
+pytestmark = pytest.mark.xdist_group("model")
+
+@pytest.mark.parametrize("n", range(4))
+def test_marked(n):
+    with open(os.environ["MARKED"], "a") as log:
+        log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+"""
+
 PLAIN = """
 import pytest
 
@@ -53,14 +65,19 @@ def test_a_module_scoped_fixture_is_set_up_once_under_two_workers(tmp_path):
     (tmp_path / "test_plain.py").write_text(PLAIN)
     for name in ("test_kernels_a.py", "test_kernels_b.py"):
         (tmp_path / name).write_text(KERNELS)
-    setups, kernels = tmp_path / "setups.txt", tmp_path / "kernels.txt"
+    for name in ("test_marked_a.py", "test_marked_b.py"):
+        (tmp_path / name).write_text(MARKED)
+    setups, kernels, marked = tmp_path / "setups.txt", tmp_path / "kernels.txt", tmp_path / "marked.txt"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                            "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "SETUPS": str(setups), "KERNELS": str(kernels), "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "SETUPS": str(setups), "KERNELS": str(kernels), "MARKED": str(marked),
+                               "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "20 passed" in done.stdout, done.stdout[-2000:]
+    assert "28 passed" in done.stdout, done.stdout[-2000:]
     workers = setups.read_text().split()
     assert len(workers) == 1, workers  # one set-up, on one worker: not one per worker
     # the modules that run numba kernels share one worker: a cold kernel cache is compiled once, not per worker
     assert len(set(kernels.read_text().split())) == 1 and len(kernels.read_text().split()) == 8
+    # and a test's own xdist_group mark groups it (xdist alone no longer does under pytest 9)
+    assert len(set(marked.read_text().split())) == 1 and len(marked.read_text().split()) == 8

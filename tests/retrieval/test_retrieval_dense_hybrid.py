@@ -10,6 +10,9 @@ import pytest
 from ragzoo.retrieval import Passage, make_retriever
 from ragzoo.retrieval.hybrid import HybridRetriever, reciprocal_rank_fusion
 
+# the embedding model's import (~6 s of CPU) once per run: with the other test that loads it (the knn preset)
+pytestmark = pytest.mark.xdist_group("embedding-model")
+
 DOCS = [
     ("cat", "Cat", "The domestic cat is a small carnivorous mammal kept as a pet."),
     ("car", "Automobile", "A car is a motor vehicle with four wheels used for transport."),
