@@ -12,10 +12,10 @@ is never held as Python objects. Two layouts, told apart by their files:
   A hit's block is decompressed when the hit is first read, and kept in a small thread-safe LRU: a query's 10
   hits cost at most 10 decompressions (~70 us CPU a hit read at 1M), hits in one block one, never-read hits none.
 
-A search's hits come back as `StoredPassage`s (`PassageStore.get_many`): each holds its store and row, and reads
-and decodes its line on first access to pid, title or text. Decoding ten ~500-byte lines and building ten
-dataclasses costs ~30 us, as much as the rest of a bm25 query over the 17.7k-passage sample; a caller that keeps
-only the first hits, or only counts them, no longer pays it, and one that reads them pays it once.
+A search's hits come back as `StoredPassage`s (`PassageStore.get_many`): each holds its row (its class holds the
+store) and reads and decodes its line on first access to pid, title or text. Decoding ten ~500-byte lines and
+building ten dataclasses costs ~30 us, as much as the rest of a bm25 query over the 17.7k-passage sample; a caller
+that keeps only the first hits, or only counts them, no longer pays it, and one that reads them pays it once.
 
 `python -m ragzoo.retrieval.store compress INDEX_DIR` converts an index's plain store to blocks in place (an
 index built before the block layout, e.g. a 21M-passage one): the new files are written beside the old, declared
@@ -162,6 +162,22 @@ def is_blocks(folder: Path) -> bool:
     return (Path(folder) / MANIFEST_FILE).is_file()
 
 
+def _mapped(path: Path):
+    """`path` memory-mapped read-only (b"" when empty); the map holds its own descriptor, the file is closed."""
+    with open(path, "rb") as handle:
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size \
+            else b""
+
+
+def _hit_class(store: "PassageStore") -> type:
+    """The class of `store`'s hits: StoredPassage holding the store, so that a hit itself holds only its row and
+    score (two dict writes; ints and floats, so the collector does not track that dict: a batch's 15k hits
+    outlive its young collections, and the full collections they brought were up to half of a batch's time on
+    the 17.7k sample). The class and the store refer to each other: a store is freed by the collector, once
+    neither it nor any of its hits is referenced (the map's descriptor stays open until then)."""
+    return type("StoredPassage", (StoredPassage,), {"__slots__": (), "_store": store})
+
+
 class PassageStore:
     """Random access to the passages of an index by row number (either layout, as its files say)."""
 
@@ -173,10 +189,9 @@ class PassageStore:
             return
         # a plain view of the memory map: indexing an np.memmap costs a Python-level __array_finalize__ per call
         self._offsets = np.asarray(np.load(self.folder / OFFSETS_FILE, mmap_mode="r"))
-        self._fh = open(self.folder / PASSAGES_FILE, "rb")
-        size = (self.folder / PASSAGES_FILE).stat().st_size
-        self._map = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._map = _mapped(self.folder / PASSAGES_FILE)
         self._rows = len(self._offsets) - 1
+        self._hit_class = _hit_class(self)
 
     def _open_blocks(self) -> None:
         manifest = json.loads((self.folder / MANIFEST_FILE).read_text(encoding="utf-8"))
@@ -186,9 +201,8 @@ class PassageStore:
         self._block_rows = int(manifest["block_rows"])
         self._block_offsets = np.asarray(np.load(self.folder / BLOCK_OFFSETS_FILE, mmap_mode="r"))
         self._zdict = (self.folder / ZDICT_FILE).read_bytes()
-        self._fh = open(self.folder / BLOCKS_FILE, "rb")
-        size = (self.folder / BLOCKS_FILE).stat().st_size
-        self._blocks = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._blocks = _mapped(self.folder / BLOCKS_FILE)
+        self._hit_class = _hit_class(self)
         self._cache: OrderedDict[int, list[bytes]] = OrderedDict()
         self._cache_lock = threading.Lock()
 
@@ -251,17 +265,14 @@ class PassageStore:
             if low < 0 or high >= count:
                 raise IndexError(f"passage row {low if low < 0 else high} out of range 0..{count - 1}")
         scores = scores.tolist() if isinstance(scores, np.ndarray) else [float(score) for score in scores]
-        # StoredPassage without the frozen dataclass's __init__ (five checked setattrs), its three attributes
-        # set in place: reading hit.__dict__ would make each hit a second object for the garbage collector to
-        # track (a batch's 15k hits survive its young collections; their full collections were up to half of a
-        # batch's time on the 17.7k sample); the dict is made when a field is first read
-        new, cls, hits, put = object.__new__, StoredPassage, [], object.__setattr__
+        # a StoredPassage without the frozen dataclass's __init__ (five checked setattrs): two dict writes
+        new, cls, hits = object.__new__, self._hit_class, []
         append = hits.append
         for row, score in zip(listed, scores):
             hit = new(cls)
-            put(hit, "_store", self)
-            put(hit, "_row", row)
-            put(hit, "score", score)
+            state = hit.__dict__
+            state["_row"] = row
+            state["score"] = score
             append(hit)
         return hits
 
@@ -280,33 +291,18 @@ class StoredPassage(Passage):
     and `copy` see the decoded fields."""
 
     def __getattr__(self, name: str):
-        # only reached while a field is still undecoded (decoded fields are the instance's own attributes)
-        if name in _FIELDS:
-            try:
-                store, row = object.__getattribute__(self, "_store"), object.__getattribute__(self, "_row")
-            except AttributeError:  # decoded meanwhile by another thread
-                store = row = None
-            if store is not None:
-                # the line sliced from the map, or from its block (decompressed or cached)
-                pid, title, text = ujson.loads(store._stored_line(row))  # ujson: ~3x faster per hit
-                # set in place, as get_many does (no __dict__ made: one object per hit for the collector);
-                # fields first, then the row goes: a thread reading the same hit meanwhile decodes it again or
-                # finds the fields, never neither
-                put = object.__setattr__
-                put(self, "pid", pid)
-                put(self, "title", title)
-                put(self, "text", text)
-                for private in ("_row", "_store"):
-                    try:
-                        object.__delattr__(self, private)
-                    except AttributeError:  # another thread's decoding took it
-                        pass
-            try:
-                return object.__getattribute__(self, name)
-            except AttributeError:
-                pass
-        elif name == "meta":
-            return self.__dict__.setdefault("meta", {})  # one dict however many threads ask at once
+        # only reached while a field is still undecoded (decoded fields live in the instance's __dict__)
+        if name in _FIELDS or name == "meta":
+            state = self.__dict__
+            row = state.get("_row")
+            if row is not None:
+                # the line sliced from the map, or from its block (decompressed or cached); fields first, then
+                # the row goes: a thread reading the same hit meanwhile decodes it again or finds the fields
+                state["pid"], state["title"], state["text"] = ujson.loads(self._store._stored_line(row))
+                state.pop("_row", None)
+            state.setdefault("meta", {})
+            if name in state:
+                return state[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __eq__(self, other):
@@ -323,7 +319,17 @@ class StoredPassage(Passage):
 
     def __getstate__(self):
         self.pid  # noqa: B018 -- decode first: a pickle holds the fields, never the raw line nor the store
-        return {key: value for key, value in self.__dict__.items() if key not in ("_store", "_row")}
+        return {key: value for key, value in self.__dict__.items() if key != "_row"}
+
+    def __reduce__(self):
+        # a store's hit class is made per store, never pickled by name: the copy is a plain StoredPassage
+        return _restored, (self.__getstate__(),)
+
+
+def _restored(state: dict) -> StoredPassage:
+    hit = object.__new__(StoredPassage)
+    hit.__dict__.update(state)
+    return hit
 
 
 def compress_store(folder: Path, show_progress: bool = True, block_rows: int = BLOCK_ROWS,

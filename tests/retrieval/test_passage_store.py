@@ -97,6 +97,25 @@ def test_an_unread_hit_is_one_object_for_the_garbage_collector(store):
     assert [p.pid for p in hits[::400]] == [pid for pid, _, _ in ROWS]
 
 
+def test_hits_keep_their_store_and_the_store_goes_with_its_last_hit(store):
+    """A hit's class holds its store: hits read after the store was dropped still read, and once neither the
+    store nor any hit is referenced the collector frees the store (and its map)."""
+    import gc
+    import weakref
+
+    fresh = PassageStore(store.folder)  # (the fixture's store stays referenced by pytest)
+    hits = fresh.get_many(np.array([4, 1]), np.array([2.0, 1.0], dtype=np.float32))
+    alive = weakref.ref(fresh)
+    del fresh
+    gc.collect()
+    assert alive() is not None and [(p.pid, p.text) for p in hits] == [("p4", "the end"), ("p1", "untitled text")]
+    copied = pickle.loads(pickle.dumps(hits[0]))
+    assert copied == hits[0] and type(copied).__name__ == "StoredPassage"
+    del hits
+    gc.collect()
+    assert alive() is None and copied.title == "Last"
+
+
 def test_rows_outside_the_store_are_refused(store):
     for rows in ([5], [-1], [0, 99], [3, -2, 1]):
         with pytest.raises(IndexError):
