@@ -24,7 +24,6 @@ scores then give the same interval whatever order the predictions were written i
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -128,6 +127,14 @@ def _differences(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
     return x - y
 
 
+def _signed_sums(values: np.ndarray) -> np.ndarray:
+    """The 2^len(values) sums of +-values."""
+    sums = np.zeros(1)
+    for value in values:
+        sums = np.concatenate([sums + value, sums - value])
+    return sums
+
+
 def paired_permutation_test(a: Sequence[float], b: Sequence[float], *, permutations: int = DEFAULT_PERMUTATIONS,
                             seed: int = 0) -> tuple[float, bool]:
     """(two-sided p-value, exact?) of the paired sign-flip permutation test of mean(a - b) = 0."""
@@ -139,9 +146,15 @@ def paired_permutation_test(a: Sequence[float], b: Sequence[float], *, permutati
     observed = abs(nonzero.sum())
     tolerance = 1e-12 * max(1.0, observed)
     if m <= EXACT_PERMUTATION_LIMIT:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=m)))
-        totals = np.abs(signs @ nonzero)
-        return float(np.mean(totals >= observed - tolerance)), True
+        threshold = observed - tolerance
+        if threshold <= 0:
+            return 1.0, True
+        # every signed sum is one of the first half's plus one of the second's: count the pairs reaching the
+        # threshold with a sorted half (2 x 2^(m/2) sums) instead of listing all 2^m patterns (400 MB at m = 20)
+        left, right = _signed_sums(nonzero[: m // 2]), np.sort(_signed_sums(nonzero[m // 2:]))
+        above = right.size - np.searchsorted(right, threshold - left, side="left")
+        below = np.searchsorted(right, -threshold - left, side="right")
+        return float((above.sum() + below.sum()) / 2 ** m), True
     rng = np.random.default_rng(seed)
     hits = 0
     chunk = max(1, 2_000_000 // m)

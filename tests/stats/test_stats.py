@@ -46,6 +46,42 @@ def test_exact_sign_flip_p_values_are_textbook():
     assert exact and p == pytest.approx(12 / 32)
 
 
+def _enumerated_p(diffs) -> float:
+    """The exact two-sided p-value by listing every sign pattern (small m only)."""
+    import itertools
+
+    observed = abs(sum(diffs))
+    totals = [abs(sum(s * d for s, d in zip(signs, diffs))) for signs in itertools.product((1, -1), repeat=len(diffs))]
+    return sum(total >= observed - 1e-12 * max(1.0, observed) for total in totals) / len(totals)
+
+
+def test_exact_p_values_equal_the_enumeration_ties_included():
+    rng = np.random.default_rng(11)
+    for m in (1, 2, 3, 6, 9, 12):
+        for diffs in (rng.integers(-1, 2, m).astype(float), rng.choice([-0.5, 0.25, 1.0], m), rng.random(m).round(3),
+                      rng.random(m) - 0.5, np.ones(m)):
+            p, exact = stats.paired_permutation_test(diffs, np.zeros(m))
+            assert exact and p == pytest.approx(_enumerated_p(list(diffs)), abs=1e-12), list(diffs)
+
+
+def test_the_exact_test_at_its_limit_counts_without_a_2_to_the_20_matrix():
+    """20 differing questions (the exact limit): `ragzoo report` ran this per pair of runs, and listing the 2^20
+    sign patterns took ~1 s and over 160 MB each."""
+    import tracemalloc
+
+    a, b = [1] * 20, [0] * 20
+    tracemalloc.start()
+    try:
+        p, exact = stats.paired_permutation_test(a, b)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert exact and p == 2 / 2 ** 20
+    assert peak < 16 << 20, f"{peak / 2 ** 20:.0f} MB"
+    p, exact = stats.paired_permutation_test([1] * 10 + [0] * 10, [0] * 20)
+    assert exact and p == pytest.approx(2 / 2 ** 10)
+
+
 def test_paired_permutation_matches_scipy_exact():
     scipy_stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(3)
