@@ -1,0 +1,80 @@
+"""Every error of the ColBERTv2 client names its server as `secrets.strip_url` shows it, whatever the way the request
+failed (refused, retried out, too long, unreachable, a wrong answer): the message itself, as a Python caller gets it
+(no CLI redaction in between), holds neither the URL's userinfo nor its token."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ragzoo.errors import RetrieverError
+from ragzoo.retrieval.colbertv2 import ColBERTv2Client
+
+USER, PASSWORD, TOKEN = "reader", "s3cretPassQ7", "tok3nValueZ9"
+
+ANSWERS = {  # path -> (status, body)
+    "/refused": (400, {"message": "bad query"}),
+    "/down": (503, {"message": "overloaded"}),
+    "/urltoolong": (414, {"message": "URI too long"}),
+    "/toolarge": (413, {"message": "payload too large"}),
+    "/noschema": (200, {"results": []}),
+    "/badrow": (200, {"topk": [{"score": 1}]}),
+    "/badscore": (200, {"topk": [{"text": "a | b", "score": "high"}]}),
+    "/errorpayload": (200, {"error": True, "message": "Index not loaded"}),
+    "/malformed": (200, None),
+}
+
+
+class _Answers(BaseHTTPRequestHandler):
+    def do_GET(self):
+        status, body = ANSWERS[self.path.partition("?")[0]]
+        data = b"<html>oops</html>" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html" if body is None else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _error(port: int, path: str, query: str = "q") -> str:
+    client = ColBERTv2Client(f"http://{USER}:{PASSWORD}@127.0.0.1:{port}{path}?token={TOKEN}", retries=0,
+                             backoff=0.0, timeout=5)
+    with pytest.raises(RetrieverError) as caught:
+        client(query, 2)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("path", sorted(ANSWERS))
+def test_every_error_names_the_server_without_its_credentials(server, path):
+    message = _error(server, path, "q " * 600 if "too" in path else "q")
+    assert f"ColBERTv2 server http://127.0.0.1:{server}{path}" in message, message  # still says which server
+    assert USER not in message and PASSWORD not in message and TOKEN not in message, message
+
+
+def test_an_unreachable_server_is_named_without_its_credentials():
+    port = _free_port()
+    message = _error(port, "/api")
+    assert f"http://127.0.0.1:{port}/api" in message, message
+    assert USER not in message and PASSWORD not in message and TOKEN not in message, message
