@@ -78,3 +78,17 @@ def test_an_unreachable_server_is_named_without_its_credentials():
     message = _error(port, "/api")
     assert f"http://127.0.0.1:{port}/api" in message, message
     assert USER not in message and PASSWORD not in message and TOKEN not in message, message
+
+
+@pytest.mark.parametrize("url", ["htp://{user}:{password}@127.0.0.1:8893/api",  # a misspelt scheme
+                                 "{user}:{password}@127.0.0.1:8893/api"])  # the scheme forgotten
+def test_a_refused_url_is_named_without_its_credentials(url):
+    from ragzoo.retrieval import make_retriever
+
+    url = url.format(user=USER, password=PASSWORD)
+    for build in (lambda: ColBERTv2Client(url), lambda: make_retriever(f"colbertv2:{url}")):
+        with pytest.raises(RetrieverError, match="must start with http:// or https://") as caught:
+            build()
+        message = str(caught.value)
+        assert "127.0.0.1:8893/api" in message, message  # still says what was given
+        assert USER not in message and PASSWORD not in message, message
