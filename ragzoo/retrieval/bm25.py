@@ -460,7 +460,7 @@ class BM25Retriever(BaseRetriever):
         k = int(k)
         arrays = (pruned.data, pruned.indices, pruned.indptr, pruned.term_max, pruned._scratch(), pruned._found(),
                   stats)
-        loop = _compiled_loop(kernel, flat, k, arrays) if len(token_ids) > 1 else None
+        loop = _compiled_loop(kernel, flat, arrays) if len(token_ids) > 1 else None
         if loop is not None:
             rows = np.empty(len(token_ids) * k, dtype=np.int64)
             scores = np.empty(len(token_ids) * k, dtype=np.float32)
@@ -506,7 +506,7 @@ def _top_k_loop(kernel, token_ids, ends, k, data, indices, indptr, term_max, scr
 _LOOPS: dict = {}  # argument types -> `_top_k_loop` compiled for them, or None where it would not compile
 
 
-def _compiled_loop(kernel, token_ids: np.ndarray, k: int, arrays: tuple):
+def _compiled_loop(kernel, token_ids: np.ndarray, arrays: tuple):
     """`_top_k_loop` compiled for the kernel's argument types (numba; cached on disk), or None (the Python loop
     answers) if it cannot be. The kernel is an argument of first-class function type, called through its
     address: the loop's disk cache holds none of the kernel's code, so an edit of the kernel is never answered
