@@ -35,9 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="run directory to write")
     parser.add_argument("--threads", type=int, help="parallel examples (default 1)")
     parser.add_argument("--processes", type=int,
-                        help="worker processes, each running --threads examples at once (default 1): past ~32 "
-                             "requests in flight one interpreter is the limit; they share --max-concurrency "
-                             "(each may use all of it) and split --max-calls/--max-cost evenly")
+                        help="worker processes, each running --threads examples at once (default 1): one "
+                             "interpreter spends ~2 ms of CPU per LM call, so up to ~64 requests in flight threads "
+                             "alone are as fast (and a run's set-up is cheaper); past that use 2 or more; they "
+                             "share --max-concurrency (each may use all of it) and split --max-calls/--max-cost "
+                             "evenly")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="continue an interrupted run (a larger -n extends it)")
     parser.add_argument("--retry-failed", action="store_true", default=None,
