@@ -60,6 +60,9 @@ def masked(name: str, value: Any) -> Any:
 # Endpoints stored without credentials, and known secret values redacted from every error text
 
 SECRET_ENV = re.compile(r"(_API_KEY|_API_TOKEN|_TOKEN|_SECRET|_SECRET_KEY|_PASSWORD|_ACCESS_KEY)$", re.IGNORECASE)
+# endpoints the libraries ragzoo calls read from the environment and echo in their own logs and errors (the hub
+# client logs "... thrown while requesting HEAD <url>"): their credentials are secrets as a *_TOKEN's value is
+ENDPOINT_ENV = re.compile(r"^(HF_ENDPOINT|OPENAI_BASE_URL|OPENAI_API_BASE|HTTPS?_PROXY|ALL_PROXY)$", re.IGNORECASE)
 MIN_SECRET_LENGTH = 8  # shorter values ("stub", "none") would mangle ordinary text; real keys are longer
 NOT_SECRETS = {"ragzoo-no-key"}  # the placeholder key ragzoo itself sends to local servers
 # a path segment that is a credential rather than a route: 20+ word characters mixing letters and digits, with no
@@ -80,12 +83,17 @@ def register_secret(value: str | None) -> None:
 
 
 def known_secrets() -> list[str]:
-    """Values `redact` hides: every `*_API_KEY`/`*_TOKEN`/`*_SECRET`/`*_PASSWORD` variable of the environment
-    and every credential registered from an endpoint; longest first (a key containing another is hidden whole)."""
+    """Values `redact` hides: every `*_API_KEY`/`*_TOKEN`/`*_SECRET`/`*_PASSWORD` variable of the environment,
+    the credentials of an endpoint variable (`ENDPOINT_ENV`) and every credential registered from an endpoint;
+    longest first (a key containing another is hidden whole)."""
     import os
 
     environ = os.environ  # names first: decoding every value costs more than the whole rest (run per record)
-    values = {environ.get(name) for name in list(environ) if SECRET_ENV.search(name)}
+    names = list(environ)
+    values = {environ.get(name) for name in names if SECRET_ENV.search(name)}
+    for name in names:
+        if ENDPOINT_ENV.match(name):
+            values.update(url_credentials(environ.get(name) or ""))
     values = {value for value in values if _usable_secret(value)} | _registered
     return sorted(values, key=len, reverse=True)
 
