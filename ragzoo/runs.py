@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ragzoo.config import answer_differences, answer_view
 from ragzoo.errors import BudgetExceeded, RunError
-from ragzoo.files import atomic_write_bytes, atomic_write_json, fsync_dir, jsonable
+from ragzoo.files import atomic_write_bytes, atomic_write_json, jsonable
 
 logger = logging.getLogger(__name__)
 
@@ -783,8 +783,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             if retry_failed and any(r.get("error") for r in previous):
                 previous = [r for r in previous if not r.get("error")]
                 atomic_write_bytes(out / PREDICTIONS_FILE, _jsonl(previous))
-            _write_record_json(out / CONFIG_FILE, jsonable(run_config))
-            fsync_dir(out)
+            _write_record_json(out / CONFIG_FILE, jsonable(run_config))  # which syncs the folder too
             writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
         done = {r["id"] for r in previous}
         todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
