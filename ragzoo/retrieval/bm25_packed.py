@@ -32,7 +32,8 @@ per posting (8 bytes), 22 GB at wiki18's 21M passages, and its scorer runs a Pyt
   candidates: skip blocks by their last doc id (galloping), drop a candidate whose block's max cannot lift it,
   decode a block's doc ids once (weights only for the postings wanted: a weight reads the passage's norm, a cache
   miss); where the candidates number `DENSE` or more per block of the term in the window (nearly every block would
-  be decoded anyway) its postings there are marked in a bitset instead and each candidate tested branch-free; (6) the survivors have their exact final score: into a k-heap, theta its worst once it holds k, a true
+  be decoded anyway) its postings there are marked in a bitset instead and each candidate tested branch-free;
+  (6) the survivors have their exact final score: into a k-heap, theta its worst once it holds k, a true
   lower bound that rises fast. Ties go to the lower row (windows go in row order, so a later passage that only ties
   the k-th never enters). Each block is decoded at most once per query, even when it spans many windows. Only what
   a window touched is reset. Bounds carry a 1e-5 relative margin for float32 rounding, as in `PrunedTopK`.
@@ -45,9 +46,11 @@ Needs numba (the `[fast]` extra): there is no numpy fallback; without numba `for
 
 Measured (CPU time a question, token ids in, top 10 out; 2 cores shared with other jobs at load 4-8, so figures move
 by +-10%): 21M passages (issue 24's synthetic wiki18-like corpus, 1,000 HotpotQA questions' terms hold 11M postings a
-question): the windowed kernel 34-38 ms against 105-108 ms for the kernel before it (term at a time over the whole
-index, a random read into 84 MB arrays a posting), answers identical. Choices, measured there: W = 2^14..2^15 (2^12:
-37 ms, 2^16: 35-37, 2^18: 52 before the decode split); weights computed in a loop of their own after the doc ids (the
+question): the windowed kernel 35-38 ms on the first 200 questions, 42.5 ms on all 1,000 (kernel alone: 25-28 q/s
+wall at load 2), against 105-108 ms for the kernel before it (term at a time over the whole index, a random read into
+84 MB arrays a posting), the top 10 of all 1,000 identical. 1M passages: 2.98 ms against 4.13 for the kernel
+before it and 1.56 for bm25s's numba `retrieve` on the same index (0.52x). Choices, measured at 21M: W = 2^14..2^15
+(2^12: 37 ms, 2^16: 35-37, 2^18: 52 before the decode split); weights computed in a loop of their own after the doc ids (the
 norm reads, cache misses, overlap: 47 -> 34 ms); a looked-up block decoded without weights (the few wanted are
 computed alone); an oracle that knew the final theta from the start would save only ~17% (27 ms): theta from the
 first windows is close to final. Where the rest goes at 21M: per question 2.3-2.6M postings decoded, 0.8M weighed,
@@ -865,8 +868,8 @@ def _compiled() -> dict:
             jit = numba.njit(nogil=True, cache=True)
             # the helpers the kernels call are module globals: numba resolves them when it compiles a kernel,
             # so they are swapped for their compiled versions first
-            for name in ("_pack", "_unpack", "_decode_block", "_hold", "_weigh", "_weight", "_heap_push", "_offer", "_best_k",
-                         "_kth_best", "_query_terms"):
+            for name in ("_pack", "_unpack", "_decode_block", "_hold", "_weigh", "_weight", "_heap_push", "_offer",
+                         "_best_k", "_kth_best", "_query_terms"):
                 globals()[name] = jit(globals()[name])
             _COMPILED["encode_bucket"] = jit(_encode_bucket)
             _COMPILED["top_k"] = jit(_top_k)
