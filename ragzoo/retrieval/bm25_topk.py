@@ -21,9 +21,12 @@ Query terms repeated in a query count as often as they occur, as in bm25s.
 Two paths. numpy (`kernels="numpy"`): the loop above in Python, a numpy call or two per term. numba with the
 builder's `term_max.npy` (`backend=numba`, the default when numba is installed): the whole query in one compiled
 call, `_top_k_csc`, which also keeps theta up to date during the scan instead of a pass over the reached passages,
-and answers bit for bit as the numpy path. The per-term Python cost more than the scoring did: at 1M passages
-(CPU per question, token ids in, top 10 out) 2.3-2.5 ms for the per-term loop with numba column loops, 1.1-1.2 ms
-in one call, bm25s's numba `retrieve` 1.4-1.5; on the 17,703-passage sample 0.22, 0.038 and 0.047 ms.
+and answers bit for bit as the numpy path. That kernel is defined in bm25_packed.py, beside the compiled heap it
+shares with the packed kernel: numba's disk cache checks only the defining file's stamp, so a cached kernel must
+live in the file of every compiled function it calls, or an edit of a helper would leave stale code running.
+The per-term Python cost more than the scoring did: at 1M passages (CPU per question, token ids in, top 10 out)
+2.3-2.5 ms for the per-term loop with numba column loops, 1.1-1.2 ms in one call, bm25s's numba `retrieve`
+1.4-1.5; on the 17,703-passage sample 0.22, 0.038 and 0.047 ms.
 """
 
 from __future__ import annotations
@@ -31,9 +34,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-
-# the heap the one-call kernel keeps its k best in: the packed format's, one copy of those loops
-from ragzoo.retrieval.bm25_packed import _best_k, _heap_push, _kth_best, _offer
 
 
 class PrunedTopK:
@@ -235,24 +235,14 @@ class NumbaKernels:
 
 
 _COMPILED = None
-_TOP_K = None
-_COMPILE_LOCK = threading.Lock()
 
 
 def _compiled_top_k():
-    """`_top_k_csc` compiled (on first call; numba caches it on disk), with the packed format's compiled heap."""
-    global _TOP_K, _best_k, _heap_push, _kth_best, _offer
-    with _COMPILE_LOCK:
-        if _TOP_K is None:
-            import numba
+    """The one-call kernel, `bm25_packed._top_k_csc`, compiled (on first call; numba caches it on disk). It lives
+    in bm25_packed.py with the heap it calls: numba's cache stamp covers one file (see there)."""
+    from ragzoo.retrieval import bm25_packed
 
-            from ragzoo.retrieval import bm25_packed
-
-            bm25_packed._compiled()  # swaps its heap helpers for their compiled versions; numba takes them from here
-            _best_k, _heap_push, _kth_best = bm25_packed._best_k, bm25_packed._heap_push, bm25_packed._kth_best
-            _offer = bm25_packed._offer
-            _TOP_K = numba.njit(nogil=True, cache=True)(_top_k_csc)
-    return _TOP_K
+    return bm25_packed._compiled()["top_k_csc"]
 
 
 def _compiled():
@@ -301,162 +291,3 @@ def term_maxima(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     if len(nonempty):
         maxima[nonempty] = np.maximum.reduceat(data, indptr[nonempty])
     return maxima
-
-
-def _top_k_csc(token_ids, k, data, indices, indptr, term_max, scratch, found, stats):
-    """`PrunedTopK.top_k` in one compiled call (the numba path): MaxScore as `bm25_packed._top_k` runs it, over
-    the CSC's stored weights (no decode, no norm read). Distinct terms rarest first (term ids sorted, then
-    stably by column length, as the numpy path), so every score is summed in the same order as there and
-    bit-identical. Rare terms add every posting into `scratch` (float32 per passage, zero) and list the passages
-    they reach first in `found` (int32 per passage); theta is the k-th best partial score; once the remaining
-    terms' bounds fall below it the frequent terms are only looked up, by galloping search in their sorted
-    columns, for the candidates still in reach, whose k best a heap keeps. Only touched entries are reset.
-    stats: postings added in full, terms looked up, kernel calls. Returns (rows, scores), best first, exact
-    ties by lower row."""
-    empty_rows = np.zeros(0, dtype=np.int64)
-    empty_scores = np.zeros(0, dtype=np.float32)
-    stats[2] += 1
-    n_columns = len(indptr) - 1
-    if len(token_ids) == 0 or k <= 0:
-        return empty_rows, empty_scores
-    ordered = np.sort(token_ids)
-    uniq = np.empty(len(ordered), dtype=np.int64)
-    reps = np.empty(len(ordered), dtype=np.float32)
-    n_uniq = 0
-    for i in range(len(ordered)):
-        t = ordered[i]
-        if t < 0 or t >= n_columns or indptr[t + 1] == indptr[t]:
-            continue  # unknown ids and empty columns add nothing
-        if n_uniq and uniq[n_uniq - 1] == t:
-            reps[n_uniq - 1] += 1
-        else:
-            uniq[n_uniq] = t
-            reps[n_uniq] = 1
-            n_uniq += 1
-    if n_uniq == 0:
-        return empty_rows, empty_scores
-    lengths = np.empty(n_uniq, dtype=np.int64)
-    for i in range(n_uniq):
-        lengths[i] = indptr[uniq[i] + 1] - indptr[uniq[i]]
-    order = np.argsort(lengths, kind="mergesort")
-    terms = uniq[:n_uniq][order]
-    repeats = reps[:n_uniq][order]
-    n_terms = n_uniq
-    # the most terms i.. can still add, and the same with the float32 margin (as the numpy path)
-    rest = np.zeros(n_terms + 1, dtype=np.float64)
-    for i in range(n_terms - 1, -1, -1):
-        rest[i] = rest[i + 1] + np.float64(repeats[i]) * np.float64(term_max[terms[i]])
-    bound = rest * (1 + 1e-5)
-    heap_scores = np.empty(k, dtype=np.float32)
-    heap_rows = np.empty(k, dtype=np.int64)
-    n_found = 0
-    theta = -np.inf
-    n = 0
-    # the k best partial scores so far (ties: lower row), kept up to date as the rare terms are added: theta
-    # without a pass over the reached passages; for a large k the offers cost more, theta is then taken by a pass
-    track = k <= 64
-    size = 0
-    worst = 0
-    worst_score = np.float32(-np.inf)
-    worst_row = np.int64(-1)
-    while n < n_terms:
-        if n and bound[n] < theta:
-            break
-        repeat = repeats[n]
-        start, end = indptr[terms[n]], indptr[terms[n] + 1]
-        stats[0] += end - start
-        for j in range(start, end):
-            d = indices[j]
-            old = scratch[d]
-            # branch-free: a first reach is unpredictable, a mispredicted branch costs more than the store
-            found[n_found] = d
-            n_found += np.int64(old == 0)
-            new = old + data[j] * repeat
-            scratch[d] = new
-            if track and (new > worst_score or (new == worst_score and d < worst_row) or size < k):
-                size, worst = _offer(heap_scores, heap_rows, size, k, worst, d, new)
-                if size == k:
-                    worst_score = heap_scores[worst]
-                    worst_row = heap_rows[worst]
-        n += 1
-        if track:
-            if size == k:
-                theta = max(theta, np.float64(worst_score))
-        elif n < n_terms and rest[n + 1] < rest[0] - rest[n]:  # a pass helps only once the terms read could
-            theta = max(theta, _kth_best(scratch, found, n_found, k, heap_scores, heap_rows))  # outweigh the rest
-    stats[1] += n_terms - n
-    if n < n_terms:
-        candidates = np.empty(n_found, dtype=found.dtype)
-        n_cand = 0
-        for c in range(n_found):
-            d = found[c]
-            if np.float64(scratch[d]) + bound[n] >= theta:
-                candidates[n_cand] = d
-                n_cand += 1
-        in_order = False
-        size = 0
-        for m in range(n, n_terms):
-            repeat = repeats[m]
-            start, end = indptr[terms[m]], indptr[terms[m] + 1]
-            length = end - start
-            kept = 0
-            size = 0
-            if n_cand * 32 > length:
-                # many candidates for this column: one pass adding to every passage already reached is cheaper
-                # than finding each (a reached passage no longer a candidate gains weight nobody reads); 32 was
-                # the fastest of 1-256 at 1M passages (1.21 ms a question against 1.37 at 8) and at 17.7k
-                for j in range(start, end):
-                    d = indices[j]
-                    old = scratch[d]
-                    scratch[d] = old + data[j] * repeat * np.float32(old > 0)  # x + w * 1 == x + w, bit for bit
-            else:
-                if not in_order:
-                    candidates[:n_cand] = np.sort(candidates[:n_cand])
-                    in_order = True
-                at = start
-                for c in range(n_cand):
-                    d = candidates[c]
-                    if at < end and indices[at] < d:
-                        # galloping: O(1) for dense candidates, O(log gap) for sparse ones
-                        low, high, step = at, at + 1, 1
-                        while high < end and indices[high] < d:
-                            low = high
-                            step *= 2
-                            high = low + step
-                        if high > end:
-                            high = end
-                        while high - low > 1:  # indices[low] < d <= indices[high] (or high == end)
-                            middle = (low + high) >> 1
-                            if indices[middle] < d:
-                                low = middle
-                            else:
-                                high = middle
-                        at = high
-                    if at < end and indices[at] == d:
-                        scratch[d] += data[at] * repeat
-            for c in range(n_cand):
-                d = candidates[c]
-                score = scratch[d]
-                if np.float64(score) + bound[m + 1] >= theta:
-                    candidates[kept] = d
-                    kept += 1
-                    row = np.int64(d)
-                    if size < k or score > heap_scores[0] or (score == heap_scores[0] and row < heap_rows[0]):
-                        size = _heap_push(heap_scores, heap_rows, size, k, score, row)
-            n_cand = kept
-            if size == k:
-                theta = max(theta, np.float64(heap_scores[0]))
-    elif not track:
-        size = _best_k(scratch, found, n_found, k, heap_scores, heap_rows)
-    by_row = np.argsort(heap_rows[:size])
-    rows = heap_rows[:size][by_row]
-    scores = heap_scores[:size][by_row]
-    ranking = np.argsort(-scores, kind="mergesort")
-    rows = rows[ranking]
-    scores = scores[ranking]
-    if n_found > len(scratch) // 16:
-        scratch[:] = 0
-    else:
-        for i in range(n_found):
-            scratch[found[i]] = 0
-    return rows, scores

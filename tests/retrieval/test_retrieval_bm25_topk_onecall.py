@@ -1,4 +1,4 @@
-"""The numba path of the csc scorer answers a query in one compiled call (`bm25_topk._top_k_csc`), with the
+"""The numba path of the csc scorer answers a query in one compiled call (`bm25_packed._top_k_csc`), with the
 exhaustive top k: bit for bit the numpy path's answer, and bm25s's up to float32 summation order."""
 
 from __future__ import annotations
