@@ -428,7 +428,7 @@ class BM25Retriever(BaseRetriever):
             documents, scores = zip(*self._map(lambda ids: self.pruned.top_k(ids, k), asked))
             rows, scores, counts = np.concatenate(documents), np.concatenate(scores), list(map(len, documents))
         else:
-            rows, scores, counts = self._top_k_here(asked, k)
+            rows, scores, counts = self.pruned.top_k_many(asked, k)
         # every hit of the batch in one store call (rows and scores, nothing read yet), then cut per query: at
         # 17.7k passages the per-query Python around the ~30 us kernel is what bm25s's batch does not pay
         hits = self.store.get_many(rows, scores)
@@ -442,96 +442,3 @@ class BM25Retriever(BaseRetriever):
         for slot, slot_hits in zip(answerable, ranked):
             results[slot] = slot_hits
         return results
-
-    def _top_k_here(self, token_ids: list[list[int]], k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-        """The pruned scorer's rows and scores for all queries, query after query, and each query's count, on
-        the calling thread. The csc's one-call kernel is called directly (one scratch lookup and one counter
-        update for the whole batch), for a batch from one compiled loop (`_compiled_loop`: no Python call, no
-        two result arrays per query)."""
-        pruned = self.pruned
-        kernel = getattr(pruned, "_one_call", None)
-        if kernel is None:  # the packed index, or the numpy kernels
-            ranked = [pruned.top_k(ids, k) for ids in token_ids]
-            return (np.concatenate([rows for rows, _ in ranked]), np.concatenate([scores for _, scores in ranked]),
-                    [len(rows) for rows, _ in ranked])
-        ends = list(itertools.accumulate(map(len, token_ids)))
-        flat = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=ends[-1])
-        stats = np.zeros(3, dtype=np.int64)
-        k = int(k)
-        arrays = (pruned.data, pruned.indices, pruned.indptr, pruned.term_max, pruned._scratch(), pruned._found(),
-                  stats)
-        loop = _compiled_loop(kernel, flat, arrays) if len(token_ids) > 1 else None
-        if loop is not None:
-            rows = np.empty(len(token_ids) * k, dtype=np.int64)
-            scores = np.empty(len(token_ids) * k, dtype=np.float32)
-            counts = np.empty(len(token_ids), dtype=np.int64)
-            done = loop(kernel, flat, np.asarray(ends, dtype=np.int64), k, *arrays, rows, scores, counts)
-            rows, scores, counts = rows[:done], scores[:done], counts.tolist()
-        else:
-            documents, found_scores = [], []
-            start = 0
-            for end in ends:
-                query_rows, query_scores = kernel(flat[start:end], k, *arrays)
-                documents.append(query_rows)
-                found_scores.append(query_scores)
-                start = end
-            rows, scores = np.concatenate(documents), np.concatenate(found_scores)
-            counts = list(map(len, documents))
-        with pruned._stats_lock:
-            pruned._totals += stats
-        return rows, scores, counts
-
-
-def _top_k_loop(kernel, token_ids, ends, k, data, indices, indptr, term_max, scratch, found, stats, rows, scores,
-                counts):
-    """`kernel` (the csc one-call kernel, passed as a compiled function) on each query of a batch (query q's ids
-    are token_ids[ends[q-1]:ends[q]]), its rows and scores written one query after another into `rows`,
-    `scores` (room for k a query) and its count into counts[q]. Returns how many were written."""
-    done = 0
-    start = 0
-    for q in range(len(ends)):
-        query_rows, query_scores = kernel(token_ids[start:ends[q]], k, data, indices, indptr, term_max, scratch,
-                                          found, stats)
-        n = len(query_rows)
-        if n > k:
-            raise ValueError("the bm25 kernel returned more than k hits")
-        rows[done:done + n] = query_rows
-        scores[done:done + n] = query_scores
-        counts[q] = n
-        done += n
-        start = ends[q]
-    return done
-
-
-_LOOPS: dict = {}  # argument types -> `_top_k_loop` compiled for them, or None where it would not compile
-
-
-def _compiled_loop(kernel, token_ids: np.ndarray, arrays: tuple):
-    """`_top_k_loop` compiled for the kernel's argument types (numba; cached on disk), or None (the Python loop
-    answers) if it cannot be. The kernel is an argument of first-class function type, called through its
-    address: the loop's disk cache holds none of the kernel's code, so an edit of the kernel is never answered
-    by a stale copy of it (checked with an edited kernel file: the loop is a cache hit and runs the new kernel,
-    tests/retrieval/test_retrieval_bm25_kernel_cache.py), and compiling the loop does not compile the kernel again
-    (at 17.7k passages the loop saves ~4 us of the ~31 a question spends in the kernel's Python calls)."""
-    import numba
-
-    key = (kernel, numba.typeof(token_ids), *(numba.typeof(array) for array in arrays))
-    if key in _LOOPS:
-        return _LOOPS[key]
-    loop = None
-    try:
-        from numba import types
-
-        kernel_types = (key[1], types.int64, *key[2:])
-        kernel.compile(kernel_types)
-        signature = types.FunctionType(kernel.overloads[kernel_types].signature)
-        out = (types.Array(types.int64, 1, "C"), types.Array(types.float32, 1, "C"), types.Array(types.int64, 1, "C"))
-        loop = numba.njit(types.int64(signature, key[1], types.Array(types.int64, 1, "C"), types.int64, *key[2:],
-                                      *out), nogil=True, cache=True)(_top_k_loop)
-    except Exception as error:  # noqa: BLE001 -- a kernel of another shape: the per-query calls still answer
-        import logging
-
-        logging.getLogger("ragzoo.bm25").warning("bm25: batch loop not compiled (%s); scoring query by query",
-                                                 type(error).__name__)
-    _LOOPS[key] = loop
-    return loop

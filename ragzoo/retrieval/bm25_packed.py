@@ -1101,6 +1101,14 @@ class PackedIndex:
             self.stats += stats
         return rows, values
 
+    def top_k_many(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Every query's `top_k`, one query after another in two arrays, and each query's count (as
+        `bm25_topk.PrunedTopK.top_k_many`)."""
+        ranked = [self.top_k(ids, k) for ids in token_ids]
+        return (np.concatenate([rows for rows, _ in ranked] or [np.zeros(0, dtype=np.int64)]),
+                np.concatenate([values for _, values in ranked] or [np.zeros(0, dtype=np.float32)]),
+                [len(rows) for rows, _ in ranked])
+
     @property
     def postings_scanned(self) -> int:
         return int(self.stats[0])

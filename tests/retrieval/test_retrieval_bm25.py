@@ -262,7 +262,7 @@ def test_a_batch_does_its_per_batch_work_once(wiki17_corpus, data_dir, monkeypat
     split nor stemming for known words (the tokenising goes through the piece and word caches), one kernel
     call per answerable query and nothing more."""
     pytest.importorskip("numba")
-    from ragzoo.retrieval import bm25
+    from ragzoo.retrieval import bm25_topk
     from ragzoo.retrieval.store import PassageStore
 
     retriever = make_retriever(f"bm25:{wiki17_corpus}?backend=numba", show_progress=False)
@@ -287,12 +287,12 @@ def test_a_batch_does_its_per_batch_work_once(wiki17_corpus, data_dir, monkeypat
     assert counts == {"get_many": 1, "line": 0, "split": 0, "stem": 0}
     assert retriever.pruned.one_call_queries == before + len(questions) - 1
     # the kernel ran from the compiled batch loop, not from one Python call per question
-    assert [loop for loop in bm25._LOOPS.values() if loop is not None]
+    assert [loop for loop in bm25_topk._LOOPS.values() if loop is not None]
     hits = sum(map(len, batched))
     assert [[p.title for p in ranked] for ranked in batched] == first
     assert counts["line"] == hits > 1500 and isinstance(store, PassageStore)  # each hit read once, when read
     # where the loop cannot be compiled, the kernel is called query by query, with the same answers
-    monkeypatch.setattr(bm25, "_compiled_loop", lambda *args: None)
+    monkeypatch.setattr(bm25_topk, "_compiled_loop", lambda *args: None)
     assert [[p.title for p in ranked] for ranked in retriever.batch(questions, 10)] == first
 
 

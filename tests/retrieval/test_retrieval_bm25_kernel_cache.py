@@ -2,7 +2,7 @@
 function (numba PR #8396, unmerged): a compiled helper it calls from ANOTHER file is inlined into the cached
 machine code, and an edit of that file (a `git pull` in an editable install) leaves the stale helper in use, with
 no error. For a retriever that is a wrong top k. The rule: every function compiled with cache=True lives in the
-same file as every compiled function it calls; a kernel passed at run time (bm25's batch loop) is called through
+same file as every compiled function it calls; a kernel passed at run time (bm25_topk's batch loop) is called through
 its address, so the loop's cache holds none of its code."""
 
 from __future__ import annotations
@@ -93,13 +93,13 @@ import numba
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 import toykernel
-from ragzoo.retrieval import bm25
+from ragzoo.retrieval import bm25_topk
 
 kernel = numba.njit(cache=True)(toykernel.kernel)
 flat = np.zeros(2, dtype=np.int64)
 arrays = (np.zeros(1, np.float32), np.zeros(1, np.int32), np.zeros(2, np.int64), np.zeros(1, np.float64),
           np.zeros(1, np.float32), np.zeros(1, np.int32), np.zeros(3, np.int64))
-loop = bm25._compiled_loop(kernel, flat, arrays)
+loop = bm25_topk._compiled_loop(kernel, flat, arrays)
 rows, scores, counts = np.empty(2, np.int64), np.empty(2, np.float32), np.empty(2, np.int64)
 loop(kernel, flat, np.array([1, 2]), 1, *arrays, rows, scores, counts)
 print(rows.tolist(), sum(loop.stats.cache_hits.values()))
@@ -107,8 +107,8 @@ print(rows.tolist(), sum(loop.stats.cache_hits.values()))
 
 
 def test_the_cached_batch_loop_runs_the_kernel_as_it_is_now(tmp_path):
-    """bm25's `_top_k_loop` is cached on disk but takes the kernel at run time: after the kernel's file changes,
-    the loop comes from its cache (a hit) and still runs the new kernel."""
+    """The batch loop (`bm25_topk._top_k_loop`) is cached on disk but takes the kernel at run time: after the
+    kernel's file changes, the loop comes from its cache (a hit) and still runs the new kernel."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     (tmp_path / "run.py").write_text(_RUN)
 

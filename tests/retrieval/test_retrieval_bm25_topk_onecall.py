@@ -105,3 +105,33 @@ def test_the_numba_csc_path_is_one_compiled_call_per_query(index):
     # the retriever end to end: the tied duplicates come back lowest row first
     hits = retriever.batch(["river city name1 name2"], 5)[0]
     assert [p.pid for p in hits] == [f"d{i}" for i in (9, 19, 29, 39, 49)]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_top_k_many_answers_query_after_query_as_top_k(index, backend):
+    """The batch method the retriever calls (`PrunedTopK.top_k_many`): every query's top k, one after another,
+    each query's count, and the running totals as query-by-query calls would leave them."""
+    retriever = BM25Retriever(index, backend=backend)
+    pruned = retriever.pruned
+    ids = retriever.tokenize(["river city name1 name2", "name3 film film", "zzzunknown river", "name1",
+                              "band album river city film"])
+    singles = [pruned.top_k(query, 10) for query in ids]
+    totals = (pruned.postings_scanned, pruned.terms_searched, pruned.one_call_queries)
+    rows, scores, counts = pruned.top_k_many(ids, 10)
+    assert counts == [len(query_rows) for query_rows, _ in singles] and sum(counts) > 10
+    assert rows.tolist() == np.concatenate([query_rows for query_rows, _ in singles]).tolist()
+    assert np.array_equal(scores, np.concatenate([query_scores for _, query_scores in singles]))
+    assert (pruned.postings_scanned, pruned.terms_searched, pruned.one_call_queries) == tuple(2 * n for n in totals)
+    assert pruned.top_k_many([], 10)[2] == [] and pruned.top_k_many([ids[3]], 10)[2] == counts[3:4]
+
+
+def test_the_retriever_uses_no_private_of_its_scorers():
+    """bm25.py talks to the scorers through their public methods (it used to reach into PrunedTopK's scratch,
+    stats lock and totals)."""
+    import re
+    from pathlib import Path
+
+    import ragzoo.retrieval.bm25 as bm25
+
+    source = Path(bm25.__file__).read_text(encoding="utf-8")
+    assert re.findall(r"pruned\._\w+|getattr\(pruned, \"_\w+", source) == []
