@@ -62,8 +62,9 @@ API (the retriever in `bm25.py` builds and loads this format: `bm25.build_bm25_i
 index_format="packed", memory_budget=...)`, `bm25.BM25Retriever(index_dir)`; this module imports nothing of
 `bm25.py`, which imports it):
     PackedIndex(folder, window=WINDOW): the arrays, memory-mapped; `.top_k(token_ids, k)` -> (rows int64, scores
-        float32); `.stats` running totals named by STATS (postings decoded, windows skipped, candidates, look-ups,
-        postings weighed, ...); `.df` document frequency per term id.
+        float32); `.top_k_many(token_id_lists, k)` -> (rows, scores, counts), the queries one after another;
+        `.stats` running totals named by STATS (postings decoded, windows skipped, candidates, look-ups, postings
+        weighed, ...); `.df` document frequency per term id.
     to_csc(packed_dir, out_dir): writes bm25s's CSC files (data/indices/indptr .csc.index.npy, vocab, params)
         with identical weights, so `bm25s.BM25.load(out_dir, mmap=True)` runs on the same index.
     is_packed(folder) -> bool
