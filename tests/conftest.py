@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # (`-n 2`) already fill the cores, and torch's spinning threads on a busy core made a six-passage embedding take
 # seconds instead of milliseconds (tests/retrieval/test_retrieval_dense_hybrid.py: 37 s -> see H4's report).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The Ctrl-C tests send SIGINT to the commands they start, as a terminal does. A suite started in the background
+# of a non-interactive shell (`make test &`, some CI runners) has SIGINT ignored, which every child would inherit,
+# and a command started with SIGINT ignored rightly keeps ignoring it (nohup's contract): give the suite's processes
+# a terminal's disposition, which their children then start with.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # DSPy's response cache must not write into the user's home during tests.
 os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="ragzoo-dspy-cache-")
 

@@ -515,8 +515,20 @@ class OptunaClaims:
                     self.storage.set_trial_state_values(trial._trial_id, state=TrialState.COMPLETE, values=[0.0])
                     continue
                 self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-                if self._to_run(key):
+                if self._to_run(key) and trial._trial_id in stale:
+                    self._enqueue_retry(key, trial)
+                elif self._to_run(key):
                     self.study.enqueue_trial({"cell": key})
+
+    def _enqueue_retry(self, key, dead) -> None:
+        """The cell of a claim whose heartbeat stopped back in the queue, marked as Optuna's
+        RetryFailedTrialCallback marks it (system attribute "failed_trial"): the claim came back by its heartbeat's
+        expiry, not because its worker was seen dead on this machine."""
+        from optuna.trial import TrialState, create_trial
+
+        self.study.add_trial(create_trial(state=TrialState.WAITING, system_attrs={
+            "fixed_params": {"cell": key}, "failed_trial": dead.number,
+            "retry_history": [*dead.system_attrs.get("retry_history", []), dead.number]}))
 
     def next(self):
         from optuna.storages import fail_stale_trials
