@@ -303,6 +303,7 @@ class EndpointLimiter:
         self.max_in_flight = 0
         self.waited = 0
         self.rate_limited = 0
+        self.lowest: int | None = None  # the lowest limit 429s brought it to (the additive increase climbs after)
         self._condition = threading.Condition()
 
     def allowed(self) -> int | None:
@@ -406,6 +407,8 @@ class EndpointLimiter:
             # the requests sent, not those still queued for the machine's slots (shared limits)
             self.window = max(1.0, (self.sent or self.in_flight) * self.DECREASE)
             self.epoch += 1
+            now = self.allowed()
+            self.lowest = now if self.lowest is None else min(self.lowest, now)
 
     def answered(self) -> None:
         """A request was answered: additive increase of the adaptive limit, back up to the ceiling."""

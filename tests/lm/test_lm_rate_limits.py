@@ -105,7 +105,10 @@ def test_sixteen_threads_against_capacity_four_lose_nothing_and_adapt():
     assert len(answers) == calls and all(answers)
     assert server.rejected > 0  # the default limit (8) was above the capacity: the server did say 429
     gate = limiter(endpoint_of(lm))
-    assert gate.allowed() <= 5  # the limit came down to about the capacity
+    # the limit came down to the capacity: a 429 means more than 4 were sent, so a limit that only kept what was
+    # sent (no decrease) never reaches 4. Where it ends moves with the additive increase after the last 429 (it
+    # ended at 6 in about 1 run of 6, which `allowed() <= 5` used to fail on), so the lowest it reached is asserted
+    assert gate.lowest is not None and gate.lowest <= 4 and gate.allowed() <= 6
     assert seconds <= 1.5 * bound, f"{seconds:.2f} s vs capacity-bound {bound:.2f} s"  # benchmark: ~1.1x
 
 
