@@ -10,6 +10,8 @@ from collections import defaultdict
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterable
 
+import dspy
+
 
 from ragzoo.engines import CallContext, FunctionEngine
 from ragzoo.retrieval.base import BaseRetriever, Passage
@@ -83,6 +85,22 @@ class StaticRetriever(BaseRetriever):
         ranked = sorted(enumerate(self.passages),
                         key=lambda item: (-len(words & set(item[1].long_text.lower().split())), item[0]))
         return [passage for _, passage in ranked[:k]]
+
+
+class AnswerQuestion(dspy.Module):
+    """The smallest program, one `question -> answer` predictor: for tests of the evaluation loop, not of a method."""
+
+    def __init__(self):
+        super().__init__()
+        self.answer = dspy.Predict("question -> answer")
+
+    def forward(self, question):
+        return self.answer(question=question)
+
+
+def make_examples(n: int) -> list[dspy.Example]:
+    """n examples, ids and questions `q0`.. with gold answers `Q0`.., the question marked as the input."""
+    return [dspy.Example(id=f"q{i}", question=f"q{i}", answer=f"Q{i}").with_inputs("question") for i in range(n)]
 
 
 def make_passages(n: int, prefix: str = "Doc") -> list[Passage]:

@@ -12,20 +12,9 @@ import dspy
 import pytest
 
 from ragzoo.runs import evaluate
+from ragzoo.testing import AnswerQuestion as Answer
 from ragzoo.testing import ScriptedLM
-
-
-class Answer(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.answer = dspy.Predict("question -> answer")
-
-    def forward(self, question):
-        return self.answer(question=question)
-
-
-def examples(count: int) -> list:
-    return [dspy.Example(id=f"q{i}", question=f"q{i}", answer=f"Q{i}").with_inputs("question") for i in range(count)]
+from ragzoo.testing import make_examples as examples
 
 
 @pytest.mark.parametrize("threads", [1, 4])
