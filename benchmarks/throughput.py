@@ -17,8 +17,9 @@ whole figure, set-up included.
 
     python -m benchmarks.throughput [--latency 0.2] [--settings 1x1,32x1,64x1,128x1,256x1,32x2,64x2,128x2] [--rounds 5]
 
-A setting is THREADSxPROCESSES (`evaluate --threads T --processes P`); each runs `--rounds` questions per request
-in flight (at least `--min-examples`), so it stops by itself.
+A setting is THREADSxPROCESSES (`evaluate --threads T --processes P`), or THREADSxauto (`evaluate --threads T`:
+the split `ragzoo.runs.auto_processes` picks, in the table as the threads and processes it ran); each runs
+`--rounds` questions per request in flight (at least `--min-examples`), so it stops by itself.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def run_setting(method_id: str, threads: int, processes: int, n: int, latency: f
     from ragzoo.runs import evaluate
 
     program = programs.get(method_id, retriever=retriever)
-    in_flight = threads * processes
+    in_flight = threads * (processes or 1)  # processes None: evaluate's own split (`auto_processes`)
     with tempfile.TemporaryDirectory(prefix="ragzoo-tput-") as out:
         # a fresh LM per setting: no pooled connection of an earlier setting is inherited by forked workers
         lm = make_lm("openai/stub", api_base=base, cache=False, num_retries=0, max_concurrency=in_flight)
@@ -99,6 +100,7 @@ def run_setting(method_id: str, threads: int, processes: int, n: int, latency: f
                  "short_examples": short["examples"], "short_cpu_seconds": short["cpu_seconds"]}
     else:
         extra = {}
+    threads, processes = summary["threads"], summary["processes"]
     rate = summary["n"] / elapsed
     ideal = in_flight / (latency * per_question) if per_question else float("nan")
     return {"method": method_id, "in_flight": in_flight, "threads": threads, "processes": processes,
@@ -116,7 +118,7 @@ def parse_settings(text: str) -> list[tuple[int, int]]:
     settings = []
     for item in filter(None, text.split(",")):
         threads, _, processes = item.partition("x")
-        settings.append((int(threads), int(processes or 1)))
+        settings.append((int(threads), None if processes == "auto" else int(processes or 1)))
     return settings
 
 
@@ -142,8 +144,8 @@ def main(argv=None) -> int:
     from benchmarks.common import markdown_table, write_json
 
     settings = parse_settings(args.settings)
-    n_max = max(max(args.min_examples, args.rounds * t * p) for t, p in settings)
-    in_flight_max = max(t * p for t, p in settings)
+    n_max = max(max(args.min_examples, args.rounds * t * (p or 1)) for t, p in settings)
+    in_flight_max = max(t * (p or 1) for t, p in settings)
     examples = data.load("hotpotqa", "dev", n=n_max + in_flight_max + 2, seed=None)
     retriever = make_retriever(DEFAULT_RETRIEVER)
     results = []
@@ -153,15 +155,16 @@ def main(argv=None) -> int:
             with dspy.context(lm=warm):  # imports, the retriever's first queries: not in any setting's figures
                 evaluate(programs.get(method_id, retriever=retriever), examples[:2], "em", None, progress=False)
             for threads, processes in settings:
-                n = max(args.min_examples, args.rounds * threads * processes)
+                n = max(args.min_examples, args.rounds * threads * (processes or 1))
                 short = None
-                if n > threads * processes:  # other questions than the full run's: no retriever cache shared
-                    short = run_setting(method_id, threads, processes, threads * processes, args.latency, base,
-                                        retriever, examples[2 + n_max:])
+                if n > threads * (processes or 1):  # other questions than the full run's: no retriever cache shared
+                    short = run_setting(method_id, threads, processes, threads * (processes or 1), args.latency,
+                                        base, retriever, examples[2 + n_max:])
                 result = run_setting(method_id, threads, processes, n, args.latency, base, retriever, examples[2:],
                                      short)
                 results.append(result)
-                print(f"  {method_id} {threads}x{processes}: {result['examples_per_s']:.1f} q/s, ratio "
+                print(f"  {method_id} {threads}x{processes or 'auto'} ({result['threads']}x{result['processes']}): "
+                      f"{result['examples_per_s']:.1f} q/s, ratio "
                       f"{result['ratio']:.2f}, {result['cpu_ms_per_call']:.2f} ms CPU per call "
                       f"({result.get('cpu_ms_per_call_marginal', float('nan')):.2f} without the run's set-up of "
                       f"{result.get('setup_cpu_ms', float('nan')):.1f} ms)", file=sys.stderr)

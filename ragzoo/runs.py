@@ -706,7 +706,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
              progress: bool | None = None, max_calls: int | None = None, max_cost: float | None = None,
              deadline: float | None = DEFAULT_DEADLINE, retry_failed: bool = False, adapter=None,
              abort_failure_rate: float | None = 0.5, abort_min_examples: int = 10,
-             refuse_leakage: bool = False, processes: int = 1) -> dict:
+             refuse_leakage: bool = False, processes: int | None = 1) -> dict:
     """Evaluate `program` on `examples` with the active DSPy LM; write a run directory at `out_dir` (or keep
     everything in memory when None). Returns the summary (also in summary.json); the records of this call
     are in `summary["records"]` when `out_dir` is None.
@@ -725,7 +725,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     `processes` > 1 splits the questions over that many forked worker processes of `threads` threads each
     (`_run_in_processes`: one interpreter lock per process); this process keeps the run lock and writes every
     record; the workers share each endpoint's whole --max-concurrency (a worker that ends early leaves its part to
-    the others) and split the --max-calls/--max-cost budget evenly, so together they never pass them."""
+    the others) and split the --max-calls/--max-cost budget evenly, so together they never pass them. `processes`
+    None: as many as `auto_processes` picks for the questions left (one, up to 64 requests in flight)."""
     import dspy
 
     from ragzoo.adapters import adapter_name, make_adapter
@@ -746,7 +747,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     metric_names = [name for name, _ in resolved]
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise RunError(f"--threads must be a positive integer, got {threads!r}")
-    _check_processes(processes)
+    if processes is not None:
+        _check_processes(processes)
     ids = [example_id(example, i) for i, example in enumerate(examples)]
     if len(set(ids)) != len(ids):
         raise RunError("the examples have duplicate ids; give each question a unique id (--field-map id=...)")
@@ -787,6 +789,16 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
         done = {r["id"] for r in previous}
         todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
+        if processes is None:
+            asked = threads
+            budgeted = max_calls is not None or max_cost is not None
+            threads, processes = auto_processes(threads, len(todo), budget=budgeted)
+            if processes > 1:
+                import sys
+
+                print(f"evaluate: {asked} threads run as {processes} processes of {threads} threads (past "
+                      f"{IN_FLIGHT_PER_PROCESS} requests in flight one interpreter spends more CPU per LM call; "
+                      f"--processes 1 keeps one)", file=sys.stderr, flush=True)
         if previous:  # a resume says where it starts, so no one wonders whether it started over
             import sys
 
@@ -992,6 +1004,34 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled
 
 
 _DONE = object()
+
+
+IN_FLIGHT_PER_PROCESS = 64  # one interpreter's CPU per LM call stays flat up to here (benchmarks/throughput.py)
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def auto_processes(threads: int, questions: int, *, budget: bool = False) -> tuple[int, int]:
+    """(threads per process, processes) for `evaluate` without --processes: past `IN_FLIGHT_PER_PROCESS` requests
+    in flight (the threads, capped by the questions left and the active LM's --max-concurrency) one interpreter's
+    lock is contended and its CPU per LM call grows (at 256 in flight on 2 cores: ~3.2 ms in one process, ~2.7 ms
+    in two, and 1.5x the questions/s); so they are split over processes, at most one per usable CPU. One process
+    is kept where the split is not free: a budget (split evenly, a worker that spent its share stops early), one
+    CPU, no fork(), or limits a grid shares (its own --processes decides)."""
+    import math
+    import multiprocessing
+
+    from ragzoo import endpoints
+
+    in_flight = min([threads, questions, *_endpoint_limits().values()])
+    cpus = usable_cpus()
+    if (in_flight <= IN_FLIGHT_PER_PROCESS or budget or cpus < 2 or endpoints.limits_shared()
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        return threads, 1
+    processes = min(cpus, math.ceil(in_flight / IN_FLIGHT_PER_PROCESS))
+    return math.ceil(in_flight / processes), processes
 
 
 def _check_processes(processes) -> None:

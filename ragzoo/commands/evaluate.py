@@ -13,7 +13,7 @@ from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, ad
 DEFAULTS = {
     "program": None, "method": None, **DATA_DEFAULTS, **LM_DEFAULTS, "out": None, "threads": 1, "resume": False,
     "force": False, "metric": None, "trust_retriever": False, "deadline": 600.0, "retry_failed": False,
-    "processes": 1,
+    "processes": None,  # None: `ragzoo.runs.auto_processes` picks
     "abort_failure_rate": 0.5,
     "allow_failures": False, "refuse_leakage": False, "keep_prompts": False,
 }
@@ -35,11 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="run directory to write")
     parser.add_argument("--threads", type=int, help="parallel examples (default 1)")
     parser.add_argument("--processes", type=int,
-                        help="worker processes, each running --threads examples at once (default 1): one "
-                             "interpreter spends ~2 ms of CPU per LM call, so up to ~64 requests in flight threads "
-                             "alone are as fast (and a run's set-up is cheaper); past that use 2 or more; they "
-                             "share --max-concurrency (each may use all of it) and split --max-calls/--max-cost "
-                             "evenly")
+                        help="worker processes, each running --threads examples at once; they share "
+                             "--max-concurrency (each may use all of it) and split --max-calls/--max-cost evenly. "
+                             "Default: one, or past 64 requests in flight (--threads, capped by the questions and "
+                             "--max-concurrency) and without a budget, --threads split over up to one process per "
+                             "CPU, since one interpreter spends more CPU per LM call past that")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="continue an interrupted run (a larger -n extends it)")
     parser.add_argument("--retry-failed", action="store_true", default=None,
