@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -42,6 +43,22 @@ def _isolated_cache(tmp_path_factory):
         os.environ.pop("RAGZOO_CACHE", None)
     else:
         os.environ["RAGZOO_CACHE"] = previous
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """PYTHONDONTWRITEBYTECODE (set by some shells and CI images) made each xdist worker rewrite the assertions of
+    every test file again on every run (~4.5 s of CPU a worker). The bytecode of what collection imports (the test
+    files, ragzoo, the venv's packages) is written, when the interpreter is the checkout's own venv (`make install`):
+    then all of it lands inside the checkout (git-ignored). Only collection: a test's own scratch modules (a
+    program file, a kernel it rewrites within the same second) keep the user's setting, so no stale bytecode."""
+    saved = sys.dont_write_bytecode
+    if REPO in Path(sys.prefix).resolve().parents:
+        sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = saved
 
 
 FULL_DATA_REASON = "needs the full benchmark data"
