@@ -13,7 +13,7 @@ from ragzoo.commands.common import DATA_DEFAULTS, LM_DEFAULTS, add_data_args, ad
 DEFAULTS = {
     "program": None, "method": None, **DATA_DEFAULTS, **LM_DEFAULTS, "out": None, "threads": 1, "resume": False,
     "force": False, "metric": None, "trust_retriever": False, "deadline": 600.0, "retry_failed": False,
-    "processes": None,  # None: `ragzoo.runs.auto_processes` picks
+    "processes": 1,  # typed for a config file's value; not given at all, `ragzoo.runs.auto_processes` picks
     "abort_failure_rate": 0.5,
     "allow_failures": False, "refuse_leakage": False, "keep_prompts": False,
 }
@@ -75,12 +75,15 @@ def run(args: argparse.Namespace) -> int:
                                         check_metrics, check_question_source, follow_recorded_adapter,
                                         lm_description, load_examples, program_from_config,
                                         say_adapter_mismatch, say_defaults)
-    from ragzoo.config import resolve
+    from ragzoo.config import load_config_file, resolve
     from ragzoo.engines import is_dry_run
     from ragzoo.errors import ConfigError
     from ragzoo.runs import evaluate
 
     config = resolve(args, DEFAULTS)
+    given = getattr(args, "config", None)
+    if args.processes is None and "processes" not in (load_config_file(given) if given else {}):
+        config["processes"] = None  # neither flag nor file: as many as the run's requests in flight call for
     if not config.get("out"):
         raise ConfigError("no --out given; name the run directory to write, e.g. --out runs/rag-hotpotqa")
     from ragzoo import tracking

@@ -70,3 +70,22 @@ def test_one_process_kept(tmp_path, cli, cpus, questions_file, small_corpus, hel
     summary = _summary(tmp_path / "run")
     assert (summary["processes"], summary["threads"]) == (1, 80) and summary["failures"] == 0
     assert "processes of" not in result.err
+
+
+def test_processes_from_a_config_file(tmp_path, cli, cpus, questions_file, small_corpus, helpers):
+    """`processes = 2` in a --config file is an integer as the flag is (its default, None, has no type to go by);
+    `processes = "two"` is one line naming it."""
+    cpus(2)
+    data = questions_file(12)
+    with StubLMServer(responder=helpers.digest_responder, latency=0.0) as server:
+        for value, run in (("2", "two"), ("1", "one")):
+            config = tmp_path / f"{run}.toml"
+            config.write_text(f"processes = {value}\nthreads = 2\n")
+            result = cli(*_argv(server, data, small_corpus, tmp_path / run, "--config", config))
+            assert result.code == 0, result.err
+            assert _summary(tmp_path / run)["processes"] == int(value)
+        config = tmp_path / "bad.toml"
+        config.write_text('processes = "two"\n')
+        result = cli(*_argv(server, data, small_corpus, tmp_path / "bad", "--config", config))
+        assert result.code not in (0, None) and "processes" in result.err and "Traceback" not in result.err
+        assert len(result.err.strip().splitlines()) == 1, result.err
