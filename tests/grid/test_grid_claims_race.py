@@ -66,7 +66,11 @@ def _claim_of_a_worker_that_died_before_tell(url, key, how):
             else:
                 trial.set_user_attr("worker", "another-machine:4242")
                 first.heartbeat(trial)
-                time.sleep(first.GRACE + 1.5)
+                # until the storage holds the heartbeat stale (its clock: whole seconds on SQLite), not a fixed wait
+                deadline = time.monotonic() + first.GRACE + 30
+                while trial._trial_id not in first.storage._get_stale_trial_ids(first.study._study_id):
+                    assert time.monotonic() < deadline, "the heartbeat never went stale"
+                    time.sleep(0.05)
             return trial.number
         first.done(trial, ok=False, requeue=True)
 
