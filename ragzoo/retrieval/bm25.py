@@ -215,13 +215,17 @@ def _write_score_matrix(folder: Path, settings: BM25Settings, doc_freq: np.ndarr
 
 def _write_term_max(folder: Path) -> None:
     """`term_max.npy`: every term's largest weight, the bounds the pruned scorer needs (its columns are sorted,
-    as `_write_score_matrix` writes them). Not a bm25s file: bm25s ignores it."""
+    as `_write_score_matrix` writes them), and the bounds of its blocks of 128 postings, which the windowed scorer
+    needs (`bm25_packed.write_csc_blocks`; computed at load for an index built without them). Not bm25s files:
+    bm25s ignores them."""
+    from ragzoo.retrieval.bm25_packed import write_csc_blocks
     from ragzoo.retrieval.bm25_topk import term_maxima
 
     data = np.load(folder / "data.csc.index.npy", mmap_mode="r")
     np.save(folder / TERM_MAX, term_maxima(data, np.load(folder / "indptr.csc.index.npy")))
     _release_pages(data)
     del data
+    write_csc_blocks(folder)
 
 
 def _release_pages(*arrays) -> None:
@@ -334,6 +338,7 @@ class BM25Retriever(BaseRetriever):
                 scores = self.model.scores
                 term_max = np.load(self.index_dir / TERM_MAX) if (self.index_dir / TERM_MAX).exists() else None
                 self.pruned = PrunedTopK(scores["data"], scores["indices"], scores["indptr"], scores["num_docs"],
+                                         blocks=bm25_packed.read_csc_blocks(self.index_dir),
                                          kernels=self.backend, term_max=term_max)
             elif self.backend == "numba":
                 self.model.backend = "numba"

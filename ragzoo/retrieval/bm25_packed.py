@@ -50,8 +50,8 @@ question): the windowed kernel 35-38 ms on the first 200 questions, 42.5 ms on a
 wall at load 2), against 105-108 ms for the kernel before it (term at a time over the whole index, a random read into
 84 MB arrays a posting), the top 10 of all 1,000 identical. 1M passages: 2.98 ms against 4.13 for the kernel
 before it and 1.56 for bm25s's numba `retrieve` on the same index (0.52x). Choices, measured at 21M: W = 2^14..2^15
-(2^12: 37 ms, 2^16: 35-37, 2^18: 52 before the decode split); weights computed in a loop of their own after the doc ids (the
-norm reads, cache misses, overlap: 47 -> 34 ms); a looked-up block decoded without weights (the few wanted are
+(2^12: 37 ms, 2^16: 35-37, 2^18: 52 before the decode split); weights computed in a loop of their own after the doc
+ids (the norm reads, cache misses, overlap: 47 -> 34 ms); a looked-up block decoded without weights (the few wanted are
 computed alone); an oracle that knew the final theta from the start would save only ~17% (27 ms): theta from the
 first windows is close to final. Where the rest goes at 21M: per question 2.3-2.6M postings decoded, 0.8M weighed,
 0.7M passages reached by essential terms of which ~98% dropped after one look-up, 0.5M look-ups (~55% of the time
@@ -65,6 +65,10 @@ index_format="packed", memory_budget=...)`, `bm25.BM25Retriever(index_dir)`; thi
         float32); `.top_k_many(token_id_lists, k)` -> (rows, scores, counts), the queries one after another;
         `.stats` running totals named by STATS (postings decoded, windows skipped, candidates, look-ups, postings
         weighed, ...); `.df` document frequency per term id.
+    CscWindows(data, indices, indptr, window=WINDOW, blocks=None): the same kernel (`_top_k` with csc=True) over a
+        csc index's columns, blocks of 128 postings laid over them (`csc_blocks`, the builder's `CSC_BLOCK_*`
+        files): no decoding, no norm reads, the same answers bit for bit (`bm25_topk.PrunedTopK` uses it from
+        `bm25_topk.WINDOWED_FROM` passages on). Both are `WindowedScorer`s.
     to_csc(packed_dir, out_dir): writes bm25s's CSC files (data/indices/indptr .csc.index.npy, vocab, params)
         with identical weights, so `bm25s.BM25.load(out_dir, mmap=True)` runs on the same index.
     is_packed(folder) -> bool
@@ -400,6 +404,26 @@ def _hold(words, block_offset, block_widths, block_last, b, j, count, docs, tfs)
     return wt
 
 
+def _hold_either(csc, indices, at, words, block_offset, block_widths, block_last, b, j, count, docs, tfs):
+    """Block `b` (the term's `j`-th, `count` postings) into docs (and tf - 1 into tfs), returns the tf width: decoded
+    from the packed words, or for a csc index (`csc`) its rows indices[at:at + count] copied (width 0, tfs unused)."""
+    if csc:
+        for i in range(count):
+            docs[i] = indices[at + i]
+        return np.int64(0)
+    return _hold(words, block_offset, block_widths, block_last, b, j, count, docs, tfs)
+
+
+def _weigh_either(csc, data, at, count, idf, norm, inv1, repeat, docs, tfs, wt, weights):
+    """The held block's weights x repeat into weights: `_weigh`, or for a csc index its stored weights
+    data[at:at + count] x repeat (the same float32 values: the csc builder computed them as `_weigh` does)."""
+    if csc:
+        for i in range(count):
+            weights[i] = data[at + i] * repeat
+    else:
+        _weigh(count, idf, norm, inv1, repeat, docs, tfs, wt, weights)
+
+
 def _weigh(count, idf, norm, inv1, repeat, docs, tfs, wt, weights):
     """The held block's weights x repeat into weights, float32 as the csc builder computes them (inv1 = 1 / (norm
     + 1), the tf-1 factor, saves the division in a block whose tfs are all 1, the common case). A loop of its own
@@ -534,10 +558,14 @@ def _query_terms(token_ids, term_df):
 
 
 def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, block_max, term_first, term_df, idf,
-           norm, inv1, acc, bits, cands, has, tf_of, marked, stats):
+           norm, inv1, acc, bits, cands, has, tf_of, marked, stats, csc, data, indices, indptr, w_of):
     """Exact top k of one query, window by window (see the module docstring). Returns (rows, scores), best first.
     acc: float32[window], zero; bits, has: uint64[window / 64], zero; tf_of: int32[window], zero (all left zero);
-    cands, marked: int32[window]. stats: see `PackedIndex.stats`."""
+    cands, marked: int32[window]. stats: see `PackedIndex.stats`.
+    `csc`: the postings are a csc index's columns (data, indices, indptr: its stored weights and rows, blocks of
+    128 postings laid over them by `csc_blocks`) instead of packed words; words, block_offset, block_widths, idf,
+    norm, inv1 are then unused, and w_of (float32[window], zero, left zero) holds a looked-up term's marked
+    weights where tf_of holds its tfs for packed postings."""
     empty_rows = np.zeros(0, dtype=np.int64)
     empty_scores = np.zeros(0, dtype=np.float32)
     if k <= 0:
@@ -555,6 +583,15 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
         dfs[i] = term_df[terms[i]]
         nbs[i] = (dfs[i] + 127) // 128
         last = max(last, np.int64(block_last[first[i] + nbs[i] - 1]))
+    # per term: its idf (packed), or where its postings start in data/indices (csc: its j-th block holds the
+    # postings base[i] + 128 j on); an array a layout does not have is empty and never read
+    base = np.zeros(n_terms, dtype=np.int64)
+    term_idfs = np.zeros(n_terms, dtype=np.float32)
+    for i in range(n_terms):
+        if csc:
+            base[i] = indptr[terms[i]]
+        else:
+            term_idfs[i] = idf[terms[i]]
     # per term: cur, its first block not wholly before the window; the block held decoded in its buffer (docs,
     # weights x repeat) and pos, the next posting there not yet passed
     cur = np.zeros(n_terms, dtype=np.int64)
@@ -597,14 +634,16 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                 count = min(128, dfs[i] - j * 128)
                 if held[i] != j and high - low >= sparse:
                     # a sparse block, spanning more than a window: read once now, it bounds each window exactly
-                    wts[i] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[i], tfs[i])
+                    wts[i] = _hold_either(csc, indices, base[i] + j * 128, words, block_offset, block_widths,
+                                          block_last, b, j, count, docs[i], tfs[i])
                     held[i] = j
                     pos[i] = 0
                     weighed[i] = False
                     stats[0] += count
                 if held[i] == j and (weighed[i] or high - low >= sparse):
                     if not weighed[i]:
-                        _weigh(count, idf[terms[i]], norm, inv1, repeats[i], docs[i], tfs[i], wts[i], weights[i])
+                        _weigh_either(csc, data, base[i] + j * 128, count, term_idfs[i], norm, inv1, repeats[i],
+                                      docs[i], tfs[i], wts[i], weights[i])
                         weighed[i] = True
                         stats[8] += count
                     p = pos[i]
@@ -662,7 +701,8 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                         j += 1
                         continue
                 if held[i] != j:
-                    wts[i] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[i], tfs[i])
+                    wts[i] = _hold_either(csc, indices, base[i] + j * 128, words, block_offset, block_widths,
+                                          block_last, b, j, count, docs[i], tfs[i])
                     held[i] = j
                     pos[i] = 0
                     weighed[i] = False
@@ -671,7 +711,8 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                 while p < count and docs[i, p] < start:
                     p += 1
                 if not weighed[i] and p < count and docs[i, p] < end:  # not for a block starting past the window
-                    _weigh(count, idf[terms[i]], norm, inv1, repeats[i], docs[i], tfs[i], wts[i], weights[i])
+                    _weigh_either(csc, data, base[i] + j * 128, count, term_idfs[i], norm, inv1, repeats[i],
+                                  docs[i], tfs[i], wts[i], weights[i])
                     weighed[i] = True
                     stats[8] += count
                 if fresh:
@@ -726,7 +767,7 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
             f = first[m]
             nb = nbs[m]
             j = cur[m]
-            term_idf = idf[terms[m]]
+            term_idf = term_idfs[m]
             repeat = repeats[m]
             later = rest[m + 1]
             kept = 0
@@ -746,7 +787,8 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                         break
                     count = min(128, dfs[m] - j * 128)
                     if held[m] != j:
-                        wts[m] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[m], tfs[m])
+                        wts[m] = _hold_either(csc, indices, base[m] + j * 128, words, block_offset, block_widths,
+                                              block_last, b, j, count, docs[m], tfs[m])
                         held[m] = j
                         pos[m] = 0
                         weighed[m] = False
@@ -758,11 +800,16 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                         local = docs[m, p] - start
                         if local >= window:
                             break
-                        has[local >> 6] |= np.uint64(1) << np.uint64(local & 63)
-                        if tfs[m, p]:
-                            tf_of[local] = tfs[m, p]
+                        if csc:
+                            w_of[local] = data[base[m] + j * 128 + p] * repeat
                             marked[n_marked] = local
                             n_marked += 1
+                        else:
+                            has[local >> 6] |= np.uint64(1) << np.uint64(local & 63)
+                            if tfs[m, p]:
+                                tf_of[local] = tfs[m, p]
+                                marked[n_marked] = local
+                                n_marked += 1
                         p += 1
                     pos[m] = p
                     if p < count:
@@ -771,19 +818,26 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                 for c in range(n_cand):
                     local = cands[c]
                     score = acc[local]
-                    hit = (has[local >> 6] >> np.uint64(local & 63)) & np.uint64(1)
-                    if tf_of[local]:
-                        weight = _weight(term_idf, tf_of[local], norm, inv1, start + local, repeat)
+                    if csc:
+                        score = score + w_of[local]  # x + 0 == x: a candidate the term lacks keeps its score
                     else:
-                        weight = (term_idf * inv1[start + local]) * repeat
-                    score = score + weight * np.float32(hit)  # x + w * 0 == x and x + w * 1 == x + w, bit for bit
+                        hit = (has[local >> 6] >> np.uint64(local & 63)) & np.uint64(1)
+                        if tf_of[local]:
+                            weight = _weight(term_idf, tf_of[local], norm, inv1, start + local, repeat)
+                        else:
+                            weight = (term_idf * inv1[start + local]) * repeat
+                        score = score + weight * np.float32(hit)  # x + w * 0 == x, x + w * 1 == x + w, bit for bit
                     alive = (np.float64(score) + later) * slack >= theta
                     acc[local] = score * np.float32(alive)
                     cands[kept] = local
                     kept += alive
-                has[:n_words] = 0
-                for i in range(n_marked):
-                    tf_of[marked[i]] = 0
+                if csc:
+                    for i in range(n_marked):
+                        w_of[marked[i]] = 0
+                else:
+                    has[:n_words] = 0
+                    for i in range(n_marked):
+                        tf_of[marked[i]] = 0
                 cur[m] = j
                 n_cand = kept
                 continue
@@ -815,7 +869,8 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                     if held[m] != j:
                         # doc ids only: of a looked-up block's postings few are wanted, and a weight costs a read
                         # of the passage's norm, a cache miss where the block is sparse
-                        wts[m] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[m], tfs[m])
+                        wts[m] = _hold_either(csc, indices, base[m] + j * 128, words, block_offset, block_widths,
+                                              block_last, b, j, count, docs[m], tfs[m])
                         held[m] = j
                         pos[m] = 0
                         weighed[m] = False
@@ -826,7 +881,9 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                     pos[m] = p
                     at = min(p, count - 1)
                     hit = docs[m, at] == d
-                    if hit and tfs[m, at]:
+                    if csc:
+                        weight = data[base[m] + j * 128 + at] * repeat
+                    elif hit and tfs[m, at]:
                         weight = _weight(term_idf, tfs[m, at], norm, inv1, d, repeat)
                     else:
                         weight = (term_idf * inv1[d]) * repeat  # x + w * 0 == x and x + w * 1 == x + w, bit for bit
@@ -1039,8 +1096,8 @@ def _compiled() -> dict:
             jit = numba.njit(nogil=True, cache=True)
             # the helpers the kernels call are module globals: numba resolves them when it compiles a kernel,
             # so they are swapped for their compiled versions first
-            for name in ("_pack", "_unpack", "_decode_block", "_hold", "_weigh", "_weight", "_heap_push", "_offer",
-                         "_best_k", "_kth_best", "_query_terms"):
+            for name in ("_pack", "_unpack", "_decode_block", "_hold", "_weigh", "_hold_either", "_weigh_either",
+                         "_weight", "_heap_push", "_offer", "_best_k", "_kth_best", "_query_terms"):
                 globals()[name] = jit(globals()[name])
             _COMPILED["encode_bucket"] = jit(_encode_bucket)
             _COMPILED["top_k"] = jit(_top_k)
@@ -1049,29 +1106,29 @@ def _compiled() -> dict:
     return _COMPILED
 
 
-class PackedIndex:
-    """A packed index folder's arrays (memory-mapped) and its scorer: `top_k(token_ids, k)` answers one query
-    in one compiled call; per-thread scratch arrays make it safe to call from several threads."""
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view: the memory maps are read-only, and numba compiles one kernel per argument type, so every
+    array a `_top_k` call passes is read-only and both layouts run one compiled kernel."""
+    view = np.asarray(array).view()
+    view.flags.writeable = False
+    return view
 
-    def __init__(self, folder: Path, window: int = WINDOW):
+
+_NONE = {dtype: _read_only(np.zeros(0, dtype=dtype)) for dtype in (np.float32, np.int32, np.int64, np.uint32)}
+
+
+class WindowedScorer:
+    """`_top_k` over blocks of 128 postings: the calls, per-thread scratch arrays (safe to call from several threads)
+    and running `stats`. A layout sets `_postings`, the kernel's arguments after the window: `PackedIndex` (packed
+    words) or `CscWindows` (a csc index's columns)."""
+
+    _postings: tuple
+
+    def __init__(self, window: int):
         require_numba()
         if int(window) < 1:
-            raise ConfigError(f"the packed scorer's window must be a positive number of passages, got {window}")
-        self.folder = Path(folder)
+            raise ConfigError(f"the bm25 scorer's window must be a positive number of passages, got {window}")
         self.window = int(window)
-        self._maps = [np.load(self.folder / name, mmap_mode="r")
-                      for name in (WORDS, BLOCK_LAST, BLOCK_OFFSET, BLOCK_WIDTHS, BLOCK_MAX)]
-        # plain ndarray views of the maps: numba takes them as arrays, no copy
-        self.words, self.block_last, self.block_offset, self.block_widths, self.block_max = \
-            (np.asarray(array) for array in self._maps)
-        self.term_first = np.load(self.folder / TERM_FIRST)
-        self.df = np.load(self.folder / TERM_DF)
-        self.idf = np.load(self.folder / IDF)
-        self.norm = np.load(self.folder / NORM)
-        # 1 / (norm + 1) per passage, the weight's factor where tf is 1 (most postings): computed once here with
-        # the same float32 division the scorer would do, so weights stay bit-identical
-        self.inv1 = np.float32(1) / (self.norm + np.float32(1))
-        self.num_docs = len(self.norm)
         self._top_k = _compiled()["top_k"]
         self._local = threading.local()
         self._stats_lock = threading.Lock()
@@ -1079,7 +1136,7 @@ class PackedIndex:
         self.stats = np.zeros(len(STATS), dtype=np.int64)
 
     def _scratch(self):
-        """This thread's window accumulator and bitset (the kernel leaves both zero), for the current window."""
+        """This thread's window accumulator and bitsets (the kernel leaves them zero), for the current window."""
         scratch = getattr(self._local, "scratch", None)
         if scratch is None or len(scratch[0]) != self.window:
             scratch = self._local.scratch = (np.zeros(self.window, dtype=np.float32),
@@ -1087,17 +1144,19 @@ class PackedIndex:
                                              np.empty(self.window, dtype=np.int32),
                                              np.zeros((self.window + 63) // 64, dtype=np.uint64),
                                              np.zeros(self.window, dtype=np.int32),
-                                             np.empty(self.window, dtype=np.int32))
+                                             np.empty(self.window, dtype=np.int32),
+                                             np.zeros(self.window, dtype=np.float32))
         return scratch
 
     def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the k best passages, best first, exact ties by lower row; fewer when fewer match."""
-        acc, bits, cands, has, tf_of, marked = self._scratch()
+        acc, bits, cands, has, tf_of, marked, w_of = self._scratch()
         stats = np.zeros(len(STATS), dtype=np.int64)
-        rows, values = self._top_k(np.asarray(token_ids, dtype=np.int64), int(k), np.int64(len(acc)), self.words,
-                                   self.block_last, self.block_offset, self.block_widths, self.block_max,
-                                   self.term_first, self.df, self.idf, self.norm, self.inv1, acc, bits, cands,
-                                   has, tf_of, marked, stats)
+        words, block_last, block_offset, block_widths, block_max, term_first, df, idf, norm, inv1, csc, data, \
+            indices, indptr = self._postings
+        rows, values = self._top_k(np.asarray(token_ids, dtype=np.int64), int(k), np.int64(len(acc)), words,
+                                   block_last, block_offset, block_widths, block_max, term_first, df, idf, norm, inv1,
+                                   acc, bits, cands, has, tf_of, marked, stats, csc, data, indices, indptr, w_of)
         with self._stats_lock:
             self.stats += stats
         return rows, values
@@ -1123,9 +1182,102 @@ class PackedIndex:
         """(term, window) pairs where the term was only looked up for the window's candidates."""
         return int(self.stats[7])
 
+
+class PackedIndex(WindowedScorer):
+    """A packed index folder's arrays (memory-mapped) and its scorer: `top_k(token_ids, k)` answers one query
+    in one compiled call."""
+
+    def __init__(self, folder: Path, window: int = WINDOW):
+        super().__init__(window)
+        self.folder = Path(folder)
+        self._maps = [np.load(self.folder / name, mmap_mode="r")
+                      for name in (WORDS, BLOCK_LAST, BLOCK_OFFSET, BLOCK_WIDTHS, BLOCK_MAX)]
+        # plain ndarray views of the maps: numba takes them as arrays, no copy
+        self.words, self.block_last, self.block_offset, self.block_widths, self.block_max = \
+            (np.asarray(array) for array in self._maps)
+        self.term_first = np.load(self.folder / TERM_FIRST)
+        self.df = np.load(self.folder / TERM_DF)
+        self.idf = np.load(self.folder / IDF)
+        self.norm = np.load(self.folder / NORM)
+        # 1 / (norm + 1) per passage, the weight's factor where tf is 1 (most postings): computed once here with
+        # the same float32 division the scorer would do, so weights stay bit-identical
+        self.inv1 = np.float32(1) / (self.norm + np.float32(1))
+        self.num_docs = len(self.norm)
+        self._postings = (*map(_read_only, (self.words, self.block_last, self.block_offset, self.block_widths,
+                                            self.block_max, self.term_first, self.df, self.idf, self.norm,
+                                            self.inv1)),
+                          False, _NONE[np.float32], _NONE[np.int32], _NONE[np.int64])
+
     def maps(self) -> tuple:
         """The memory maps worth reading ahead (`BM25Retriever.warm_up`)."""
         return tuple(self._maps)
+
+
+CSC_BLOCK_LAST = "csc_block_last.npy"  # int32 last row of each block of 128 postings laid over the csc's columns
+CSC_BLOCK_MAX = "csc_block_max.npy"  # float32 largest weight of each such block
+
+
+def csc_blocks(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(block_last int32, block_max float32) of the blocks of 128 postings laid over a csc index's columns (rows
+    ascending in each column), column after column as `csc_block_layout` numbers them: one pass over `data`."""
+    starts, ends = csc_block_layout(indptr)[2:]
+    if not len(starts):
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+    # the blocks tile data[indptr[0]:indptr[-1]] in order, so each block's maximum is one segment of a reduceat
+    block_max = np.maximum.reduceat(np.asarray(data)[:ends[-1]], starts).astype(np.float32)
+    return np.asarray(indices)[ends - 1].astype(np.int32), block_max
+
+
+def csc_block_layout(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(term_first int64, term_df int64, block start, block end) of the blocks of 128 postings over the columns
+    (a column's blocks are contiguous; the j-th holds postings indptr[t] + 128 j on, as `_top_k` reads them)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    df = np.diff(indptr)
+    n_blocks = (df + 127) // 128
+    term_first = np.zeros(len(df), dtype=np.int64)
+    np.cumsum(n_blocks[:-1], out=term_first[1:])
+    block_term = np.repeat(np.arange(len(df)), n_blocks)
+    starts = indptr[:-1][block_term] + 128 * (np.arange(len(block_term)) - term_first[block_term])
+    ends = np.minimum(starts + 128, indptr[1:][block_term])
+    return term_first, df, starts, ends
+
+
+def write_csc_blocks(folder: Path) -> None:
+    """A csc index's block files (`CSC_BLOCK_LAST`, `CSC_BLOCK_MAX`), written by the builder beside term_max.npy."""
+    data = np.load(folder / "data.csc.index.npy", mmap_mode="r")
+    indices = np.load(folder / "indices.csc.index.npy", mmap_mode="r")
+    block_last, block_max = csc_blocks(data, indices, np.load(folder / "indptr.csc.index.npy"))
+    np.save(folder / CSC_BLOCK_LAST, block_last)
+    np.save(folder / CSC_BLOCK_MAX, block_max)
+
+
+def read_csc_blocks(folder: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """A csc index's block files, memory-mapped, or None for an index built before them."""
+    paths = (Path(folder) / CSC_BLOCK_LAST, Path(folder) / CSC_BLOCK_MAX)
+    if not all(path.exists() for path in paths):
+        return None
+    return tuple(np.load(path, mmap_mode="r") for path in paths)
+
+
+class CscWindows(WindowedScorer):
+    """The windowed kernel over a csc index's columns (their stored weights and rows, blocks of 128 postings laid
+    over them): no decoding and no norm reads, the same float32 weights and order of additions as the packed
+    scorer and `bm25_topk.PrunedTopK`, so the same top k bit for bit. `blocks`: (block_last, block_max) as
+    `csc_blocks` computes them (the builder's `CSC_BLOCK_*` files), or None to compute them here."""
+
+    def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, window: int = WINDOW,
+                 blocks: tuple[np.ndarray, np.ndarray] | None = None):
+        super().__init__(window)
+        term_first, self.df = csc_block_layout(indptr)[:2]
+        block_last, block_max = blocks if blocks is not None else csc_blocks(data, indices, indptr)
+        if not len(block_last) == len(block_max) == int(((self.df + 127) // 128).sum()):
+            raise ConfigError("the csc index's block files do not match its columns; rebuild the index")
+        self._postings = (_NONE[np.uint32], _read_only(np.asarray(block_last, dtype=np.int32)), _NONE[np.int64],
+                          _read_only(np.zeros((0, 2), dtype=np.uint8)),
+                          *map(_read_only, (np.asarray(block_max, dtype=np.float32), term_first, self.df)),
+                          _NONE[np.float32], _NONE[np.float32], _NONE[np.float32], True,
+                          *map(_read_only, (np.asarray(data, dtype=np.float32), np.asarray(indices, dtype=np.int32),
+                                            np.asarray(indptr, dtype=np.int64))))
 
 
 def _to_csc_columns(words, block_last, block_offset, block_widths, term_first, term_df, idf, norm, indptr,

@@ -27,6 +27,15 @@ live in the file of every compiled function it calls, or an edit of a helper wou
 The per-term Python cost more than the scoring did: at 1M passages (CPU per question, token ids in, top 10 out)
 2.3-2.5 ms for the per-term loop with numba column loops, 1.1-1.2 ms in one call, bm25s's numba `retrieve`
 1.4-1.5; on the 17,703-passage sample 0.22, 0.038 and 0.047 ms.
+
+From `WINDOWED_FROM` passages on, the numba path runs the packed format's windowed kernel over these same columns
+instead (`bm25_packed.CscWindows`: blocks of 128 postings laid over each column, whose last rows and largest
+weights the builder writes beside term_max.npy), with the same answers bit for bit. The whole-index kernel above
+adds every posting of the rare terms into a corpus-sized array, a cache miss a posting once the array outgrows the
+caches; the windowed one keeps a window's accumulator in L2 and skips blocks by their bounds. Measured (CPU a
+question, token ids in, top 10 out, the scale benchmark's 500 questions, load 3-6): 1M passages 1.00 ms whole
+index, 1.24-1.27 windowed (any window of 2^12..2^15; larger ones are slower); 5.2M passages 10.2-10.7 whole index,
+5.0-5.1 windowed (bm25s's numba `retrieve` ~11.9). The crossover, ~1.5M, is interpolated between the two sizes.
 """
 
 from __future__ import annotations
@@ -38,6 +47,11 @@ from typing import Sequence
 import numpy as np
 
 
+# from this many passages on, the numba path scores window by window (`bm25_packed.CscWindows`): see the module
+# docstring for the measurements that set it
+WINDOWED_FROM = 1_500_000
+
+
 class PrunedTopK:
     """Top-k passages for token-id queries over a bm25s CSC score matrix (columns = terms).
 
@@ -46,13 +60,22 @@ class PrunedTopK:
     """
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
-                 kernels: str = "numpy", term_max: np.ndarray | None = None):
+                 kernels: str = "numpy", term_max: np.ndarray | None = None, windowed: bool | None = None,
+                 window: int | None = None, blocks: tuple[np.ndarray, np.ndarray] | None = None):
         self.kernels = NumbaKernels() if kernels == "numba" else NumpyKernels()
         # numba with the builder's term_max.npy (whose columns are sorted): the whole query in one compiled call
         self._one_call = _compiled_top_k() if kernels == "numba" and term_max is not None else None
         # plain views of the memory maps: slicing a np.memmap costs a Python-level __array_finalize__ each time
         self.data, self.indices, self.indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
         self.num_docs = int(num_docs)
+        # the same sorted columns scored window by window (`bm25_packed.CscWindows`) from WINDOWED_FROM passages on
+        # (None: by size; True/False forces it), over `blocks` (the builder's block files) if given
+        self._windows = None
+        if self._one_call is not None and (self.num_docs >= WINDOWED_FROM if windowed is None else windowed):
+            from ragzoo.retrieval import bm25_packed
+
+            self._windows = bm25_packed.CscWindows(self.data, self.indices, self.indptr, blocks=blocks,
+                                                   window=window or bm25_packed.WINDOW)
         self._term_stats: dict[int, tuple[float, bool]] = {}
         # every term's largest weight, as ragzoo's builder writes it (`term_max.npy`, whose columns are sorted);
         # without it each term's column is read once, on first use, for its largest weight and its order
@@ -63,9 +86,10 @@ class PrunedTopK:
         self._totals = np.zeros(3, dtype=np.int64)
         self._stats_lock = threading.Lock()
 
+    # (the windowed scorer keeps its own totals; the setters serve the numpy path, which never runs beside it)
     @property
     def postings_scanned(self) -> int:
-        return int(self._totals[0])
+        return int(self._totals[0]) + (self._windows.postings_scanned if self._windows is not None else 0)
 
     @postings_scanned.setter
     def postings_scanned(self, value: int) -> None:
@@ -73,7 +97,7 @@ class PrunedTopK:
 
     @property
     def terms_searched(self) -> int:
-        return int(self._totals[1])
+        return int(self._totals[1]) + (self._windows.terms_searched if self._windows is not None else 0)
 
     @terms_searched.setter
     def terms_searched(self, value: int) -> None:
@@ -109,6 +133,10 @@ class PrunedTopK:
 
     def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the k best passages, best first; fewer when fewer passages match."""
+        if self._windows is not None:
+            with self._stats_lock:
+                self._totals[2] += 1
+            return self._windows.top_k(token_ids, k)
         if self._one_call is not None:
             stats = np.zeros(3, dtype=np.int64)
             rows, scores = self._one_call(np.asarray(token_ids, dtype=np.int64), int(k), self.data, self.indices,
@@ -175,6 +203,10 @@ class PrunedTopK:
         query's count, on the calling thread. The one-call kernel is called directly (one scratch lookup and one
         counter update for the whole batch), for a batch from one compiled loop (`_compiled_loop`: no Python call,
         no two result arrays per query)."""
+        if self._windows is not None:
+            with self._stats_lock:
+                self._totals[2] += len(token_ids)
+            return self._windows.top_k_many(token_ids, k)
         if self._one_call is None or not token_ids:
             ranked = [self.top_k(ids, k) for ids in token_ids]
             return (np.concatenate([rows for rows, _ in ranked] or [np.zeros(0, dtype=np.int64)]),

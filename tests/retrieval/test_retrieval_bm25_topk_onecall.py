@@ -1,5 +1,6 @@
-"""The numba path of the csc scorer answers a query in one compiled call (`bm25_packed._top_k_csc`), with the
-exhaustive top k: bit for bit the numpy path's answer, and bm25s's up to float32 summation order."""
+"""The numba path of the csc scorer answers a query in one compiled call (`bm25_packed._top_k_csc`, or window by
+window, `bm25_packed.CscWindows`, from `bm25_topk.WINDOWED_FROM` passages on), with the exhaustive top k: bit for
+bit the numpy path's answer, and bm25s's up to float32 summation order."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 pytest.importorskip("numba")
 
+from ragzoo.errors import ConfigError  # noqa: E402
+from ragzoo.retrieval import bm25_packed, bm25_topk  # noqa: E402
 from ragzoo.retrieval.bm25 import BM25Retriever, ensure_bm25_index  # noqa: E402
 from ragzoo.retrieval.bm25_topk import PrunedTopK, term_maxima  # noqa: E402
 
@@ -28,8 +31,9 @@ def _dense_top_k(dense, token_ids, k):
     return rows[ranking].tolist(), scores[rows][ranking].tolist()
 
 
+@pytest.mark.parametrize("window", [None, 64, 1000], ids=["whole index", "windows of 64", "windows of 1000"])
 @pytest.mark.parametrize("seed", range(4))
-def test_one_call_kernel_is_exact_with_ties_repeats_and_unknown_ids(seed):
+def test_one_call_kernel_is_exact_with_ties_repeats_and_unknown_ids(seed, window):
     rng = np.random.default_rng(seed)
     densities = np.concatenate([[0.9, 0.7, 0.5], rng.uniform(0.002, 0.05, size=17)])
     columns = [rng.random(4000) < d for d in densities]
@@ -40,7 +44,9 @@ def test_one_call_kernel_is_exact_with_ties_repeats_and_unknown_ids(seed):
     indptr[1:] = np.cumsum((dense > 0).sum(axis=0))
     indices = np.concatenate([np.flatnonzero(dense[:, t]) for t in range(20)]).astype(np.int32)
     data = np.concatenate([dense[np.flatnonzero(dense[:, t]), t] for t in range(20)]).astype(np.float32)
-    one_call = PrunedTopK(data, indices, indptr, 4000, kernels="numba", term_max=term_maxima(data, indptr))
+    one_call = PrunedTopK(data, indices, indptr, 4000, kernels="numba", term_max=term_maxima(data, indptr),
+                          windowed=window is not None, window=window)
+    assert (one_call._windows is not None) == (window is not None)
     numpy_path = PrunedTopK(data, indices, indptr, 4000, kernels="numpy", term_max=term_maxima(data, indptr))
     for _ in range(150):
         query = list(rng.choice(20, size=int(rng.integers(1, 6))))
@@ -56,6 +62,9 @@ def test_one_call_kernel_is_exact_with_ties_repeats_and_unknown_ids(seed):
             assert rows.tolist() == expected[0].tolist() and np.array_equal(scores, expected[1])
     assert one_call.terms_searched > 0  # the frequent columns were looked up, not only scanned
     assert not one_call._scratch().any()
+    if window is not None:  # the window's accumulator, bitsets, marks and weights left zero for the next query
+        acc, bits, _cands, has, tf_of, _marked, w_of = one_call._windows._scratch()
+        assert not (acc.any() or bits.any() or has.any() or tf_of.any() or w_of.any())
     assert one_call.top_k([], 5)[0].tolist() == [] and one_call.top_k([7, 99], 5)[0].tolist() == []
     assert one_call.top_k([0], 0)[0].tolist() == []
 
@@ -135,3 +144,40 @@ def test_the_retriever_uses_no_private_of_its_scorers():
 
     source = Path(bm25.__file__).read_text(encoding="utf-8")
     assert re.findall(r"pruned\._\w+|getattr\(pruned, \"_\w+", source) == []
+
+
+def test_the_builder_writes_the_block_bounds_the_windowed_scorer_reads(index, tmp_path, monkeypatch):
+    """A csc index carries the bounds of its blocks of 128 postings (each block's last row and largest weight); the
+    retriever scores window by window from `WINDOWED_FROM` passages on, with the same answers as the numpy path,
+    over the builder's block files or, for an index built without them, over bounds computed at load."""
+    blocks = bm25_packed.read_csc_blocks(index)
+    assert blocks is not None
+    data, indices, indptr = (np.load(index / f"{name}.csc.index.npy") for name in ("data", "indices", "indptr"))
+    for t in range(len(indptr) - 1):  # each column's blocks: every 128th posting's row and the largest weight
+        first = int(bm25_packed.csc_block_layout(indptr)[0][t])
+        for j, start in enumerate(range(int(indptr[t]), int(indptr[t + 1]), 128)):
+            end = min(start + 128, int(indptr[t + 1]))
+            assert blocks[0][first + j] == indices[end - 1] and blocks[1][first + j] == data[start:end].max()
+    monkeypatch.setattr(bm25_topk, "WINDOWED_FROM", 1000)
+    numpy_path = BM25Retriever(index, backend="numpy").pruned
+    copy = tmp_path / "without-blocks"
+    copy.mkdir()
+    for path in index.iterdir():
+        if path.is_file() and not path.name.startswith("csc_block"):
+            (copy / path.name).write_bytes(path.read_bytes())
+    queries = ["river city name1 name2", "name3 film film", "band album river city film", "zzzunknown river"]
+    for folder in (index, copy):
+        retriever = BM25Retriever(folder, backend="numba", check_stale=False)
+        windowed = retriever.pruned._windows
+        assert windowed is not None and windowed.window == bm25_packed.WINDOW
+        ids = retriever.tokenize(queries)
+        for query in ids:
+            for k in (1, 10, 300):
+                rows, scores = retriever.pruned.top_k(query, k)
+                expected_rows, expected_scores = numpy_path.top_k(query, k)
+                assert rows.tolist() == expected_rows.tolist() and np.array_equal(scores, expected_scores)
+        assert windowed.stats[3] > 0  # windows were scored: the windowed kernel answered
+        rows, _scores, counts = retriever.pruned.top_k_many(ids, 10)
+        assert rows.tolist() == np.concatenate([retriever.pruned.top_k(q, 10)[0] for q in ids]).tolist()
+    with pytest.raises(ConfigError, match="block files"):
+        bm25_packed.CscWindows(data, indices, indptr, blocks=(blocks[0][:-1], blocks[1][:-1]))
