@@ -188,6 +188,28 @@ def retry_delays(monkeypatch) -> list[float]:
 
 
 @pytest.fixture
+def hub_retry_waits(monkeypatch) -> list[float]:
+    """huggingface_hub's wait (1 s) before it resumes a dropped download, recorded instead of slept: the tests judge
+    the resume, not the wait."""
+    import time
+
+    import huggingface_hub.file_download as file_download
+
+    seen: list[float] = []
+
+    class Clock:
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds):
+            seen.append(seconds)
+
+    monkeypatch.setattr(file_download, "time", Clock())
+    return seen
+
+
+@pytest.fixture
 def raw_exchange():
     """`raw_exchange(url, payload, wait=3.0)`: send raw bytes to a loopback server, for framing tests an HTTP
     client would refuse to send; returns what came back and whether the server closed the connection."""

@@ -268,7 +268,7 @@ def test_a_damaged_file_is_refused_removed_alone_and_fetched_again(online, shard
     assert len(target.read_text(encoding="utf-8").splitlines()) == len(rows)
 
 
-def test_a_dropped_connection_resumes_with_a_range_request(online, shards, monkeypatch, capsys):
+def test_a_dropped_connection_resumes_with_a_range_request(online, shards, monkeypatch, capsys, hub_retry_waits):
     import huggingface_hub.constants as constants
 
     from ragzoo.retrieval import fetch
@@ -286,10 +286,12 @@ def test_a_dropped_connection_resumes_with_a_range_request(online, shards, monke
     assert code == 0, err
     assert gets[0] is None and len(gets) == 2
     assert gets[1].startswith("bytes=") and 0 < int(gets[1][6:-1]) <= len(files[name]) // 2  # resumed
+    assert hub_retry_waits == [1]  # by the hub client's own retry, in this run
     assert len(_target(online).read_text(encoding="utf-8").splitlines()) == len(rows)
 
 
-def test_an_interrupted_fetch_resumes_where_it_stopped_on_the_next_run(online, shards, monkeypatch, capsys):
+def test_an_interrupted_fetch_resumes_where_it_stopped_on_the_next_run(online, shards, monkeypatch, capsys,
+                                                                       hub_retry_waits):
     from ragzoo.retrieval import fetch
 
     files, rows = shards

@@ -223,7 +223,7 @@ def test_offline_unpacks_from_the_hub_cache(online, tarball, monkeypatch):
     assert fetched2 and path2 == path and len(path.read_text().splitlines()) == len(rows)
 
 
-def test_a_dropped_connection_resumes_with_a_range_request(online, tarball, monkeypatch):
+def test_a_dropped_connection_resumes_with_a_range_request(online, tarball, monkeypatch, hub_retry_waits):
     from ragzoo.retrieval import fetch
 
     import huggingface_hub.constants as constants
@@ -238,10 +238,11 @@ def test_a_dropped_connection_resumes_with_a_range_request(online, tarball, monk
         gets = [r for r in hub.requests if r[0] == "GET"]
     assert gets[0][2] is None and len(gets) == 2
     assert gets[1][2].startswith("bytes=") and 0 < int(gets[1][2][6:-1]) <= len(content) // 2  # resumed, not restarted
+    assert hub_retry_waits == [1]  # by the hub client's own retry, in this run
     assert fetched and fetch.is_complete(path) and len(path.read_text().splitlines()) == len(rows)
 
 
-def test_a_failed_download_restarts_cleanly_on_the_next_run(online, tarball, monkeypatch):
+def test_a_failed_download_restarts_cleanly_on_the_next_run(online, tarball, monkeypatch, hub_retry_waits):
     from ragzoo.errors import DataError
     from ragzoo.retrieval import fetch
 
