@@ -220,8 +220,10 @@ def test_without_mlflow_installed_the_flag_is_one_line_and_nothing_is_written(mo
     assert "Traceback" not in err and not out.exists()
 
 
-def test_a_tracking_server_that_does_not_answer_is_one_line_before_the_run(tmp_path, capsys):
+def test_a_tracking_server_that_does_not_answer_is_one_line_before_the_run(tmp_path, capsys, monkeypatch):
     pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'ragzoo[mlflow]')")
+    # ragzoo's retries, without their back-off waits (2.5 s here; MLflow's own variable, which ragzoo leaves alone)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
     out = tmp_path / "run"
     code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "1", "--lm", "dry-run",
                  "--out", str(out), "--mlflow", f"http://127.0.0.1:{_free_port()}"])
