@@ -355,6 +355,7 @@ def compress_store(folder: Path, show_progress: bool = True, block_rows: int = B
     has_plain = all(path.is_file() for path in plain)
     if not has_plain and not is_blocks(folder):
         raise FileNotFoundError(f"{folder} holds no passage store ({PASSAGES_FILE} + {OFFSETS_FILE})")
+    _refuse_unless_ours(folder)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise PermissionError(f"{folder} is read-only")
     started = time.perf_counter()
@@ -399,6 +400,30 @@ def compress_store(folder: Path, show_progress: bool = True, block_rows: int = B
             "MB/s (plain)": round(plain_bytes / 1e6 / seconds, 1) if plain_bytes else None}
 
 
+def _refuse_unless_ours(folder: Path) -> None:
+    """ConfigError (one line, before any write) unless `folder` is an index ragzoo made (`ragzoo.ownership`): the
+    conversion deletes passages.jsonl and its offsets and writes the block files, which in a folder of the user's
+    (or another kind of ragzoo folder) would be their files. Inside an index, a file at a block file's name that
+    its marker does not list is the user's too, and is never overwritten."""
+    from ragzoo import ownership
+    from ragzoo.errors import ConfigError
+
+    kind = ownership.kind_of(folder)
+    if kind is None:
+        raise ConfigError(f"{folder} is not a ragzoo index: it holds files ragzoo did not write and no "
+                          f"{ownership.MARKER}; ragzoo never writes into it (compress an index `ragzoo index build` "
+                          f"made)")
+    if kind != "index":
+        raise ConfigError(f"{folder} is a {ownership.NOUNS[kind]}, not a ragzoo index; nothing was changed")
+    if ownership.read_marker(folder) is None:
+        return  # an earlier version's index: its files are the ones earlier builds and conversions wrote
+    foreign = sorted(name for name in BLOCK_FILES if os.path.lexists(folder / name)
+                     and name not in ownership.ragzoo_files(folder, "index"))
+    if foreign:
+        raise ConfigError(f"{folder} holds {', '.join(foreign)}, which ragzoo did not write; it is kept as it is and "
+                          f"nothing was converted: move it away and run compress again")
+
+
 def _describe_blocks_in_meta(folder: Path) -> None:
     """An index's meta.json names its files: after a conversion, the blocks instead of the plain store."""
     from ragzoo.files import atomic_write_json
@@ -419,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
+    from ragzoo.errors import RagzooError
+
     parser = argparse.ArgumentParser(prog="python -m ragzoo.retrieval.store",
                                      description="Convert an index's plain passage store to compressed blocks.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -433,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = compress_store(args.index_dir, show_progress=not args.quiet, block_rows=args.block_rows,
                                 level=args.level)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RagzooError) as error:
         print(f"ragzoo: cannot compress the passage store: {error}", file=sys.stderr)
         return 1
     print(json.dumps(result))
