@@ -1,0 +1,160 @@
+"""A SIGTERM (a scheduler's stop, `kill`, a container shutting down) during `ragzoo corpus fetch`, mid-download:
+the command stops promptly (status 143, as `index build` under SIGTERM), with no traceback, and leaves nothing a
+later run (or `index build --corpus`) would take for a complete corpus, nor an orphaned partial download in the
+hub cache; the next fetch completes and verifies the sha256. (huggingface_hub 1.x downloads each file into a
+temporary file of its own process and removes it when stopped, so a single archive starts over; a corpus of
+several files resumes at the first file not finished: test_fetch_wiki18.py.) The hub is a loopback stand-in that
+serves a third of the archive, then holds the connection open."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+from ragzoo.testing import LoopbackHTTPServer
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+HUB_PATH = "/dspy/cache/resolve/main/wiki.abstracts.2017.tar.gz"
+
+
+def _archive(rows: int = 3000) -> bytes:
+    """wiki17's layout, with text that gzip cannot shrink much (so the archive is long enough to stop midway)."""
+    rng = random.Random(7)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(5000)]
+    lines = [json.dumps({"title": f"Title {row}", "text": [" ".join(rng.choices(words, k=30))]}) for row in range(rows)]
+    payload = ("\n".join(lines) + "\n").encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("wiki.abstracts.2017.jsonl")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+class StallingHub:
+    """Serves one archive; while `stall_at` is set, a GET sends that many bytes and then holds the connection."""
+
+    def __init__(self, content: bytes, stall_at: int | None):
+        self.content, self.stall_at = content, stall_at
+        self.etag = hashlib.sha256(content).hexdigest()
+        self.stalled, self.release = threading.Event(), threading.Event()
+        self.ranges: list[str | None] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _head(self, status: int, length: int, extra: dict | None = None) -> None:
+                self.send_response(status)
+                for key, value in {"X-Repo-Commit": COMMIT, "X-Linked-Etag": f'"{hub.etag}"',
+                                   "ETag": f'"{hub.etag}"', "X-Linked-Size": str(len(hub.content)),
+                                   "Accept-Ranges": "bytes", "Content-Length": str(length), **(extra or {})}.items():
+                    self.send_header(key, value)
+                self.end_headers()
+
+            def _missing(self) -> bool:
+                if self.path.split("?")[0] == HUB_PATH:
+                    return False
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+
+            def do_HEAD(self):
+                if not self._missing():
+                    self._head(200, len(hub.content))
+
+            def do_GET(self):
+                if self._missing():
+                    return
+                ranged = self.headers.get("Range")
+                hub.ranges.append(ranged)
+                start = int(ranged[6:].split("-")[0]) if ranged and ranged.startswith("bytes=") else 0
+                body = hub.content[start:]
+                if start:
+                    self._head(206, len(body), {"Content-Range": f"bytes {start}-{len(hub.content) - 1}/"
+                                                                 f"{len(hub.content)}"})
+                else:
+                    self._head(200, len(body))
+                if hub.stall_at is not None:
+                    self.wfile.write(body[:hub.stall_at])
+                    self.wfile.flush()
+                    hub.stalled.set()
+                    hub.release.wait(20)  # the fetch is stopped meanwhile; its connection is gone
+                    self.close_connection = True
+                    return
+                self.wfile.write(body)
+
+        self.server = LoopbackHTTPServer(Handler)
+
+    def __enter__(self):
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.server.__exit__(*exc)
+
+
+def _env(tmp_path: Path, hub: StallingHub) -> dict:
+    env = {name: value for name, value in os.environ.items() if "proxy" not in name.lower()}
+    env.update(HF_HUB_OFFLINE="0", HF_HUB_CACHE=str(tmp_path / "hub"), RAGZOO_CORPORA=str(tmp_path / "corpora"),
+               HF_HUB_DISABLE_PROGRESS_BARS="1", HF_ENDPOINT=hub.server.base_url)
+    return env
+
+
+def _fetch(env: dict) -> list[str]:
+    return [sys.executable, "-m", "ragzoo.cli", "corpus", "fetch", "wiki17-abstracts", "--quiet"]
+
+
+def test_sigterm_mid_download_stops_promptly_leaves_nothing_and_the_next_fetch_verifies(tmp_path):
+    from ragzoo.retrieval import fetch
+
+    content = _archive()
+    assert len(content) > 200_000
+    target = tmp_path / "corpora" / "wiki17-abstracts" / "wiki.abstracts.2017.jsonl"
+    with StallingHub(content, stall_at=len(content) // 3) as hub:
+        env = _env(tmp_path, hub)
+        process = subprocess.Popen(_fetch(env), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert hub.stalled.wait(30), "the fetch never reached the download"
+            time.sleep(0.2)  # the third that was sent is in the client's file
+            sent = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=10)
+            stopped_after = time.monotonic() - sent
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 128 + signal.SIGTERM and stopped_after < 5, (process.returncode, stopped_after)
+    assert "Traceback" not in err and out == "", err
+    # nothing a later run would take for complete: no corpus, no archive in the hub cache's snapshot, and no
+    # partial file left behind in either (the stop unwound: the hub client's and ragzoo's cleanups ran)
+    assert not fetch.is_complete(target) and not target.exists()
+    assert list((tmp_path / "hub").rglob("snapshots/*/wiki.abstracts.2017.tar.gz")) == []
+    assert list((tmp_path / "hub").rglob("*.incomplete")) == []
+    assert not any(tmp_path.joinpath("corpora").rglob(f"*{fetch.PARTIAL_MARK}*"))
+
+    with StallingHub(content, stall_at=None) as hub:
+        env = _env(tmp_path, hub)
+        done = subprocess.run(_fetch(env), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert fetch.is_complete(target) and fetch.verification(target) == "hub"
+    with tarfile.open(fileobj=io.BytesIO(content), mode="r:gz") as tar:
+        expected = tar.extractfile("wiki.abstracts.2017.jsonl").read().count(b"\n")
+    assert target.read_bytes().count(b"\n") == expected
