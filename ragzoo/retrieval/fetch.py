@@ -17,9 +17,11 @@ published as the tar member is below. 13 of the 28 files have their LFS sha256 p
 stored copies of the hub's pages); the others are checked against the hub's sha256 ETag. KILT's Wikipedia
 (ActiveRAG) is listed but not fetchable by name (`CorpusSource.why_not`).
 
-- Download: `huggingface_hub.hf_hub_download`, so the hub's cache (`HF_HUB_CACHE`/`HF_HOME`), its resume of an
-  interrupted transfer (`.incomplete` blob + HTTP Range), `HF_ENDPOINT` (a mirror, or the loopback fake hub of
-  the tests) and offline mode (`HF_HUB_OFFLINE=1`: the cached copy only, no request) all apply.
+- Download: `huggingface_hub.hf_hub_download`, so the hub's cache (`HF_HUB_CACHE`/`HF_HOME`), its resume of a
+  dropped transfer (HTTP Range, within the run), `HF_ENDPOINT` (a mirror, or the loopback fake hub of the tests)
+  and offline mode (`HF_HUB_OFFLINE=1`: the cached copy only, no request) all apply. A stopped run (Ctrl-C,
+  SIGTERM) keeps the files it finished; the one in flight starts over, and what a run killed outright left of
+  it (`<etag>.<random>.incomplete`, never reused by the client) is removed by the next fetch of that file.
 - Integrity: the archive is hashed while it is unpacked and checked against the sha256 ragzoo pins for the
   corpus (`CorpusSource.sha256`), else against the sha256 the hub publishes as an LFS file's ETag
   (`X-Linked-Etag`; offline: the hub cache's blob name, which is that ETag). A mismatch discards both the
@@ -424,11 +426,39 @@ def _hub_download(src: CorpusSource, filename: str, endpoint: str | None, cache_
         disable_progress_bars()
     try:
         with _hub_errors(src, filename):
-            return Path(hf_hub_download(src.repo_id, filename, repo_type=src.repo_type, revision=src.revision,
+            path = Path(hf_hub_download(src.repo_id, filename, repo_type=src.repo_type, revision=src.revision,
                                         endpoint=endpoint, cache_dir=cache_dir))
     finally:
         if not progress:
             enable_progress_bars()
+    _drop_orphaned_downloads(path)
+    return path
+
+
+def _drop_orphaned_downloads(pointer: Path) -> list[Path]:
+    """Remove what killed downloads of this file left in the hub cache. huggingface_hub (1.x) downloads into
+    `blobs/<etag>.<8 hex>.incomplete`, a name of that process's own that it removes when stopped but that no later
+    run reuses: a fetch killed outright (SIGKILL, the OOM killer, a power cut) leaves one for good, as large as
+    what had come (GBs of an archive). The hub client holds `.locks/<repo>/<etag>.lock` while it downloads; only
+    when that lock is free (no download of this file running anywhere) are they removed, under it (the client's
+    own lock helper: the same flock, or its fallback where the filesystem has none)."""
+    from huggingface_hub.utils import WeakFileLock
+
+    blob = pointer.resolve()
+    if blob.parent.name != "blobs" or not blob.is_file():
+        return []  # a cache without symlinks (a copy at the pointer): no blob name to go by
+    pattern = re.compile(re.escape(blob.name) + r"\.[0-9a-f]{8}\.incomplete$")
+    orphans = [path for path in blob.parent.iterdir() if pattern.match(path.name)]
+    if not orphans:
+        return []
+    lock = blob.parent.parent.parent / ".locks" / blob.parent.parent.name / f"{blob.name}.lock"
+    try:
+        with WeakFileLock(lock, timeout=0.01):
+            for path in orphans:
+                path.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - filelock's Timeout (downloading now) or a lock we cannot take: kept
+        return []
+    return orphans
 
 
 def _expected(src: CorpusSource, filename: str, hub_sha256: str | None, where: str, etag: str,

@@ -158,3 +158,54 @@ def test_sigterm_mid_download_stops_promptly_leaves_nothing_and_the_next_fetch_v
     with tarfile.open(fileobj=io.BytesIO(content), mode="r:gz") as tar:
         expected = tar.extractfile("wiki.abstracts.2017.jsonl").read().count(b"\n")
     assert target.read_bytes().count(b"\n") == expected
+
+
+def _killed_midway(tmp_path: Path, content: bytes) -> list[Path]:
+    """A fetch killed outright (SIGKILL, the OOM killer, a power cut) mid-download: no cleanup ran."""
+    with StallingHub(content, stall_at=len(content) // 3) as hub:
+        env = _env(tmp_path, hub)
+        process = subprocess.Popen(_fetch(env), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert hub.stalled.wait(30), "the fetch never reached the download"
+            time.sleep(0.2)
+        finally:
+            process.kill()
+            process.wait(10)
+    return list((tmp_path / "hub").rglob("*.incomplete"))
+
+
+def test_the_temporary_file_of_a_killed_download_is_removed_by_the_next_fetch(tmp_path):
+    """huggingface_hub 1.x downloads into `<etag>.<random>.incomplete`, a name no later run reuses: the one a killed
+    fetch left (as large as what had come) would stay in the hub cache for good."""
+    from ragzoo.retrieval import fetch
+
+    content = _archive()
+    assert len(_killed_midway(tmp_path, content)) == 1
+    with StallingHub(content, stall_at=None) as hub:
+        env = _env(tmp_path, hub)
+        done = subprocess.run(_fetch(env), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert fetch.is_complete(tmp_path / "corpora" / "wiki17-abstracts" / "wiki.abstracts.2017.jsonl")
+    assert list((tmp_path / "hub").rglob("*.incomplete")) == []
+
+
+def test_the_temporary_file_of_a_download_still_running_is_kept(tmp_path):
+    """A download of the same file in progress elsewhere holds the hub client's lock for it: its file stays."""
+    from filelock import FileLock
+
+    content = _archive()
+    with StallingHub(content, stall_at=None) as hub:  # a complete fetch, then another while a download runs
+        env = _env(tmp_path, hub)
+        assert subprocess.run(_fetch(env), env=env, capture_output=True, timeout=60).returncode == 0
+        (blob,) = [path for path in (tmp_path / "hub").rglob("blobs/*") if path.is_file()]
+        running = blob.with_name(blob.name + ".0badcafe.incomplete")
+        running.write_bytes(b"part of a download in progress")
+        with FileLock(tmp_path / "hub" / ".locks" / "models--dspy--cache" / f"{blob.name}.lock"):
+            done = subprocess.run([*_fetch(env), "--force"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert running.read_bytes() == b"part of a download in progress"
+    # (without the lock held, the same file is an orphan: removed)
+    from ragzoo.retrieval.fetch import _drop_orphaned_downloads
+
+    (pointer,) = (tmp_path / "hub").rglob("snapshots/*/wiki.abstracts.2017.tar.gz")
+    assert _drop_orphaned_downloads(pointer) == [running] and not running.exists()
