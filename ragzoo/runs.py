@@ -792,7 +792,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         if processes is None:
             asked = threads
             budgeted = max_calls is not None or max_cost is not None
-            threads, processes = auto_processes(threads, len(todo), budget=budgeted)
+            threads, processes = auto_processes(threads, len(todo), budget=budgeted,
+                                                judged=bool(judge_config(resolved)))
             if processes > 1:
                 import sys
 
@@ -1013,13 +1014,15 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def auto_processes(threads: int, questions: int, *, budget: bool = False) -> tuple[int, int]:
+def auto_processes(threads: int, questions: int, *, budget: bool = False, judged: bool = False) -> tuple[int, int]:
     """(threads per process, processes) for `evaluate` without --processes: past `IN_FLIGHT_PER_PROCESS` requests
     in flight (the threads, capped by the questions left and the active LM's --max-concurrency) one interpreter's
     lock is contended and its CPU per LM call grows (at 256 in flight on 2 cores: ~3.2 ms in one process, ~2.7 ms
     in two, and 1.5x the questions/s); so they are split over processes, at most one per usable CPU. One process
-    is kept where the split is not free: a budget (split evenly, a worker that spent its share stops early), one
-    CPU, no fork(), or limits a grid shares (its own --processes decides)."""
+    is kept where the split is not free: a budget (split evenly, a worker that spent its share stops early), an
+    LM-judged metric (the judge's meter is per process: summary.json would report the parent's, none of the
+    workers' calls, cost and failed verdicts), one CPU, no fork(), or limits a grid shares (its own --processes
+    decides)."""
     import math
     import multiprocessing
 
@@ -1027,7 +1030,7 @@ def auto_processes(threads: int, questions: int, *, budget: bool = False) -> tup
 
     in_flight = min([threads, questions, *_endpoint_limits().values()])
     cpus = usable_cpus()
-    if (in_flight <= IN_FLIGHT_PER_PROCESS or budget or cpus < 2 or endpoints.limits_shared()
+    if (in_flight <= IN_FLIGHT_PER_PROCESS or budget or judged or cpus < 2 or endpoints.limits_shared()
             or "fork" not in multiprocessing.get_all_start_methods()):
         return threads, 1
     processes = min(cpus, math.ceil(in_flight / IN_FLIGHT_PER_PROCESS))

@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker processes, each running --threads examples at once; they share "
                              "--max-concurrency (each may use all of it) and split --max-calls/--max-cost evenly. "
                              "Default: one, or past 64 requests in flight (--threads, capped by the questions and "
-                             "--max-concurrency) and without a budget, --threads split over up to one process per "
+                             "--max-concurrency) and without a budget or an LM-judged metric, --threads split over up "
+                             "to one process per "
                              "CPU, since one interpreter spends more CPU per LM call past that")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="continue an interrupted run (a larger -n extends it)")

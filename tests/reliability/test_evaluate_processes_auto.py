@@ -89,3 +89,20 @@ def test_processes_from_a_config_file(tmp_path, cli, cpus, questions_file, small
         result = cli(*_argv(server, data, small_corpus, tmp_path / "bad", "--config", config))
         assert result.code not in (0, None) and "processes" in result.err and "Traceback" not in result.err
         assert len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_a_judged_metric_keeps_one_process(tmp_path, cpus, capsys):
+    """The judge's meter is per process and summary.json reports the parent's: a split run would report the judge's
+    calls, cost and failed verdicts as zero, so a judged metric keeps one process unless --processes asks."""
+    from ragzoo.cli import main
+
+    cpus(2)
+    out = tmp_path / "run"
+    code = main(["evaluate", "--method", "concat", "--knob", "gold_passage=true", "--dataset", "hotpotqa", "--split",
+                 "dev_distractor", "--lm", "dry-run", "--metric", "em,judge_faithful", "--judge-lm", "dry-run",
+                 "-n", "80", "--threads", "80", "--max-concurrency", "80", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    summary = _summary(out)
+    assert (summary["processes"], summary["threads"]) == (1, 80)
+    assert summary["judge"]["lm_calls"] == 80
+    assert "processes of" not in capsys.readouterr().err
