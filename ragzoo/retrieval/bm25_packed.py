@@ -1220,7 +1220,7 @@ CSC_BLOCK_MAX = "csc_block_max.npy"  # float32 largest weight of each such block
 def csc_blocks(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(block_last int32, block_max float32) of the blocks of 128 postings laid over a csc index's columns (rows
     ascending in each column), column after column as `csc_block_layout` numbers them: one pass over `data`."""
-    starts, ends = csc_block_layout(indptr)[2:]
+    starts, ends = _csc_block_ranges(indptr, *csc_block_layout(indptr))
     if not len(starts):
         return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
     # the blocks tile data[indptr[0]:indptr[-1]] in order, so each block's maximum is one segment of a reduceat
@@ -1228,18 +1228,21 @@ def csc_blocks(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> tup
     return np.asarray(indices)[ends - 1].astype(np.int32), block_max
 
 
-def csc_block_layout(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(term_first int64, term_df int64, block start, block end) of the blocks of 128 postings over the columns
-    (a column's blocks are contiguous; the j-th holds postings indptr[t] + 128 j on, as `_top_k` reads them)."""
-    indptr = np.asarray(indptr, dtype=np.int64)
-    df = np.diff(indptr)
-    n_blocks = (df + 127) // 128
+def csc_block_layout(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(term_first int64, term_df int64) of the blocks of 128 postings laid over the columns: a column's blocks are
+    contiguous, the j-th holds its postings indptr[t] + 128 j on, as `_top_k` reads them."""
+    df = np.diff(np.asarray(indptr, dtype=np.int64))
     term_first = np.zeros(len(df), dtype=np.int64)
-    np.cumsum(n_blocks[:-1], out=term_first[1:])
-    block_term = np.repeat(np.arange(len(df)), n_blocks)
+    np.cumsum(((df + 127) // 128)[:-1], out=term_first[1:])
+    return term_first, df
+
+
+def _csc_block_ranges(indptr: np.ndarray, term_first: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every block's first and one-past-last posting (int64 a block: only to compute the bounds, not at load)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    block_term = np.repeat(np.arange(len(df)), (df + 127) // 128)
     starts = indptr[:-1][block_term] + 128 * (np.arange(len(block_term)) - term_first[block_term])
-    ends = np.minimum(starts + 128, indptr[1:][block_term])
-    return term_first, df, starts, ends
+    return starts, np.minimum(starts + 128, indptr[1:][block_term])
 
 
 def write_csc_blocks(folder: Path) -> None:
@@ -1263,14 +1266,21 @@ class CscWindows(WindowedScorer):
     """The windowed kernel over a csc index's columns (their stored weights and rows, blocks of 128 postings laid
     over them): no decoding and no norm reads, the same float32 weights and order of additions as the packed
     scorer and `bm25_topk.PrunedTopK`, so the same top k bit for bit. `blocks`: (block_last, block_max) as
-    `csc_blocks` computes them (the builder's `CSC_BLOCK_*` files), or None to compute them here."""
+    `csc_blocks` computes them (the builder's `CSC_BLOCK_*` files), or None to compute them here. `term_max` (each
+    column's largest weight, the builder's term_max.npy), when given, is checked against the blocks' maxima: block
+    files left from other weights would prune real hits."""
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, window: int = WINDOW,
-                 blocks: tuple[np.ndarray, np.ndarray] | None = None):
+                 blocks: tuple[np.ndarray, np.ndarray] | None = None, term_max: np.ndarray | None = None):
         super().__init__(window)
-        term_first, self.df = csc_block_layout(indptr)[:2]
+        term_first, self.df = csc_block_layout(indptr)
         block_last, block_max = blocks if blocks is not None else csc_blocks(data, indices, indptr)
-        if not len(block_last) == len(block_max) == int(((self.df + 127) // 128).sum()):
+        stale = not len(block_last) == len(block_max) == int(((self.df + 127) // 128).sum())
+        if not stale and term_max is not None and len(block_max):
+            present = self.df > 0  # each present column's blocks are one segment of block_max
+            stale = not np.array_equal(np.maximum.reduceat(np.asarray(block_max), term_first[present]),
+                                       np.asarray(term_max)[present].astype(np.float32))
+        if stale:
             raise ConfigError("the csc index's block files do not match its columns; rebuild the index")
         self._postings = (_NONE[np.uint32], _read_only(np.asarray(block_last, dtype=np.int32)), _NONE[np.int64],
                           _read_only(np.zeros((0, 2), dtype=np.uint8)),

@@ -75,7 +75,7 @@ class PrunedTopK:
             from ragzoo.retrieval import bm25_packed
 
             self._windows = bm25_packed.CscWindows(self.data, self.indices, self.indptr, blocks=blocks,
-                                                   window=window or bm25_packed.WINDOW)
+                                                   window=window or bm25_packed.WINDOW, term_max=term_max)
         self._term_stats: dict[int, tuple[float, bool]] = {}
         # every term's largest weight, as ragzoo's builder writes it (`term_max.npy`, whose columns are sorted);
         # without it each term's column is read once, on first use, for its largest weight and its order
@@ -116,7 +116,9 @@ class PrunedTopK:
     def _found(self) -> np.ndarray:
         found = getattr(self._local, "found", None)
         if found is None:
-            found = self._local.found = np.empty(self.num_docs, dtype=np.int32)
+            # one more than the passages: the kernel stores each posting's row at found[n_found] before it knows
+            # whether it is a first reach, so with every passage reached the next store lands one past them
+            found = self._local.found = np.empty(self.num_docs + 1, dtype=np.int32)
         return found
 
     def _stats(self, term: int) -> tuple[float, bool]:

@@ -181,3 +181,24 @@ def test_the_builder_writes_the_block_bounds_the_windowed_scorer_reads(index, tm
         assert rows.tolist() == np.concatenate([retriever.pruned.top_k(q, 10)[0] for q in ids]).tolist()
     with pytest.raises(ConfigError, match="block files"):
         bm25_packed.CscWindows(data, indices, indptr, blocks=(blocks[0][:-1], blocks[1][:-1]))
+    # block files left from other weights (as many blocks): their maxima no longer match term_max.npy
+    np.save(copy / bm25_packed.CSC_BLOCK_LAST, blocks[0])
+    np.save(copy / bm25_packed.CSC_BLOCK_MAX, np.asarray(blocks[1]) * np.float32(0.5))
+    with pytest.raises(ConfigError, match="block files do not match"):
+        BM25Retriever(copy, backend="numba", check_stale=False)
+
+
+def test_the_whole_index_kernel_stays_inside_its_buffers_when_every_passage_is_reached():
+    """The kernel lists first reaches branch-free: it stores every posting's row at found[n_found] and advances only
+    on a first reach, so once every passage is reached the next posting is stored one past the last passage. Run as
+    plain Python (numpy checks every index; compiled, that store corrupted the heap: glibc aborted at 130 passages)."""
+    n_docs = 3
+    indptr = np.array([0, n_docs, 2 * n_docs], dtype=np.int64)  # two terms, both in every passage
+    indices = np.tile(np.arange(n_docs, dtype=np.int32), 2)
+    data = np.array([1.0, 2.0, 3.0, 5.0, 4.0, 0.5], dtype=np.float32)  # the second term can lift any: scanned too
+    pruned = PrunedTopK(data, indices, indptr, n_docs, kernels="numba", term_max=term_maxima(data, indptr))
+    stats = np.zeros(3, dtype=np.int64)
+    rows, scores = bm25_packed._top_k_csc(np.array([0, 1], dtype=np.int64), 2, data, indices, indptr,
+                                          pruned.term_max, pruned._scratch(), pruned._found(), stats)
+    assert rows.tolist() == [0, 1] and scores.tolist() == [6.0, 6.0]  # 1 + 5 and 2 + 4 tie: lower row first
+    assert not pruned._scratch().any()
