@@ -37,22 +37,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds():
-    """Turn SIGTERM into SystemExit(143) while a build runs, so its cleanup (`except BaseException:` removing
-    the staging folder) runs as it does for Ctrl-C. Only the main thread can install handlers."""
+def _sigterm_unwinds(command: str, kept: str):
+    """Turn SIGTERM into SystemExit(143) while a command runs, so its cleanup (`except BaseException:` removing
+    a staging folder or a partial file) runs as it does for Ctrl-C; once unwound, say so in one line on stderr,
+    with `kept` (the command's `INTERRUPTED`, what the CLI prints on Ctrl-C), since the exit status alone tells
+    a user nothing. Only the main thread can install handlers."""
     import signal
+    import sys
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    terminated = []
 
     def _handler(signum, _frame):
+        terminated.append(signum)
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, _handler)
     try:
         yield
+    except SystemExit:
+        if terminated:  # ours, not a SystemExit of the command itself
+            print(f"ragzoo {command}: stopped (SIGTERM); {kept}", file=sys.stderr)
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -72,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         check_replaceable(out)  # before anything is read or built
     started = time.perf_counter()
-    with _sigterm_unwinds():
+    with _sigterm_unwinds("index", INTERRUPTED):
         if args.backend == "bm25":
             from ragzoo.retrieval.bm25 import ensure_bm25_index
 

@@ -143,6 +143,10 @@ def test_sigterm_mid_download_stops_promptly_leaves_nothing_and_the_next_fetch_v
                 process.communicate()
     assert process.returncode == 128 + signal.SIGTERM and stopped_after < 5, (process.returncode, stopped_after)
     assert "Traceback" not in err and out == "", err
+    # one line says the fetch stopped and what a rerun does (as Ctrl-C's line does, from the one SIGTERM helper)
+    said = [line for line in err.splitlines() if "stopped" in line]
+    assert len(said) == 1 and said[0].startswith("ragzoo corpus: stopped (SIGTERM); "), err
+    assert "kept" in said[0] and "starts over" in said[0], said
     # nothing a later run would take for complete: no corpus, no archive in the hub cache's snapshot, and no
     # partial file left behind in either (the stop unwound: the hub client's and ragzoo's cleanups ran)
     assert not fetch.is_complete(target) and not target.exists()
