@@ -45,6 +45,10 @@ shape name or None per request). Shapes:
     "headers"      headers in another style ("**answer:** value" lines)
 Counters: `slips_served` ({shape: count}).
 
+Holding (`hold_until=N`): every chat reply waits until N chat requests are in flight at once (then they all
+go on, and later requests are not held), or `hold_timeout` seconds (default 30) passed: a load test's proof
+that N requests were in flight together, whatever the time its client takes to start them all.
+
 Capacity (`capacity=N`): at most N chat requests are served at once; one more is answered at once with
 HTTP 429 and `Retry-After: <capacity_retry_after>`. Counters: `rejected`, `max_in_flight`.
 
@@ -381,11 +385,14 @@ class StubLMServer:
                  model: str = "stub-model", host: str = "127.0.0.1", port: int = 0,
                  slips: "float | Sequence[str | None] | Mapping[int, str] | Callable | None" = None,
                  slip_seed: int = 0, slip_shapes: Sequence[str] = SLIP_SHAPES, capacity: int | None = None,
-                 capacity_retry_after: float = 0.05):
+                 capacity_retry_after: float = 0.05, hold_until: int | None = None, hold_timeout: float = 30.0):
         self.responder = responder if responder is not None else adapter_responder
         self.latency = float(latency)
         self.capacity = capacity
         self.capacity_retry_after = float(capacity_retry_after)
+        self.hold_until = hold_until
+        self.hold_timeout = float(hold_timeout)
+        self._gathered: asyncio.Event | None = None
         self.rejected = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -435,6 +442,7 @@ class StubLMServer:
                 return
             self.port = self._server.sockets[0].getsockname()[1]
             self._stopping = asyncio.Event()
+            self._gathered = asyncio.Event()
             self._loop = loop
             ready.set()
             loop.run_until_complete(self._serve_until_stopped())
@@ -519,6 +527,8 @@ class StubLMServer:
                 return False
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.hold_until is not None and self.in_flight >= self.hold_until:
+                self._gathered.set()  # _enter runs on the loop's thread
             return True
 
     def _leave(self) -> None:
@@ -688,6 +698,11 @@ class StubLMServer:
     async def _complete(self, writer: asyncio.StreamWriter, body: dict, messages: list, keep_alive: bool,
                         authorization: str = "") -> bool:
         index, fault = self._next(body)
+        if self.hold_until is not None and not self._gathered.is_set():
+            try:
+                await asyncio.wait_for(self._gathered.wait(), self.hold_timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass  # go on: the caller's max_in_flight tells it the N never came together
         if self.latency:
             await self._wait(self.latency)
         if fault is not None and fault.kind == "hang":

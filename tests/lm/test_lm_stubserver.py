@@ -276,13 +276,19 @@ def test_malformed_requests_get_an_http_error_and_the_server_keeps_serving():
 
 def test_many_slow_requests_are_in_flight_at_once_on_one_thread():
     import threading
+    import time
 
-    with StubLMServer(responder="ok", latency=0.5) as server:
+    # Every reply is held until all 64 requests are in flight: a fixed latency was a bet that the pool's 64
+    # threads connect within it (their arrivals spread over ~0.1 s idle, past 0.5 s under load: 56 != 64 once).
+    # A server that could not hold 64 at once would reach the timeout and fail the max_in_flight check.
+    with StubLMServer(responder="ok", hold_until=64, hold_timeout=30) as server:
         threads_before = threading.active_count()
         results = []
+        started = time.monotonic()
         with ThreadPoolExecutor(64) as pool:
-            results = list(pool.map(lambda _: _raw(server, _post(CHAT))[0], range(64)))
+            results = list(pool.map(lambda _: _raw(server, _post(CHAT), timeout=60)[0], range(64)))
             during = threading.active_count() - threads_before
+        assert time.monotonic() - started < 25  # released by all 64 arriving, not by the timeout
         assert server.max_in_flight == 64 and server.requests == 64
     assert all(reply.startswith(b"HTTP/1.1 200") for reply in results)
     assert during <= 64 + 1  # the pool's own threads; the server parks no thread per request
