@@ -793,13 +793,21 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             asked = threads
             budgeted = max_calls is not None or max_cost is not None
             threads, processes = auto_processes(threads, len(todo), budget=budgeted,
-                                                judged=bool(judge_config(resolved)))
+                                                judged=bool(judge_config(resolved)),
+                                                retriever=getattr(program, "retriever", None))
             if processes > 1:
                 import sys
 
                 print(f"evaluate: {asked} threads run as {processes} processes of {threads} threads (past "
                       f"{IN_FLIGHT_PER_PROCESS} requests in flight one interpreter spends more CPU per LM call; "
                       f"--processes 1 keeps one)", file=sys.stderr, flush=True)
+        elif processes > 1 and native_threads(getattr(program, "retriever", None)):
+            import sys
+
+            print(f"evaluate: --processes {processes} with a retriever that runs native thread pools "
+                  f"({getattr(program.retriever, 'spec', '?')}): in the workers faiss and torch run on one thread "
+                  f"each (a pool does not survive fork; an onnx engine's is not reset: prefer one process)",
+                  file=sys.stderr, flush=True)
         if previous:  # a resume says where it starts, so no one wonders whether it started over
             import sys
 
@@ -1014,15 +1022,17 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def auto_processes(threads: int, questions: int, *, budget: bool = False, judged: bool = False) -> tuple[int, int]:
+def auto_processes(threads: int, questions: int, *, budget: bool = False, judged: bool = False,
+                   retriever=None) -> tuple[int, int]:
     """(threads per process, processes) for `evaluate` without --processes: past `IN_FLIGHT_PER_PROCESS` requests
     in flight (the threads, capped by the questions left and the active LM's --max-concurrency) one interpreter's
     lock is contended and its CPU per LM call grows (at 256 in flight on 2 cores: ~3.2 ms in one process, ~2.7 ms
     in two, and 1.5x the questions/s); so they are split over processes, at most one per usable CPU. One process
     is kept where the split is not free: a budget (split evenly, a worker that spent its share stops early), an
     LM-judged metric (the judge's meter is per process: summary.json would report the parent's, none of the
-    workers' calls, cost and failed verdicts), one CPU, no fork(), or limits a grid shares (its own --processes
-    decides)."""
+    workers' calls, cost and failed verdicts), a retriever that runs native thread pools (`native_threads`:
+    dense, hybrid; a pool does not survive fork(), and onnxruntime's is not reset in the workers as faiss's and
+    torch's are), one CPU, no fork(), or limits a grid shares (its own --processes decides)."""
     import math
     import multiprocessing
 
@@ -1031,10 +1041,15 @@ def auto_processes(threads: int, questions: int, *, budget: bool = False, judged
     in_flight = min([threads, questions, *_endpoint_limits().values()])
     cpus = usable_cpus()
     if (in_flight <= IN_FLIGHT_PER_PROCESS or budget or judged or cpus < 2 or endpoints.limits_shared()
-            or "fork" not in multiprocessing.get_all_start_methods()):
+            or native_threads(retriever) or "fork" not in multiprocessing.get_all_start_methods()):
         return threads, 1
     processes = min(cpus, math.ceil(in_flight / IN_FLIGHT_PER_PROCESS))
     return math.ceil(in_flight / processes), processes
+
+
+def native_threads(retriever) -> bool:
+    """Whether `retriever` (or a program's `_SharedRetriever` wrapper of it) declares native thread pools."""
+    return bool(getattr(getattr(retriever, "inner", retriever), "native_threads", False))
 
 
 def _check_processes(processes) -> None:

@@ -84,6 +84,9 @@ class BaseRetriever:
     """Shared validation and a default batch form for backends."""
 
     spec: str = ""
+    # True when searching runs native thread pools (OpenMP, torch): a pool the process used does not survive
+    # fork(), so `runs.auto_processes` keeps such a retriever in one process.
+    native_threads: bool = False
 
     def __call__(self, query: str, k: int) -> list[Passage]:
         check_query(query)

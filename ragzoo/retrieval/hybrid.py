@@ -40,6 +40,10 @@ class HybridRetriever(BaseRetriever):
         dense = DenseRetriever.from_corpus(corpus, model=model or DEFAULT_MODEL, show_progress=show_progress)
         return cls([sparse, dense], spec=spec or f"hybrid:{corpus}", **kwargs)
 
+    @property
+    def native_threads(self) -> bool:
+        return any(getattr(retriever, "native_threads", False) for retriever in self.retrievers)
+
     def __len__(self) -> int:
         return len(self.retrievers[0])  # type: ignore[arg-type]
 
