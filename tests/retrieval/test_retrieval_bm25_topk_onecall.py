@@ -44,6 +44,10 @@ def test_one_call_kernel_is_exact_with_ties_repeats_and_unknown_ids(seed, window
     indptr[1:] = np.cumsum((dense > 0).sum(axis=0))
     indices = np.concatenate([np.flatnonzero(dense[:, t]) for t in range(20)]).astype(np.int32)
     data = np.concatenate([dense[np.flatnonzero(dense[:, t]), t] for t in range(20)]).astype(np.float32)
+    for array in (data, indices, indptr):
+        # read-only, as an index loaded from disk (mmap_mode="r") hands them over: numba compiles a kernel once per
+        # array type, and a writable variant only for this test cost a fresh clone's run ~6 s of CPU
+        array.setflags(write=False)
     one_call = PrunedTopK(data, indices, indptr, 4000, kernels="numba", term_max=term_maxima(data, indptr),
                           windowed=window is not None, window=window)
     assert (one_call._windows is not None) == (window is not None)
