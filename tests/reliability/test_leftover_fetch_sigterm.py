@@ -213,3 +213,23 @@ def test_the_temporary_file_of_a_download_still_running_is_kept(tmp_path):
 
     (pointer,) = (tmp_path / "hub").rglob("snapshots/*/wiki.abstracts.2017.tar.gz")
     assert _drop_orphaned_downloads(pointer) == [running] and not running.exists()
+
+
+def test_the_sigterm_line_comes_from_the_one_helper_and_only_for_a_sigterm(capsys):
+    """`_sigterm_unwinds` (index build, corpus fetch) says the stop in one line once the SIGTERM has unwound the
+    command; a SystemExit the command raises itself is not a stop and says nothing."""
+    import pytest
+
+    from ragzoo.commands.index import _sigterm_unwinds
+
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        with _sigterm_unwinds("index", "the unfinished index was discarded"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+    assert stopped.value.code == 143 and signal.getsignal(signal.SIGTERM) is handler
+    assert capsys.readouterr().err == "ragzoo index: stopped (SIGTERM); the unfinished index was discarded\n"
+    with pytest.raises(SystemExit):
+        with _sigterm_unwinds("index", "kept"):
+            raise SystemExit(2)
+    assert capsys.readouterr().err == ""
