@@ -73,6 +73,9 @@ SHARED_SCOPES = ("module", "class", "package")
 # a test module that runs the numba kernels (bm25 `backend=numba`, `format=packed`): all of them on one worker, so a
 # cold numba cache (a fresh clone, an edited kernel) is compiled once per run (~23 s of CPU), not in each worker
 NUMBA_USER = re.compile(r"""["']numba["']|backend=["']?numba|format=["']?packed""")
+# a test that imports LiteLLM (2.7 s of CPU a process, which only these few need): all of them on one worker, which
+# then imports it once a run; they say so in their ids (`[litellm]`, `..._litellm_price_table`)
+LITELLM_USER = re.compile(r"litellm", re.IGNORECASE)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist turns `-n N` without --dist into --dist load
@@ -94,8 +97,8 @@ def pytest_configure_node(node):
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, the tests that share a module-scoped fixture (an MLflow server, a browser, an
     embedding model, a built index) go to one xdist worker, so it is set up once per run and not once per
-    worker, and so do all the modules that run numba kernels (NUMBA_USER); every other test is still handed out
-    one at a time."""
+    worker, and so do all the modules that run numba kernels (NUMBA_USER) and the tests that import LiteLLM
+    (LITELLM_USER); every other test is still handed out one at a time."""
     if getattr(config, "workerinput", {}).get("ragzoo_dist") == "loadgroup":
         config.option.loadgroup = True
     numba_users: dict[Path, bool] = {}
@@ -111,6 +114,8 @@ def pytest_collection_modifyitems(config, items):
         elif info is not None and any((defs := info.name2fixturedefs.get(name)) and defs[-1].scope in SHARED_SCOPES
                                       for name in info.names_closure):
             group = item.path.stem
+        elif LITELLM_USER.search(item.name):
+            group = "litellm"
         else:
             continue
         if explicit is None:

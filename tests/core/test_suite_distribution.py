@@ -49,6 +49,18 @@ def test_marked(n):
         log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
 """
 
+ENGINES = """
+import os
+import pytest
+
+@pytest.mark.parametrize("engine", ["auto", "litellm"])
+@pytest.mark.parametrize("n", range(4))
+def test_an_engine(n, engine):  # as the LM tests ask for LiteLLM: an engine parameter named after it
+    if engine == "litellm":
+        with open(os.environ["LITELLM"], "a") as log:
+            log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+"""
+
 PLAIN = """
 import pytest
 
@@ -67,17 +79,23 @@ def test_a_module_scoped_fixture_is_set_up_once_under_two_workers(tmp_path):
         (tmp_path / name).write_text(KERNELS)
     for name in ("test_marked_a.py", "test_marked_b.py"):
         (tmp_path / name).write_text(MARKED)
+    for name in ("test_engines_a.py", "test_engines_b.py"):
+        (tmp_path / name).write_text(ENGINES)
     setups, kernels, marked = tmp_path / "setups.txt", tmp_path / "kernels.txt", tmp_path / "marked.txt"
+    litellm = tmp_path / "litellm.txt"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                            "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "SETUPS": str(setups), "KERNELS": str(kernels), "MARKED": str(marked),
+                               "LITELLM": str(litellm),
                                "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "28 passed" in done.stdout, done.stdout[-2000:]
+    assert "44 passed" in done.stdout, done.stdout[-2000:]
     workers = setups.read_text().split()
     assert len(workers) == 1, workers  # one set-up, on one worker: not one per worker
     # the modules that run numba kernels share one worker: a cold kernel cache is compiled once, not per worker
     assert len(set(kernels.read_text().split())) == 1 and len(kernels.read_text().split()) == 8
     # and a test's own xdist_group mark groups it (xdist alone no longer does under pytest 9)
     assert len(set(marked.read_text().split())) == 1 and len(marked.read_text().split()) == 8
+    # the tests that import LiteLLM (2.7 s of CPU) share one worker too, so only one worker pays for it
+    assert len(set(litellm.read_text().split())) == 1 and len(litellm.read_text().split()) == 8
