@@ -220,6 +220,9 @@ def test_without_mlflow_installed_the_flag_is_one_line_and_nothing_is_written(mo
     assert "Traceback" not in err and not out.exists()
 
 
+# with the tests of the server fixture (tests/conftest.py names their group after this module): the worker that runs
+# them has imported mlflow (1.8 s of CPU), which this test imports too
+@pytest.mark.xdist_group("test_mlflow")
 def test_a_tracking_server_that_does_not_answer_is_one_line_before_the_run(tmp_path, capsys, monkeypatch):
     pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'ragzoo[mlflow]')")
     # ragzoo's retries, without their back-off waits (2.5 s here; MLflow's own variable, which ragzoo leaves alone)
