@@ -76,6 +76,9 @@ NUMBA_USER = re.compile(r"""["']numba["']|backend=["']?numba|format=["']?packed"
 # a test that imports LiteLLM (2.7 s of CPU a process, which only these few need): all of them on one worker, which
 # then imports it once a run; they say so in their ids (`[litellm]`, `..._litellm_price_table`)
 LITELLM_USER = re.compile(r"litellm", re.IGNORECASE)
+# a test that loads the embedding model through a dense retriever without the "embedding-model" mark (the
+# sentence-transformers import, ~6 s of CPU): with the marked ones, so one worker imports it; named for it
+DENSE_USER = re.compile(r"dense", re.IGNORECASE)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist turns `-n N` without --dist into --dist load
@@ -97,8 +100,9 @@ def pytest_configure_node(node):
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, the tests that share a module-scoped fixture (an MLflow server, a browser, an
     embedding model, a built index) go to one xdist worker, so it is set up once per run and not once per
-    worker, and so do all the modules that run numba kernels (NUMBA_USER) and the tests that import LiteLLM
-    (LITELLM_USER); every other test is still handed out one at a time."""
+    worker, and so do all the modules that run numba kernels (NUMBA_USER), the tests that import LiteLLM
+    (LITELLM_USER) and those that load the embedding model (DENSE_USER); every other test is still handed out
+    one at a time."""
     if getattr(config, "workerinput", {}).get("ragzoo_dist") == "loadgroup":
         config.option.loadgroup = True
     numba_users: dict[Path, bool] = {}
@@ -116,6 +120,8 @@ def pytest_collection_modifyitems(config, items):
             group = item.path.stem
         elif LITELLM_USER.search(item.name):
             group = "litellm"
+        elif DENSE_USER.search(item.name):
+            group = "embedding-model"
         else:
             continue
         if explicit is None:

@@ -61,6 +61,24 @@ def test_an_engine(n, engine):  # as the LM tests ask for LiteLLM: an engine par
             log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
 """
 
+MODEL = """
+import os
+import pytest
+
+def log():
+    with open(os.environ["MODEL"], "a") as out:
+        out.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+
+@pytest.mark.xdist_group("embedding-model")
+@pytest.mark.parametrize("n", range(2))
+def test_marked_with_the_models_group(n):
+    log()
+
+@pytest.mark.parametrize("n", range(2))
+def test_a_dense_retriever_named_so(n):  # as the tests that load the embedding model without the mark
+    log()
+"""
+
 PLAIN = """
 import pytest
 
@@ -81,16 +99,18 @@ def test_a_module_scoped_fixture_is_set_up_once_under_two_workers(tmp_path):
         (tmp_path / name).write_text(MARKED)
     for name in ("test_engines_a.py", "test_engines_b.py"):
         (tmp_path / name).write_text(ENGINES)
+    for name in ("test_model_a.py", "test_model_b.py"):
+        (tmp_path / name).write_text(MODEL)
     setups, kernels, marked = tmp_path / "setups.txt", tmp_path / "kernels.txt", tmp_path / "marked.txt"
-    litellm = tmp_path / "litellm.txt"
+    litellm, model = tmp_path / "litellm.txt", tmp_path / "model.txt"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                            "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "SETUPS": str(setups), "KERNELS": str(kernels), "MARKED": str(marked),
-                               "LITELLM": str(litellm),
+                               "LITELLM": str(litellm), "MODEL": str(model),
                                "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "44 passed" in done.stdout, done.stdout[-2000:]
+    assert "52 passed" in done.stdout, done.stdout[-2000:]
     workers = setups.read_text().split()
     assert len(workers) == 1, workers  # one set-up, on one worker: not one per worker
     # the modules that run numba kernels share one worker: a cold kernel cache is compiled once, not per worker
@@ -99,3 +119,5 @@ def test_a_module_scoped_fixture_is_set_up_once_under_two_workers(tmp_path):
     assert len(set(marked.read_text().split())) == 1 and len(marked.read_text().split()) == 8
     # the tests that import LiteLLM (2.7 s of CPU) share one worker too, so only one worker pays for it
     assert len(set(litellm.read_text().split())) == 1 and len(litellm.read_text().split()) == 8
+    # and the tests named for a dense retriever join the embedding model's group: one worker imports the model
+    assert len(set(model.read_text().split())) == 1 and len(model.read_text().split()) == 8
