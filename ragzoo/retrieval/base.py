@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
 from ragzoo.errors import RetrieverError
 
 MAX_K = 100
+
+
+def _one_native_thread_after_fork() -> None:
+    """In a forked child (evaluate's worker processes): faiss's and torch's parallel regions run on one thread.
+    fork() copies only the forking thread, so the OpenMP pool a parent search started is not in the child, and
+    libgomp's next parallel region waits for it for ever (measured: faiss 1.15.1 on 20,000+ vectors, torch on 64
+    queries); one thread needs no pool, and a worker's parallelism is its threads and its sibling processes.
+    Registered here, where every retriever's contract lives, so it holds for any backend that runs them (dense,
+    hybrid, colbert), imported or not before the fork."""
+    faiss = sys.modules.get("faiss")  # one not imported yet starts its pool afresh in the child
+    if faiss is not None:
+        faiss.omp_set_num_threads(1)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_one_native_thread_after_fork)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ def build_colbert_index(corpus: Path, out_dir: Path, checkpoint: str, nbits: int
 
 
 class ColBERTLocalRetriever(BaseRetriever):
+    native_threads = True  # torch's pools (the encoder and PLAID's search): see BaseRetriever.native_threads
+
     def __init__(self, index_dir: str | Path, spec: str = "", checkpoint: str | None = None):
         folder = Path(index_dir).expanduser()
         plaid = folder / "plaid" if (folder / "plaid" / "plan.json").exists() else folder

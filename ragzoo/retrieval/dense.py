@@ -16,7 +16,6 @@ with `engine=` in Python or a model suffix in a spec: `dense:<corpus>?model=all-
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from pathlib import Path
@@ -41,24 +40,6 @@ DEFAULT_ENGINE = "torch"
 
 _models: dict[str, object] = {}
 _models_lock = threading.Lock()
-
-
-def _one_native_thread_after_fork() -> None:
-    """In a forked child (evaluate's worker processes): faiss's and torch's parallel regions run on one thread.
-    fork() copies only the forking thread, so the OpenMP pool a parent search started is not in the child, and
-    libgomp's next parallel region waits for it for ever (measured: faiss 1.15.1 on 20,000+ vectors, torch on 64
-    queries); one thread needs no pool, and a worker's parallelism is its threads and its sibling processes."""
-    import sys
-
-    faiss = sys.modules.get("faiss")  # one not imported yet starts its pool afresh in the child
-    if faiss is not None:
-        faiss.omp_set_num_threads(1)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(1)
-
-
-os.register_at_fork(after_in_child=_one_native_thread_after_fork)
 
 
 def model_identity(model: str) -> tuple[str, str]:

@@ -109,3 +109,29 @@ def test_the_automatic_split_keeps_one_process_for_a_dense_retriever(tmp_path, c
         assert json.loads((tmp_path / "explicit" / "summary.json").read_text())["processes"] == 2
         said = [line for line in explicit.err.splitlines() if "native thread pools" in line]
         assert len(said) == 1 and "one thread" in said[0], explicit.err
+
+
+def test_the_fork_hook_lives_with_the_retriever_contract_not_one_backend(tmp_path):
+    """Any backend that runs torch or faiss (dense, hybrid, colbert) gets one native thread in a forked child: the
+    hook is registered by ragzoo.retrieval.base, which every retriever imports, not by dense.py alone. Fake torch and
+    faiss modules record the calls, so no native library is loaded."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "fork_hook.py"
+    script.write_text(
+        "import os, sys, types\n"
+        "calls = []\n"
+        "sys.modules['torch'] = types.SimpleNamespace(set_num_threads=lambda n: calls.append(('torch', n)))\n"
+        "sys.modules['faiss'] = types.SimpleNamespace(omp_set_num_threads=lambda n: calls.append(('faiss', n)))\n"
+        "import ragzoo.retrieval.colbert_local as colbert\n"
+        "assert 'ragzoo.retrieval.dense' not in sys.modules\n"
+        "assert colbert.ColBERTLocalRetriever.native_threads\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if sorted(calls) == [('faiss', 1), ('torch', 1)] else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "assert calls == [], calls  # the parent keeps its threads\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
