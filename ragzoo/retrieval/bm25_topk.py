@@ -33,9 +33,10 @@ instead (`bm25_packed.CscWindows`: blocks of 128 postings laid over each column,
 weights the builder writes beside term_max.npy), with the same answers bit for bit. The whole-index kernel above
 adds every posting of the rare terms into a corpus-sized array, a cache miss a posting once the array outgrows the
 caches; the windowed one keeps a window's accumulator in L2 and skips blocks by their bounds. Measured (CPU a
-question, token ids in, top 10 out, the scale benchmark's 500 questions, load 3-6): 1M passages 1.00 ms whole
-index, 1.24-1.27 windowed (any window of 2^12..2^15; larger ones are slower); 5.2M passages 10.2-10.7 whole index,
-5.0-5.1 windowed (bm25s's numba `retrieve` ~11.9). The crossover, ~1.5M, is interpolated between the two sizes.
+question, token ids in, top 10 out, the scale benchmark's 500 questions, load 3-6): 1M passages 1.00-1.06 ms whole
+index, 1.24-1.30 windowed (any window of 2^12..2^15; larger ones are slower); 2.6M 3.6-3.9 (best rounds 3.0) whole
+index, 3.0-3.1 windowed; 5.2M 10.2-10.7 whole index, 5.0-5.1 windowed (bm25s's numba `retrieve` ~11.9). Hence
+WINDOWED_FROM between the 1M and 2.6M measurements (the first 1M / 2.6M / 5.2M lines of the 21M scale corpus).
 """
 
 from __future__ import annotations
