@@ -769,7 +769,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     run_config["metrics"] = metric_names
     from ragzoo.metrics.judge import judge_config, judge_summary
 
-    run_config.update(judge_config(resolved))  # an LM-judged metric: its prompts and judge LM, no secret
+    judged = judge_config(resolved)  # an LM-judged metric: its prompts and judge LM, no secret ({} when none)
+    run_config.update(judged)
     run_config["compiled_on"] = leaked
     run_config["adapter"] = adapter_name(adapter)
     run_config["lenient"] = getattr(adapter, "max_reasks", None) is not None
@@ -793,7 +794,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             asked = threads
             budgeted = max_calls is not None or max_cost is not None
             threads, processes = auto_processes(threads, len(todo), budget=budgeted,
-                                                judged=bool(judge_config(resolved)),
+                                                judged=bool(judged),
                                                 retriever=getattr(program, "retriever", None))
             if processes > 1:
                 import sys

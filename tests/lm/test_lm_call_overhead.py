@@ -8,7 +8,7 @@ import inspect
 
 import dspy
 
-from ragzoo.testing import ScriptedLM
+from ragzoo.testing import AnswerQuestion, ScriptedLM
 from ragzoo.tracing import trace_example
 from ragzoo.usage import USAGE_CALLBACK, metering
 
@@ -37,15 +37,6 @@ def test_a_tracked_lm_is_metered_without_a_global_callback(monkeypatch):
     assert len(inspected) == 2, inspected  # one per LM call: no module/predictor/adapter call inspected
 
 
-class Answer(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.answer = dspy.Predict("question -> answer")
-
-    def forward(self, question):
-        return self.answer(question=question)
-
-
 def test_evaluate_threads_do_not_wait_on_every_pending_question(monkeypatch):
     """DSPy's ParallelExecutor waits on every pending future at each completion (O(questions) per question: the
     CPU of a call grew with the run's size); evaluate's threads take questions from one queue instead, each under
@@ -60,7 +51,7 @@ def test_evaluate_threads_do_not_wait_on_every_pending_question(monkeypatch):
     lm = ScriptedLM(default=lambda context: {"answer": context.inputs["question"].upper()})
     examples = [dspy.Example(id=f"q{i}", question=f"q{i}", answer=f"Q{i}").with_inputs("question") for i in range(300)]
     with dspy.context(lm=lm):
-        summary = evaluate(Answer(), examples, "em", None, threads=8, progress=False, max_calls=1000)
+        summary = evaluate(AnswerQuestion(), examples, "em", None, threads=8, progress=False, max_calls=1000)
     assert summary["n"] == 300 and summary["failures"] == 0 and summary["metrics"]["em"] == 1.0
     assert summary["usage"]["lm_calls"] == 300  # every thread under the caller's LM and meter
     assert waits == []
@@ -79,6 +70,6 @@ def test_examples_under_a_deadline_reuse_their_threads(monkeypatch):
     lm = ScriptedLM(default=lambda context: {"answer": context.inputs["question"].upper()})
     examples = [dspy.Example(id=f"q{i}", question=f"q{i}", answer=f"Q{i}").with_inputs("question") for i in range(200)]
     with dspy.context(lm=lm):
-        summary = evaluate(Answer(), examples, "em", None, threads=4, progress=False, deadline=30)
+        summary = evaluate(AnswerQuestion(), examples, "em", None, threads=4, progress=False, deadline=30)
     assert summary["n"] == 200 and summary["metrics"]["em"] == 1.0
     assert started.count("ragzoo-example") <= 8, started.count("ragzoo-example")
