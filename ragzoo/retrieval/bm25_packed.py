@@ -404,24 +404,37 @@ def _hold(words, block_offset, block_widths, block_last, b, j, count, docs, tfs)
     return wt
 
 
-def _hold_either(csc, indices, at, words, block_offset, block_widths, block_last, b, j, count, docs, tfs):
-    """Block `b` (the term's `j`-th, `count` postings) into docs (and tf - 1 into tfs), returns the tf width: decoded
-    from the packed words, or for a csc index (`csc`) its rows indices[at:at + count] copied (width 0, tfs unused)."""
+def _hold_term(t, b, j, count, csc, indices, base, words, block_offset, block_widths, block_last, docs, tfs, wts,
+               held, pos, weighed, stats):
+    """`_top_k`'s query term t takes its j-th block (b, `count` postings) as the one it holds: doc ids into docs[t]
+    (tf - 1 into tfs[t], the tf width into wts[t]), decoded from the packed words, or for a csc index (`csc`) its
+    rows indices[base[t] + 128 j:][:count] copied (width 0, tfs unused); its cursor at the block's start, its
+    weights not computed yet."""
     if csc:
+        at = base[t] + j * 128
         for i in range(count):
-            docs[i] = indices[at + i]
-        return np.int64(0)
-    return _hold(words, block_offset, block_widths, block_last, b, j, count, docs, tfs)
-
-
-def _weigh_either(csc, data, at, count, idf, norm, inv1, repeat, docs, tfs, wt, weights):
-    """The held block's weights x repeat into weights: `_weigh`, or for a csc index its stored weights
-    data[at:at + count] x repeat (the same float32 values: the csc builder computed them as `_weigh` does)."""
-    if csc:
-        for i in range(count):
-            weights[i] = data[at + i] * repeat
+            docs[t, i] = indices[at + i]
+        wts[t] = 0
     else:
-        _weigh(count, idf, norm, inv1, repeat, docs, tfs, wt, weights)
+        wts[t] = _hold(words, block_offset, block_widths, block_last, b, j, count, docs[t], tfs[t])
+    held[t] = j
+    pos[t] = 0
+    weighed[t] = False
+    stats[0] += count
+
+
+def _weigh_term(t, j, count, csc, data, base, idfs, norm, inv1, repeats, docs, tfs, wts, weights, weighed, stats):
+    """The weights x repeat of term t's held block (its j-th, `count` postings) into weights[t]: `_weigh`, or for a
+    csc index its stored weights data[base[t] + 128 j:][:count] x repeat (the same float32 values: the csc builder
+    computed them as `_weigh` does)."""
+    if csc:
+        at = base[t] + j * 128
+        for i in range(count):
+            weights[t, i] = data[at + i] * repeats[t]
+    else:
+        _weigh(count, idfs[t], norm, inv1, repeats[t], docs[t], tfs[t], wts[t], weights[t])
+    weighed[t] = True
+    stats[8] += count
 
 
 def _weigh(count, idf, norm, inv1, repeat, docs, tfs, wt, weights):
@@ -634,18 +647,12 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                 count = min(128, dfs[i] - j * 128)
                 if held[i] != j and high - low >= sparse:
                     # a sparse block, spanning more than a window: read once now, it bounds each window exactly
-                    wts[i] = _hold_either(csc, indices, base[i] + j * 128, words, block_offset, block_widths,
-                                          block_last, b, j, count, docs[i], tfs[i])
-                    held[i] = j
-                    pos[i] = 0
-                    weighed[i] = False
-                    stats[0] += count
+                    _hold_term(i, b, j, count, csc, indices, base, words, block_offset, block_widths,
+                               block_last, docs, tfs, wts, held, pos, weighed, stats)
                 if held[i] == j and (weighed[i] or high - low >= sparse):
                     if not weighed[i]:
-                        _weigh_either(csc, data, base[i] + j * 128, count, term_idfs[i], norm, inv1, repeats[i],
-                                      docs[i], tfs[i], wts[i], weights[i])
-                        weighed[i] = True
-                        stats[8] += count
+                        _weigh_term(i, j, count, csc, data, base, term_idfs, norm, inv1, repeats, docs, tfs, wts,
+                                    weights, weighed, stats)
                     p = pos[i]
                     while p < count and docs[i, p] < start:
                         p += 1
@@ -701,20 +708,14 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                         j += 1
                         continue
                 if held[i] != j:
-                    wts[i] = _hold_either(csc, indices, base[i] + j * 128, words, block_offset, block_widths,
-                                          block_last, b, j, count, docs[i], tfs[i])
-                    held[i] = j
-                    pos[i] = 0
-                    weighed[i] = False
-                    stats[0] += count
+                    _hold_term(i, b, j, count, csc, indices, base, words, block_offset, block_widths,
+                               block_last, docs, tfs, wts, held, pos, weighed, stats)
                 p = pos[i]
                 while p < count and docs[i, p] < start:
                     p += 1
                 if not weighed[i] and p < count and docs[i, p] < end:  # not for a block starting past the window
-                    _weigh_either(csc, data, base[i] + j * 128, count, term_idfs[i], norm, inv1, repeats[i],
-                                  docs[i], tfs[i], wts[i], weights[i])
-                    weighed[i] = True
-                    stats[8] += count
+                    _weigh_term(i, j, count, csc, data, base, term_idfs, norm, inv1, repeats, docs, tfs, wts,
+                                weights, weighed, stats)
                 if fresh:
                     while p < count:
                         local = docs[i, p] - start
@@ -787,12 +788,8 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                         break
                     count = min(128, dfs[m] - j * 128)
                     if held[m] != j:
-                        wts[m] = _hold_either(csc, indices, base[m] + j * 128, words, block_offset, block_widths,
-                                              block_last, b, j, count, docs[m], tfs[m])
-                        held[m] = j
-                        pos[m] = 0
-                        weighed[m] = False
-                        stats[0] += count
+                        _hold_term(m, b, j, count, csc, indices, base, words, block_offset, block_widths,
+                                   block_last, docs, tfs, wts, held, pos, weighed, stats)
                     p = pos[m]
                     while p < count and docs[m, p] < start:
                         p += 1
@@ -869,12 +866,8 @@ def _top_k(token_ids, k, window, words, block_last, block_offset, block_widths, 
                     if held[m] != j:
                         # doc ids only: of a looked-up block's postings few are wanted, and a weight costs a read
                         # of the passage's norm, a cache miss where the block is sparse
-                        wts[m] = _hold_either(csc, indices, base[m] + j * 128, words, block_offset, block_widths,
-                                              block_last, b, j, count, docs[m], tfs[m])
-                        held[m] = j
-                        pos[m] = 0
-                        weighed[m] = False
-                        stats[0] += count
+                        _hold_term(m, b, j, count, csc, indices, base, words, block_offset, block_widths,
+                                   block_last, docs, tfs, wts, held, pos, weighed, stats)
                     p = pos[m]
                     while p < count and docs[m, p] < d:
                         p += 1
@@ -1096,7 +1089,7 @@ def _compiled() -> dict:
             jit = numba.njit(nogil=True, cache=True)
             # the helpers the kernels call are module globals: numba resolves them when it compiles a kernel,
             # so they are swapped for their compiled versions first
-            for name in ("_pack", "_unpack", "_decode_block", "_hold", "_weigh", "_hold_either", "_weigh_either",
+            for name in ("_pack", "_unpack", "_decode_block", "_hold", "_weigh", "_hold_term", "_weigh_term",
                          "_weight", "_heap_push", "_offer", "_best_k", "_kth_best", "_query_terms"):
                 globals()[name] = jit(globals()[name])
             _COMPILED["encode_bucket"] = jit(_encode_bucket)
