@@ -4,11 +4,10 @@ later run (or `index build --corpus`) would take for a complete corpus, nor an o
 hub cache; the next fetch completes and verifies the sha256. (huggingface_hub 1.x downloads each file into a
 temporary file of its own process and removes it when stopped, so a single archive starts over; a corpus of
 several files resumes at the first file not finished: test_fetch_wiki18.py.) The hub is a loopback stand-in that
-serves a third of the archive, then holds the connection open."""
+serves a third of the archive, then holds the connection open (test_retrieval_fetch.FakeHub's `stall_at`)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -17,15 +16,10 @@ import signal
 import subprocess
 import sys
 import tarfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from ragzoo.testing import LoopbackHTTPServer
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-HUB_PATH = "/dspy/cache/resolve/main/wiki.abstracts.2017.tar.gz"
+from tests.retrieval.test_retrieval_fetch import FakeHub
 
 
 def _archive(rows: int = 3000) -> bytes:
@@ -42,78 +36,17 @@ def _archive(rows: int = 3000) -> bytes:
     return buffer.getvalue()
 
 
-class StallingHub:
-    """Serves one archive; while `stall_at` is set, a GET sends that many bytes and then holds the connection."""
-
-    def __init__(self, content: bytes, stall_at: int | None):
-        self.content, self.stall_at = content, stall_at
-        self.etag = hashlib.sha256(content).hexdigest()
-        self.stalled, self.release = threading.Event(), threading.Event()
-        self.ranges: list[str | None] = []
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _head(self, status: int, length: int, extra: dict | None = None) -> None:
-                self.send_response(status)
-                for key, value in {"X-Repo-Commit": COMMIT, "X-Linked-Etag": f'"{hub.etag}"',
-                                   "ETag": f'"{hub.etag}"', "X-Linked-Size": str(len(hub.content)),
-                                   "Accept-Ranges": "bytes", "Content-Length": str(length), **(extra or {})}.items():
-                    self.send_header(key, value)
-                self.end_headers()
-
-            def _missing(self) -> bool:
-                if self.path.split("?")[0] == HUB_PATH:
-                    return False
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return True
-
-            def do_HEAD(self):
-                if not self._missing():
-                    self._head(200, len(hub.content))
-
-            def do_GET(self):
-                if self._missing():
-                    return
-                ranged = self.headers.get("Range")
-                hub.ranges.append(ranged)
-                start = int(ranged[6:].split("-")[0]) if ranged and ranged.startswith("bytes=") else 0
-                body = hub.content[start:]
-                if start:
-                    self._head(206, len(body), {"Content-Range": f"bytes {start}-{len(hub.content) - 1}/"
-                                                                 f"{len(hub.content)}"})
-                else:
-                    self._head(200, len(body))
-                if hub.stall_at is not None:
-                    self.wfile.write(body[:hub.stall_at])
-                    self.wfile.flush()
-                    hub.stalled.set()
-                    hub.release.wait(20)  # the fetch is stopped meanwhile; its connection is gone
-                    self.close_connection = True
-                    return
-                self.wfile.write(body)
-
-        self.server = LoopbackHTTPServer(Handler)
-
-    def __enter__(self):
-        self.server.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.release.set()
-        self.server.__exit__(*exc)
+def _hub(content: bytes, stall_at: int | None) -> FakeHub:
+    """The fetch tests' loopback hub serving `content`; with `stall_at`, a GET sends that many bytes and holds on."""
+    hub = FakeHub(content)
+    hub.stall_at = stall_at
+    return hub
 
 
-def _env(tmp_path: Path, hub: StallingHub) -> dict:
+def _env(tmp_path: Path, hub: FakeHub) -> dict:
     env = {name: value for name, value in os.environ.items() if "proxy" not in name.lower()}
     env.update(HF_HUB_OFFLINE="0", HF_HUB_CACHE=str(tmp_path / "hub"), RAGZOO_CORPORA=str(tmp_path / "corpora"),
-               HF_HUB_DISABLE_PROGRESS_BARS="1", HF_ENDPOINT=hub.server.base_url)
+               HF_HUB_DISABLE_PROGRESS_BARS="1", HF_ENDPOINT=hub.base_url)
     return env
 
 
@@ -127,7 +60,7 @@ def test_sigterm_mid_download_stops_promptly_leaves_nothing_and_the_next_fetch_v
     content = _archive()
     assert len(content) > 200_000
     target = tmp_path / "corpora" / "wiki17-abstracts" / "wiki.abstracts.2017.jsonl"
-    with StallingHub(content, stall_at=len(content) // 3) as hub:
+    with _hub(content, stall_at=len(content) // 3) as hub:
         env = _env(tmp_path, hub)
         process = subprocess.Popen(_fetch(env), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -154,7 +87,7 @@ def test_sigterm_mid_download_stops_promptly_leaves_nothing_and_the_next_fetch_v
     assert list((tmp_path / "hub").rglob("*.incomplete")) == []
     assert not any(tmp_path.joinpath("corpora").rglob(f"*{fetch.PARTIAL_MARK}*"))
 
-    with StallingHub(content, stall_at=None) as hub:
+    with _hub(content, stall_at=None) as hub:
         env = _env(tmp_path, hub)
         done = subprocess.run(_fetch(env), env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -166,7 +99,7 @@ def test_sigterm_mid_download_stops_promptly_leaves_nothing_and_the_next_fetch_v
 
 def _killed_midway(tmp_path: Path, content: bytes) -> list[Path]:
     """A fetch killed outright (SIGKILL, the OOM killer, a power cut) mid-download: no cleanup ran."""
-    with StallingHub(content, stall_at=len(content) // 3) as hub:
+    with _hub(content, stall_at=len(content) // 3) as hub:
         env = _env(tmp_path, hub)
         process = subprocess.Popen(_fetch(env), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -185,7 +118,7 @@ def test_the_temporary_file_of_a_killed_download_is_removed_by_the_next_fetch(tm
 
     content = _archive()
     assert len(_killed_midway(tmp_path, content)) == 1
-    with StallingHub(content, stall_at=None) as hub:
+    with _hub(content, stall_at=None) as hub:
         env = _env(tmp_path, hub)
         done = subprocess.run(_fetch(env), env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -198,7 +131,7 @@ def test_the_temporary_file_of_a_download_still_running_is_kept(tmp_path):
     from filelock import FileLock
 
     content = _archive()
-    with StallingHub(content, stall_at=None) as hub:  # a complete fetch, then another while a download runs
+    with _hub(content, stall_at=None) as hub:  # a complete fetch, then another while a download runs
         env = _env(tmp_path, hub)
         assert subprocess.run(_fetch(env), env=env, capture_output=True, timeout=60).returncode == 0
         (blob,) = [path for path in (tmp_path / "hub").rglob("blobs/*") if path.is_file()]

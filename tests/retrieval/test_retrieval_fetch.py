@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from ragzoo.testing import LoopbackHTTPServer
 _HUB_DOC = """A loopback stand-in for the Hugging Face hub: serves one file at `/{repo}/resolve/{revision}/{file}` (model
 repositories have no `models/` prefix) with the headers `huggingface_hub` reads (X-Repo-Commit,
 X-Linked-Etag = sha256, X-Linked-Size), HEAD and GET, and HTTP Range for resumed downloads. Faults on demand:
-cut the body of the next GETs after N bytes, answer later GETs 500, serve bytes that do not match the ETag."""
+cut the body of the next GETs after N bytes, answer later GETs 500, serve bytes that do not match the ETag, or
+(`stall_at`) send the first N bytes of every GET and hold the connection until `release` is set (or 20 s)."""
 
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -61,6 +63,8 @@ class FakeHub(LoopbackHTTPServer):
         self.cut_at = 0
         self.fail_gets_after_cut = False  # GETs answer 500 once a cut happened
         self._cut_happened = False
+        self.stall_at: int | None = None  # every GET sends this many bytes, then holds on until `release`
+        self.stalled, self.release = threading.Event(), threading.Event()
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -118,6 +122,13 @@ class FakeHub(LoopbackHTTPServer):
                                                                     f"{len(hub.content)}"})
                 else:
                     self._headers(200, len(body))
+                if hub.stall_at is not None:
+                    self.wfile.write(body[:hub.stall_at])
+                    self.wfile.flush()
+                    hub.stalled.set()
+                    hub.release.wait(20)  # the client is stopped meanwhile; its connection is gone
+                    self.close_connection = True
+                    return
                 if hub.cut_gets > 0:
                     hub.cut_gets -= 1
                     hub._cut_happened = True
@@ -132,6 +143,10 @@ class FakeHub(LoopbackHTTPServer):
     @property
     def url(self) -> str:
         return self.base_url
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()  # a stalled GET's handler would otherwise hold the shutdown for its 20 s
+        super().__exit__(*exc)
 
 
 # -- tests --------------------------------------------------------------------------------------------
