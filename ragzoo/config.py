@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ragzoo.errors import ConfigError
-from ragzoo.secrets import SECRET_HINT, is_secret_name, looks_like_secret, register_secret, url_credentials
+from ragzoo.secrets import SECRET_HINT, is_secret_name, looks_like_secret, register_url
 
 
 def add_secret_trap(parser: argparse.ArgumentParser) -> None:
@@ -92,8 +92,7 @@ def resolve(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any
     refuse_secrets({**resolved, "api_key": getattr(args, "api_key", None)})
     for name in ("api_base", "retriever"):  # what an endpoint carries is redacted from every error text
         if isinstance(resolved.get(name), str) and "://" in resolved[name]:
-            for value in url_credentials(resolved[name].partition(":")[2] if name == "retriever" else resolved[name]):
-                register_secret(value)
+            register_url(resolved[name].partition(":")[2] if name == "retriever" else resolved[name])
     if "out" in defaults:  # a command that writes a run or an artifact (ask's 0 is a plain budget stop, exit 3)
         refuse_empty_budgets(resolved)
     return resolved

@@ -74,6 +74,9 @@ _VERSION_VALUE = re.compile(r"^[0-9][0-9.\-]*(-?[A-Za-z]+)?$")
 # "'al:pw@proxy'" and "proxy=al:pw@proxy", not in "sal:pw@x" (quotes, "=", "(" and "/" are where URLs start)
 _USERINFO_CHARS = r"A-Za-z0-9\-._~%+:"
 _registered: set[str] = set()
+# the userinfo of every endpoint registered from the command line or a config file (`register_url`): hidden where
+# a URL holds it, however short, as an endpoint variable's is (`endpoint_userinfos`)
+_registered_userinfos: set[str] = set()
 
 
 def _usable_secret(value: str | None) -> bool:
@@ -156,13 +159,13 @@ def _compile_redaction() -> tuple[tuple[str, ...], re.Pattern]:
     values = tuple(known_secrets())
     # the userinfo's literal first, its start checked after (a lookbehind over it and the character before):
     # a pattern whose every alternative opens with a literal is scanned by its first characters, 2x faster
-    in_urls = [f"{re.escape(userinfo)}(?=@)(?<![{_USERINFO_CHARS}]{re.escape(userinfo)})"
-               for userinfo in endpoint_userinfos()]
+    userinfos = sorted({*endpoint_userinfos(), *_registered_userinfos}, key=len, reverse=True)
+    in_urls = [f"{re.escape(userinfo)}(?=@)(?<![{_USERINFO_CHARS}]{re.escape(userinfo)})" for userinfo in userinfos]
     return values, re.compile("|".join([*map(re.escape, values), *in_urls, _REDACTED_SHAPES]))
 
 
 # registered credentials are only ever added: their count says whether the set changed
-_redaction = environ_memo(_compile_redaction, version=lambda: len(_registered))
+_redaction = environ_memo(_compile_redaction, version=lambda: (len(_registered), len(_registered_userinfos)))
 
 
 def _redaction_pattern() -> re.Pattern:
@@ -236,6 +239,9 @@ def register_url(url: Any, *, paths: bool = True) -> None:
         return
     for value in url_credentials(url, paths=paths):
         register_secret(value)
+    userinfo = _userinfo(url)
+    if userinfo:
+        _registered_userinfos.add(userinfo)
 
 
 def _userinfo(url: str) -> str | None:

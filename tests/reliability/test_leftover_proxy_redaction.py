@@ -72,3 +72,22 @@ def test_a_scheme_less_proxy_url_echoed_in_a_message_keeps_its_host_not_its_user
     assert scrub({"error": "via al:pw@10.0.0.1:8080"}) == {"error": "via ***@10.0.0.1:8080"}
     ordinary = "the pwd of al:pw1@example, of sal:pw@x, and al:pw alone"  # the same letters elsewhere are kept
     assert redact(ordinary) == ordinary
+
+
+def test_an_endpoint_given_on_the_command_line_has_its_short_userinfo_hidden_too(monkeypatch, cli, tmp_path):
+    """An --api-base (or a --config file's api_base) with credentials too short to be hidden as values of their
+    own (`http://al:pw@host`) is hidden where a URL holds it, as an endpoint variable's is: register_url, the one
+    place every command registers an endpoint through, records its userinfo."""
+    from ragzoo import secrets
+
+    for name in list(os.environ):
+        if "proxy" in name.lower():
+            monkeypatch.delenv(name)
+    monkeypatch.setattr(secrets, "_registered_userinfos", set())
+    result = cli("evaluate", "--method", "rag", "--lm", "openai/stub", "--api-base", "http://al:pw@127.0.0.1:9/v1",
+                 "--dataset", "no-such-dataset", "-n", "1", "--out", tmp_path / "run")
+    assert result.code not in (0, None) and "no-such-dataset" in result.err  # refused once the options resolved
+    shown = secrets.redact("POST http://al:pw@127.0.0.1:9/v1/chat/completions: connection refused")
+    assert shown == "POST http://***@127.0.0.1:9/v1/chat/completions: connection refused", shown
+    ordinary = "the pwd of sal:pw@x, and al:pw alone"
+    assert secrets.redact(ordinary) == ordinary
