@@ -112,7 +112,8 @@ def _alive_in_group(group: int) -> bool:
 
 def _workers_stopped(server, group):
     """The workers notice within 1.5 s (Ctrl-C: stopped by the parent; SIGKILL: their orphan watch): gone by then,
-    or, if one is still there, the LM hears nothing from the group for another second."""
+    or, if one is still there, the LM hears nothing from the group for another second; and all are gone within 30 s
+    (a loaded machine can take longer than 1.5 s to end them)."""
     deadline = time.monotonic() + 1.5
     while _alive_in_group(group) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -120,6 +121,12 @@ def _workers_stopped(server, group):
     if _alive_in_group(group):
         time.sleep(1.0)
     assert server.requests == served, "a worker outlived its parent and still calls the LM"
+    # and they do exit: a worker still winding down holds the run folder's lock (inherited across fork), so a
+    # resume started now would be refused as "being written by another ragzoo process" (seen under load in CI)
+    deadline = time.monotonic() + 30
+    while _alive_in_group(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive_in_group(group), "a worker outlived its parent"
 
 
 def test_ctrl_c_and_sigkill_keep_finished_questions(tmp_path, cli, helpers, questions_file, small_corpus):
