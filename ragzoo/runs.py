@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ragzoo.config import answer_differences, answer_view
 from ragzoo.errors import BudgetExceeded, RunError
 from ragzoo.files import atomic_write_bytes, atomic_write_json, jsonable
+from ragzoo.machine import usable_cpus
 
 logger = logging.getLogger(__name__)
 
@@ -1017,10 +1018,6 @@ _DONE = object()
 
 
 IN_FLIGHT_PER_PROCESS = 64  # one interpreter's CPU per LM call stays flat up to here (benchmarks/throughput.py)
-
-
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def auto_processes(threads: int, questions: int, *, budget: bool = False, judged: bool = False,

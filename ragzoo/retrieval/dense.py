@@ -93,6 +93,9 @@ def load_model(model: str = DEFAULT_MODEL):
                 _models[identity] = SentenceTransformer(location, device="cpu")
             except Exception as error:  # an unknown name offline, a broken folder...
                 raise ConfigError(f"cannot load sentence-transformers model {model!r}: {error}")
+            from ragzoo.machine import cap_native_threads
+
+            cap_native_threads()  # torch's pool counts the host's cores, not a container's CPU quota
         return _models[identity]
 
 

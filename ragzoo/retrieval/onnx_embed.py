@@ -184,7 +184,11 @@ class OnnxEncoder:
         self.max_seq_length = int(model.max_seq_length)
         fp32, int8 = export_files(model, identity)
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        if not threads:
+            from ragzoo.machine import usable_cpus
+
+            threads = usable_cpus()  # the CPUs this process may use (affinity, a container's quota), not the host's
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = int8 if engine == "onnx-int8" else fp32
