@@ -311,7 +311,7 @@ def bench_sparse(data: Path, n_questions: int, rank_bm25_questions: int, tmp: Pa
 
     build_s, folder, num_docs = None, None, None
     (build_s, folder, num_docs), rss = in_child(_build_ours, str(corpus), str(tmp / "cache"))
-    ours = BM25Retriever(Path(folder))
+    ours = BM25Retriever(Path(folder), backend="numpy")
     ranked = [[p.title for p in row] for row in ours.batch(questions, 20)]
     quality.append({"retriever": "ragzoo bm25 (k1 .9, b .4)", **recall_table(ranked, gold)})
 
@@ -437,7 +437,7 @@ def bench_big(tmp: Path, n_docs: int) -> dict:
     generate = time.perf_counter() - started
     (build_s, folder, num_docs), rss = in_child(_build_ours, str(path), str(tmp / "cache"))
     started = time.perf_counter()
-    retriever = BM25Retriever(Path(folder))
+    retriever = BM25Retriever(Path(folder), backend="numpy")
     load_s = time.perf_counter() - started
     rng = np.random.default_rng(1)
     queries = [" ".join(f"w{i:x}q" for i in rng.integers(0, 5000, size=6)) for _ in range(200)]

@@ -321,7 +321,7 @@ def _query(folder: str, rows: list[dict]) -> dict:
 
     questions = [row["question"] for row in rows]
     started = time.perf_counter()
-    retriever = BM25Retriever(Path(folder), check_stale=False)
+    retriever = BM25Retriever(Path(folder), check_stale=False, backend="numpy")
     load_s = time.perf_counter() - started
     out = {"load s": load_s}
     retriever.warm_up()  # as `ragzoo serve` does before /health says ready: MADV_WILLNEED and a few searches

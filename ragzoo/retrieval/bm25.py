@@ -8,7 +8,9 @@ exactly the layout `bm25s.BM25.save` writes. Peak memory is therefore the vocabu
 the corpus (bm25s's own `index()` needs every token list in memory, ≈3 GB per million short documents).
 Queries are answered over `bm25s.BM25.load(..., mmap=True)`'s score matrix by `bm25_topk.PrunedTopK` (exact top
 k with MaxScore pruning: frequent terms are looked up for the candidates of the rare ones instead of scanned),
-batched on `n_threads` threads; `backend="numba"` compiles its two column loops with numba.
+batched on `n_threads` threads; `backend="numba"` answers each query in one compiled call (numba), `"numpy"` in a
+numpy call or two per term, and `"auto"` (the default) picks numba from `AUTO_NUMBA_FROM` passages on when numba
+is installed (the `[fast]` extra), numpy below that or without it.
 """
 
 from __future__ import annotations
@@ -286,11 +288,25 @@ def ensure_bm25_index(corpus: Path, settings: BM25Settings = BM25Settings(), out
     return folder, meta, True
 
 
-def _select_backend(model, backend: str) -> str:
-    """numpy (default: no warm-up) or numba (the pruned scorer's column loops compiled: several times faster on
-    large corpora, for a one-off compile per process, cached on disk by numba)."""
-    if backend not in ("numpy", "numba"):
-        raise ConfigError(f"bm25 backend must be numpy or numba, got {backend!r}")
+# `backend="auto"` picks numba from this many passages on (when installed). Below it numpy answers in well under a
+# millisecond (0.22 ms a question on the 17,703-passage sample) and a process starts with no numba import and no
+# compile (~10-13 s the first time on 2 cores, then ~0.3 s a process from numba's disk cache). Above it numpy's
+# per-term Python grows with the postings (15-19 ms a question at 5.2M passages, 52-66 q/s in issue 24's
+# side-by-side, against numba's 5.1 ms), holding the interpreter lock where many threads share it (`evaluate
+# --threads`, `serve`). The README's advice: "up to ~1M passages either backend is fast".
+AUTO_NUMBA_FROM = 1_000_000
+
+
+def _select_backend(model, backend: str, num_docs: int = 0) -> str:
+    """numpy (no compile, no numba import) or numba (the pruned scorer in one compiled call a query: several times
+    faster on large corpora, compiled once and cached on disk by numba); "auto": numba from `AUTO_NUMBA_FROM`
+    passages on when numba is installed, else numpy."""
+    if backend not in ("auto", "numpy", "numba"):
+        raise ConfigError(f"bm25 backend must be auto, numpy or numba, got {backend!r}")
+    if backend == "auto":
+        from importlib.util import find_spec
+
+        return "numba" if num_docs >= AUTO_NUMBA_FROM and find_spec("numba") is not None else "numpy"
     if backend == "numba":
         try:
             import numba  # noqa: F401
@@ -303,7 +319,7 @@ class BM25Retriever(BaseRetriever):
     """BM25 over a built index folder. `n_threads` threads answer batches (0 = the calling thread)."""
 
     def __init__(self, index_dir: Path, spec: str = "", n_threads: int = 0, check_stale: bool = True,
-                 backend: str = "numpy", index_format: str | None = None):
+                 backend: str = "auto", index_format: str | None = None):
         import bm25s
 
         from ragzoo.retrieval import bm25_packed
@@ -330,7 +346,7 @@ class BM25Retriever(BaseRetriever):
                 else json.loads((self.index_dir / "vocab.index.json").read_text(encoding="utf-8"))
         else:
             self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
-            self.backend = _select_backend(self.model, backend)
+            self.backend = _select_backend(self.model, backend, int(self.meta["num_docs"]))
             self.vocab = self.model.vocab_dict
             if self.model.nonoccurrence_array is None:  # Lucene BM25 (ours): no per-document constant to add
                 from ragzoo.retrieval.bm25_topk import PrunedTopK

@@ -19,9 +19,9 @@ go to the lower passage row.
 Query terms repeated in a query count as often as they occur, as in bm25s.
 
 Two paths. numpy (`kernels="numpy"`): the loop above in Python, a numpy call or two per term. numba with the
-builder's `term_max.npy` (`backend=numba`, the default when numba is installed): the whole query in one compiled
-call, `_top_k_csc`, which also keeps theta up to date during the scan instead of a pass over the reached passages,
-and answers bit for bit as the numpy path. That kernel is defined in bm25_packed.py, beside the compiled heap it
+builder's `term_max.npy` (`backend=numba`, which `auto` picks from 1M passages on when numba is installed): the
+whole query in one compiled call, `_top_k_csc`, which also keeps theta up to date during the scan instead of a
+pass over the reached passages, and answers bit for bit as the numpy path. That kernel is defined in bm25_packed.py, beside the compiled heap it
 shares with the packed kernel: numba's disk cache checks only the defining file's stamp, so a cached kernel must
 live in the file of every compiled function it calls, or an edit of a helper would leave stale code running.
 The per-term Python cost more than the scoring did: at 1M passages (CPU per question, token ids in, top 10 out)

@@ -1,8 +1,9 @@
 """Retrievers from spec strings.
 
-    bm25:<corpus.jsonl | index-dir>[?k1=0.9&b=0.4][&backend=numba][&threads=2][&format=packed]
+    bm25:<corpus.jsonl | index-dir>[?k1=0.9&b=0.4][&backend=auto|numba|numpy][&threads=2][&format=packed]
                                                       the embedded default (no service needed); numba
-                                                      compiles the scorer's loops (faster on big corpora);
+                                                      compiles the scorer (faster on big corpora; auto:
+                                                      numba from 1M passages when installed);
                                                       threads answer a batch's queries in parallel;
                                                       format=packed: compressed postings (bm25_packed)
     dense:<corpus.jsonl | index-dir>[?model=NAME]     sentence-transformers + faiss
@@ -65,7 +66,7 @@ def make_retriever(spec: str, **kwargs) -> Retriever:
         from ragzoo.retrieval.bm25 import BM25Retriever, BM25Settings
 
         target, options = _split_options(rest)
-        backend = options.pop("backend", "numpy")
+        backend = options.pop("backend", "auto")
         if "format" in options:
             kwargs.setdefault("index_format", options.pop("format"))
         threads = options.pop("threads", None)

@@ -173,8 +173,34 @@ def test_numba_backend_ranks_like_numpy(tmp_path):
         cutoff = round(expected[-1].score, 4)  # equal scores at the cut-off may be broken either way
         assert {p.pid for p in got if round(p.score, 4) > cutoff} == \
             {p.pid for p in expected if round(p.score, 4) > cutoff}
-    with pytest.raises(Exception, match="numpy or numba"):
+    with pytest.raises(Exception, match="auto, numpy or numba"):
         make_retriever(f"bm25:{corpus}?backend=gpu")
+
+
+def test_auto_backend_is_numba_from_a_million_passages_when_installed(corpus, monkeypatch):
+    """The default (`backend=auto`): numpy below `AUTO_NUMBA_FROM` passages (no compile, no numba import for a
+    small corpus), numba from there on when numba is installed, numpy without it; the same answers either way."""
+    import importlib.util
+
+    import ragzoo.retrieval.bm25 as bm25
+
+    assert bm25.AUTO_NUMBA_FROM == 1_000_000
+    small = make_retriever(f"bm25:{corpus}", show_progress=False)
+    assert small.backend == "numpy" and small.pruned._one_call is None
+    count = small.num_docs
+    monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", count)  # this corpus counts as large from here on
+    large = make_retriever(f"bm25:{corpus}", show_progress=False)
+    assert large.backend == "numba" and large.pruned._one_call is not None
+    assert make_retriever(f"bm25:{corpus}?backend=numpy", show_progress=False).backend == "numpy"
+    for query in ("apple orchard", "river Paris", "yellow fruits trees"):
+        assert large(query, 3) and [(p.pid, p.score) for p in large(query, 3)] == [(p.pid, p.score) for p in small(query, 3)]
+    monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", count + 1)  # one passage short of it
+    assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
+    monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", count)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else
+                        real_find_spec(name, *a))  # numba not installed: numpy, no error
+    assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
 
 
 def test_warm_up_asks_the_kernel_to_read_the_score_matrix_ahead(corpus, monkeypatch):
