@@ -1,7 +1,8 @@
 """Evaluation throughput against a slow LM: questions/s of `ragzoo.runs.evaluate` (with a run directory) against
 the stub LM server (`python -m ragzoo.stubserver --latency`, default 200 ms, in a process of its own so its CPU is
 not counted as ragzoo's), through the real `dspy.LM` (`make_lm("openai/stub", api_base=...)`, response cache off,
-`--max-concurrency` = requests in flight) and the bm25 retriever, at several threads x processes.
+`--max-concurrency` = requests in flight) and the bm25 retriever (`--retriever`: its numpy backend by default;
+`?backend=numba` for the compiled one, ~0.9 ms less CPU a question at 1 in flight), at several threads x processes.
 
 For each setting: in flight = threads x processes; ideal q/s = in flight / (latency x LM calls per question);
 ratio = measured / ideal; CPU ms per LM call = ragzoo's process CPU time (this process and its worker processes,
@@ -110,6 +111,40 @@ def run_setting(method_id: str, threads: int, processes: int, n: int, latency: f
             "load_average": os.getloadavg()[0], **extra}
 
 
+def idle_penalty(gap: float, units: int = 40) -> dict:
+    """CPU ms of a fixed pure-Python workload (JSON, a regex, a dict sorted: about a warm LM call's ~1 ms, no
+    ragzoo or DSPy code) run back to back, then with `gap` seconds idle between units, as a question at 1 in flight
+    waits for its LM. Their ratio is what idling costs any Python code on this machine (caches and the CPU's state
+    after the wait), and so how much more a question costs at 1 in flight than back to back: 1.6-1.8x on the
+    2-core VM of the issue 24 notes."""
+    import json
+    import re
+
+    record = {"messages": [{"role": "user", "content": "x" * 2000 + str(i)} for i in range(6)]}
+    marker = re.compile(r"\[\[ ## (\w+) ## \]\]")
+
+    def unit() -> None:
+        for _ in range(12):
+            json.loads(json.dumps(record))
+            marker.findall("[[ ## answer ## ]] text " * 50)
+            sorted({str(i): i for i in range(300)}.items())
+
+    for _ in range(10):
+        unit()
+    figures = {}
+    for name, pause in (("back_to_back_ms", 0.0), ("after_idle_ms", gap)):
+        spent = 0.0
+        for _ in range(units):
+            if pause:
+                time.sleep(pause)
+            started = time.process_time()
+            unit()
+            spent += time.process_time() - started
+        figures[name] = 1000 * spent / units
+    figures["factor"] = figures["after_idle_ms"] / figures["back_to_back_ms"]
+    return figures
+
+
 def _figure(result: dict, key: str, spec: str) -> str:
     return format(result[key], spec) if key in result else ""
 
@@ -130,6 +165,9 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default="rag")
     parser.add_argument("--rounds", type=int, default=5, help="questions per request in flight in each setting")
     parser.add_argument("--min-examples", type=int, default=8)
+    parser.add_argument("--retriever", default=None,
+                        help="retriever spec (default: ragzoo's default retriever, bm25 on the numpy backend); "
+                             "e.g. bm25:hotpotqa/corpus_wiki17_abstracts.jsonl?backend=numba")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
@@ -147,8 +185,10 @@ def main(argv=None) -> int:
     n_max = max(max(args.min_examples, args.rounds * t * (p or 1)) for t, p in settings)
     in_flight_max = max(t * (p or 1) for t, p in settings)
     examples = data.load("hotpotqa", "dev", n=n_max + in_flight_max + 2, seed=None)
-    retriever = make_retriever(DEFAULT_RETRIEVER)
+    retriever_spec = args.retriever or DEFAULT_RETRIEVER
+    retriever = make_retriever(retriever_spec)
     results = []
+    idle = [idle_penalty(args.latency)]
     with stub_server(args.latency) as base:
         for method_id in filter(None, args.methods.split(",")):
             warm = make_lm("openai/stub", api_base=base, cache=False, num_retries=0)
@@ -180,13 +220,17 @@ def main(argv=None) -> int:
              _figure(r, "setup_cpu_ms", ".1f"), f"{r['load_average']:.1f}", verdict(r)]
             for r in results]
     print(f"\nEvaluation throughput: stub LM at {1000 * args.latency:.0f} ms per call (own process), real dspy.LM "
-          f"over loopback, {DEFAULT_RETRIEVER}, ragzoo.runs.evaluate with a run directory; {os.cpu_count()} CPUs\n")
+          f"over loopback, {retriever_spec}, ragzoo.runs.evaluate with a run directory; {os.cpu_count()} CPUs\n")
     print(markdown_table(["method", "in flight", "threads", "processes", "questions", "LM calls/q", "failures",
                           "seconds", "q/s", "ideal q/s", "ratio", "CPU ms/call", "without set-up",
                           "set-up ms a run", "load avg",
                           f"target (CPU <= {CPU_TARGET_MS:g} ms)"], rows))
-    write_json(args.out, {"latency": args.latency, "targets": TARGETS, "cpu_target_ms": CPU_TARGET_MS,
-                          "results": results})
+    idle.append(idle_penalty(args.latency))
+    print(f"\nIdling's cost on this machine (`idle_penalty`, a fixed pure-Python workload, before and after the "
+          f"settings): " + "; ".join(f"{i['back_to_back_ms']:.2f} ms back to back, {i['after_idle_ms']:.2f} ms after "
+                                     f"{1000 * args.latency:.0f} ms idle ({i['factor']:.2f}x)" for i in idle))
+    write_json(args.out, {"latency": args.latency, "retriever": retriever_spec, "targets": TARGETS,
+                          "cpu_target_ms": CPU_TARGET_MS, "idle_penalty": idle, "results": results})
     return 0
 
 
