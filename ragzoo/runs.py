@@ -749,7 +749,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise RunError(f"--threads must be a positive integer, got {threads!r}")
     if processes is not None:
-        _check_processes(processes)
+        check_processes(processes)
     ids = [example_id(example, i) for i, example in enumerate(examples)]
     if len(set(ids)) != len(ids):
         raise RunError("the examples have duplicate ids; give each question a unique id (--field-map id=...)")
@@ -1050,7 +1050,9 @@ def native_threads(retriever) -> bool:
     return bool(getattr(getattr(retriever, "inner", retriever), "native_threads", False))
 
 
-def _check_processes(processes) -> None:
+def check_processes(processes) -> None:
+    """Refuse a --processes the active LM's endpoint cannot serve (or not a positive integer, or no fork()): one
+    line, before any work (`ragzoo evaluate` asks before it builds the program and its index)."""
     import multiprocessing
 
     if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:

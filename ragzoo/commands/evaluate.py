@@ -103,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     follow_recorded_adapter(args, config)
     adapter = build_adapter(config)
     lm = build_lm(config)
+    if config["processes"] is not None:
+        from ragzoo.runs import check_processes
+
+        with dspy.context(lm=lm):  # against the LM's --max-concurrency, before the program builds its index
+            check_processes(config["processes"])
     examples = load_examples(config)  # before the program: a `fixed` retriever replays their passages
     program, description = program_from_config(config, examples)
     say_adapter_mismatch("evaluate", config, adapter)

@@ -71,11 +71,16 @@ def test_endpoint_limit_is_shared_by_the_processes(tmp_path, cli, questions_file
 
 
 def test_bad_processes_are_one_line(tmp_path, cli, questions_file, small_corpus, helpers):
+    """Refused in one line before any work: no question asked, no run folder, and no index built for the
+    retriever (a corpus no test has indexed: its build would print a progress bar before the refusal)."""
     data = questions_file(4)
+    corpus = tmp_path / "unindexed.jsonl"
+    corpus.write_text(small_corpus.read_text() + json.dumps({"id": f"x-{tmp_path.name}", "title": "Only here",
+                                                             "text": "A passage no other test indexes."}) + "\n")
     with StubLMServer(latency=0) as server:
         for extra, says in ((["--processes", "0"], "--processes must be a positive integer"),
                             (["--processes", "4", "--max-concurrency", "2"], "--processes 4 is more than")):
-            result = cli(*_argv(server, data, small_corpus, tmp_path / "run", *extra))
+            result = cli(*_argv(server, data, corpus, tmp_path / "run", *extra))
             assert result.code not in (0, None) and says in result.err, result.err
             assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1, result.err
             assert not (tmp_path / "run").exists()
