@@ -17,7 +17,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # One OpenMP thread per process (torch's encoders, here and in the subprocesses tests start): the suite's workers
-# (`-n 2`) already fill the cores, and torch's spinning threads on a busy core made a six-passage embedding take
+# (`-n 3`) already fill the cores, and torch's spinning threads on a busy core made a six-passage embedding take
 # seconds instead of milliseconds (tests/retrieval/test_retrieval_dense_hybrid.py: 37 s -> see H4's report).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The Ctrl-C tests send SIGINT to the commands they start, as a terminal does. A suite started in the background
