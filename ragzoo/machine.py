@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import threading
 from pathlib import Path
 
 __all__ = ["usable_cpus", "cpu_quota"]
@@ -20,7 +22,10 @@ __all__ = ["usable_cpus", "cpu_quota"]
 def usable_cpus(root: str | Path = "/") -> int:
     """The CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota (see the module doc).
     `root`: where /proc and /sys are read (tests give a folder laid out as they are)."""
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity masks on this OS
+        allowed = os.cpu_count() or 1
     quota = cpu_quota(root)
     if quota is not None:
         allowed = min(allowed, max(1, math.ceil(quota)))
@@ -30,24 +35,72 @@ def usable_cpus(root: str | Path = "/") -> int:
 def cpu_quota(root: str | Path = "/") -> float | None:
     """The CPU quota of this process's cgroup and its parents, in CPUs (the smallest one set), or None where
     none is set or it cannot be read (no cgroup file system, another OS): never an error."""
-    root = Path(root)
+    try:
+        return _cpu_quota(Path(root))
+    except (OSError, UnicodeDecodeError, ValueError):  # a folder that cannot be searched, a torn file
+        return None
+
+
+def _cpu_quota(root: Path) -> float | None:
     try:
         lines = (root / "proc/self/cgroup").read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
+    mounts = _cgroup_mounts(root)
     found: list[float] = []
     for line in lines:
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":  # cgroup v2: one unified hierarchy (under "unified" on a
-            for mount in ("sys/fs/cgroup", "sys/fs/cgroup/unified"):  # host that mounts v1 beside it)
-                found += _quotas(root / mount, path, _v2_quota)
+        if hierarchy == "0" and controllers == "":  # cgroup v2: one unified hierarchy
+            places = mounts.get("cgroup2") or [("/", root / "sys/fs/cgroup"), ("/", root / "sys/fs/cgroup/unified")]
+            read = _v2_quota
         elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's hierarchy
-            mount = root / "sys/fs/cgroup" / controllers
-            if not mount.is_dir():
-                mount = root / "sys/fs/cgroup/cpu"
-            found += _quotas(mount, path, _v1_quota)
+            places = mounts.get("cpu") or [("/", root / "sys/fs/cgroup" / controllers),
+                                           ("/", root / "sys/fs/cgroup/cpu")]
+            read = _v1_quota
+        else:
+            continue
+        for mount_root, mount in places:  # each place there (v1's "cpu" is often a link to "cpu,cpuacct")
+            if os.path.isdir(mount):  # never raises (a folder this process may not search is no limit)
+                found += _quotas(mount, _below(path, mount_root), read)
     return min(found) if found else None
+
+
+def _cgroup_mounts(root: Path) -> dict[str, list[tuple[str, Path]]]:
+    """{"cgroup2" or "cpu": [(the hierarchy's folder the mount shows, where it is mounted)]} from
+    /proc/self/mountinfo; empty where it cannot be read (then the standard mount points are tried)."""
+    try:
+        lines = (root / "proc/self/mountinfo").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    mounts: dict[str, list[tuple[str, Path]]] = {}
+    for line in lines:
+        fields, _, tail = line.partition(" - ")
+        fields, tail = fields.split(), tail.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        kind = "cgroup2" if tail[0] == "cgroup2" else "cpu" if tail[0] == "cgroup" and \
+            "cpu" in tail[2].split(",") else None
+        if kind:
+            mounts.setdefault(kind, []).append((_unescape(fields[3]), root / _unescape(fields[4]).lstrip("/")))
+    return mounts
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes (\\040 ...)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _below(path: str, mount_root: str) -> str:
+    """The cgroup `path` (as /proc/self/cgroup gives it) relative to the folder of the hierarchy a mount shows:
+    a container that sees the host's path of its group (`/docker/<id>`) has that group mounted as the mount's top,
+    and the folders above it are not the mount's (`/docker` there may be another daemon's group inside it)."""
+    path, mount_root = "/" + path.strip().strip("/"), "/" + mount_root.strip("/")
+    if mount_root == "/":
+        return path
+    if path == mount_root or path.startswith(mount_root + "/"):
+        return path[len(mount_root):] or "/"
+    return "/"  # a group outside what the mount shows: only the mount's own limit is readable
 
 
 def _quotas(mount: Path, path: str, read) -> list[float]:
@@ -91,9 +144,10 @@ def _ratio(limit: str, period: str) -> float | None:
 
 
 def cap_native_threads() -> int:
-    """Size the native thread pools ragzoo's retrievers run (torch's intra-op pool, faiss's OpenMP pool, those
-    imported) to `usable_cpus` where they are larger: both count the host's cores, not a container's quota. Left
-    as they are where OMP_NUM_THREADS is set (the user chose). Returns the CPUs counted."""
+    """Size torch's intra-op pool (one for the process) and the calling thread's faiss pool to `usable_cpus`
+    where they are larger: both count the host's cores, not a container's quota. Left as they are where
+    OMP_NUM_THREADS is set (the user chose). Returns the CPUs counted. faiss's count is per thread (OpenMP's):
+    a thread that searches caps its own with `cap_faiss_in_this_thread`."""
     import sys
 
     cpus = usable_cpus()
@@ -103,6 +157,25 @@ def cap_native_threads() -> int:
     if torch is not None and torch.get_num_threads() > cpus:
         torch.set_num_threads(cpus)
     faiss = sys.modules.get("faiss")
-    if faiss is not None and faiss.omp_get_max_threads() > cpus:
-        faiss.omp_set_num_threads(cpus)
+    if faiss is not None:
+        _cap_faiss(faiss, cpus)
     return cpus
+
+
+_THREAD = threading.local()
+
+
+def cap_faiss_in_this_thread(faiss) -> None:
+    """Cap the calling thread's faiss (OpenMP) pool to `usable_cpus`, once per thread. OpenMP keeps the count
+    per thread: a thread started after `cap_native_threads` (evaluate's and the server's workers) starts from the
+    process default, the host's cores."""
+    if getattr(_THREAD, "faiss_capped", False):
+        return
+    _THREAD.faiss_capped = True
+    if not os.environ.get("OMP_NUM_THREADS"):
+        _cap_faiss(faiss, usable_cpus())
+
+
+def _cap_faiss(faiss, cpus: int) -> None:
+    if faiss.omp_get_max_threads() > cpus:
+        faiss.omp_set_num_threads(cpus)

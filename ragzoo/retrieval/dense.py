@@ -251,6 +251,11 @@ class DenseRetriever(BaseRetriever):
         return self._search_batch([query], k)[0]
 
     def _search_batch(self, queries: list[str], k: int) -> list[list[Passage]]:
+        import faiss
+
+        from ragzoo.machine import cap_faiss_in_this_thread
+
+        cap_faiss_in_this_thread(faiss)  # faiss's pool size is per thread: each searching thread caps its own
         scores, rows = self.index.search(_encode(self.encoder, queries), min(k, self.num_docs))
         return [[self.store.get(int(row), float(score)) for row, score in zip(row_ids, row_scores) if row >= 0]
                 for row_ids, row_scores in zip(rows, scores)]

@@ -81,6 +81,47 @@ def test_undecodable_files_are_no_limit(tmp_path, eight_cpus):
     assert machine.usable_cpus(root) == 8
 
 
+@pytest.mark.parametrize("cgroup, mountinfo, files, cpus", [
+    # docker in docker (cgroup v1): /proc shows the host's path of the group, the mount shows that group as its top;
+    # "docker/" inside it is the inner daemon's group, not a parent of this process's
+    ("4:cpu,cpuacct:/docker/outer\n",
+     "30 25 0:27 /docker/outer /sys/fs/cgroup/cpu,cpuacct ro,nosuid - cgroup cgroup rw,cpu,cpuacct\n",
+     {"cpu,cpuacct/cpu.cfs_quota_us": "400000", "cpu,cpuacct/cpu.cfs_period_us": "100000",
+      "cpu,cpuacct/docker/cpu.cfs_quota_us": "100000", "cpu,cpuacct/docker/cpu.cfs_period_us": "100000"}, 4),
+    # the same for cgroup v2, one level below the mount's top
+    ("0::/kubepods/pod7/c1\n", "40 1 0:30 /kubepods/pod7 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+     {"cpu.max": "300000 100000", "c1/cpu.max": "max 100000", "kubepods/cpu.max": "100000 100000"}, 3),
+    # v2 mounted where no standard path is, its mount point written with an escaped space
+    ("0::/\n", "40 1 0:30 / /my\\040cgroup rw - cgroup2 cgroup2 rw\n", {}, 2),
+    # a group outside what the mount shows: the mount's own limit only
+    ("0::/elsewhere/x\n", "40 1 0:30 /mine /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+     {"cpu.max": "500000 100000", "elsewhere/x/cpu.max": "100000 100000"}, 5),
+    # lines that are not mounts of interest, or torn
+    ("0::/\n", "garbage\n41 1 0:31 / /proc rw - proc proc rw\n40 1 0:30 / /sys/fs/cgroup rw - cgroup2 c rw\n",
+     {"cpu.max": "200000 100000"}, 2),
+])
+def test_mountinfo_places_the_group_under_its_mount(tmp_path, eight_cpus, cgroup, mountinfo, files, cpus):
+    root = _layout(tmp_path, cgroup, files)
+    (root / "proc/self/mountinfo").write_text(mountinfo)
+    if "my\\040cgroup" in mountinfo:
+        (root / "my cgroup").mkdir()
+        (root / "my cgroup/cpu.max").write_text("200000 100000")
+    assert machine.usable_cpus(root) == cpus
+
+
+def test_an_unsearchable_folder_or_no_affinity_is_no_error(tmp_path, monkeypatch):
+    root = _layout(tmp_path, "0::/\n", {"cpu.max": "100000 100000"})
+
+    def denied(*args):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(machine, "_quotas", denied)
+    assert machine.cpu_quota(root) is None
+    monkeypatch.setattr(machine.os, "sched_getaffinity", denied, raising=False)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: 6)
+    assert machine.usable_cpus(root) == 6
+
+
 def test_this_machine_counts_at_least_one_and_at_most_its_mask():
     assert 1 <= machine.usable_cpus() <= len(machine.os.sched_getaffinity(0))
 
@@ -128,6 +169,41 @@ def test_omp_num_threads_set_by_the_user_is_left_alone(monkeypatch):
     torch, faiss = _fake_pools(monkeypatch, 48, 48)
     machine.cap_native_threads()
     assert (torch.threads, faiss.threads) == (48, 48)
+
+
+def _per_thread_faiss(default: int):
+    """A faiss whose OpenMP count is per thread, as OpenMP's is: a new thread starts from `default`."""
+    import threading
+
+    local = threading.local()
+    return types.SimpleNamespace(omp_get_max_threads=lambda: getattr(local, "n", default),
+                                 omp_set_num_threads=lambda n: setattr(local, "n", n))
+
+
+def test_each_searching_thread_caps_its_own_faiss_pool_once(monkeypatch):
+    import threading
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    counted = []
+    monkeypatch.setattr(machine, "usable_cpus", lambda root="/": counted.append(1) or 2)
+    faiss = _per_thread_faiss(64)
+    seen = {}
+
+    def search(name):
+        machine.cap_faiss_in_this_thread(faiss)
+        machine.cap_faiss_in_this_thread(faiss)  # once per thread: the quota is not read again
+        seen[name] = faiss.omp_get_max_threads()
+
+    threads = [threading.Thread(target=search, args=(f"t{i}",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+        thread.join()
+    assert seen == {"t0": 2, "t1": 2, "t2": 2} and len(counted) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # the user's choice: left alone
+    thread = threading.Thread(target=search, args=("user",))
+    thread.start()
+    thread.join()
+    assert seen["user"] == 64
 
 
 def test_onnx_sessions_use_the_usable_cpus(monkeypatch, tmp_path):

@@ -47,6 +47,28 @@ def test_dense_semantic_match_and_cache(corpus):
     assert not built  # embeddings and index are reused from the cache
 
 
+def test_a_search_caps_faiss_in_the_thread_that_runs_it(corpus, monkeypatch):
+    """faiss's OpenMP count is per thread: each thread that searches (evaluate's, the server's) caps its own pool
+    to the usable CPUs, once (ragzoo.machine)."""
+    import threading
+
+    from ragzoo import machine
+
+    capped = []
+    monkeypatch.setattr(machine, "_cap_faiss", lambda faiss, cpus: capped.append(threading.current_thread().name))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    retriever = make_retriever(f"dense:{corpus}", show_progress=False)
+
+    def search():
+        retriever("kitten", 1)
+        retriever.batch(["kitten", "star"], 1)
+
+    worker = threading.Thread(target=search, name="a-searching-thread")
+    worker.start()
+    worker.join()
+    assert capped.count("a-searching-thread") == 1
+
+
 def test_rrf_order_on_hand_made_rankings():
     def ranking(*pids):
         return [Passage(pid, pid.upper(), f"text {pid}") for pid in pids]
