@@ -2,7 +2,8 @@
 the stub LM server (`python -m ragzoo.stubserver --latency`, default 200 ms, in a process of its own so its CPU is
 not counted as ragzoo's), through the real `dspy.LM` (`make_lm("openai/stub", api_base=...)`, response cache off,
 `--max-concurrency` = requests in flight) and the bm25 retriever (`--retriever`: its numpy backend by default;
-`?backend=numba` for the compiled one, ~0.9 ms less CPU a question at 1 in flight), at several threads x processes.
+`?backend=numba` for the compiled one, less CPU a question where many threads share one interpreter: 2.4-2.6 ms a
+call against 3.2-4.6 at 64 in flight, none measurable at 1), at several threads x processes.
 
 For each setting: in flight = threads x processes; ideal q/s = in flight / (latency x LM calls per question);
 ratio = measured / ideal; CPU ms per LM call = ragzoo's process CPU time (this process and its worker processes,
@@ -115,7 +116,7 @@ def idle_penalty(gap: float, units: int = 40) -> dict:
     """CPU ms of a fixed pure-Python workload (JSON, a regex, a dict sorted: about a warm LM call's ~1 ms, no
     ragzoo or DSPy code) run back to back, then with `gap` seconds idle between units, as a question at 1 in flight
     waits for its LM. Their ratio is what idling costs any Python code on this machine (caches and the CPU's state
-    after the wait), and so how much more a question costs at 1 in flight than back to back: 1.6-1.8x on the
+    after the wait), and so how much more a question costs at 1 in flight than back to back: 1.5-1.8x on the
     2-core VM of the issue 24 notes."""
     import json
     import re

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from ragzoo.errors import ConfigError, DataError, RetrieverError
 from ragzoo.retrieval import index_cache
 from ragzoo.retrieval.base import BaseRetriever, Passage
 from ragzoo.retrieval.store import PassageStore, PassageStoreWriter, describe_files
+
+logger = logging.getLogger(__name__)
 
 BACKEND = "bm25"
 TERM_MAX = "term_max.npy"
@@ -315,6 +318,11 @@ def _select_backend(model, backend: str, num_docs: int = 0) -> str:
     return backend
 
 
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 class BM25Retriever(BaseRetriever):
     """BM25 over a built index folder. `n_threads` threads answer batches (0 = the calling thread)."""
 
@@ -344,6 +352,8 @@ class BM25Retriever(BaseRetriever):
             self.pruned = bm25_packed.PackedIndex(self.index_dir)
             self.vocab = bm25_packed.SortedVocab(self.index_dir) if (self.index_dir / bm25_packed.VOCAB_IDS).exists() \
                 else json.loads((self.index_dir / "vocab.index.json").read_text(encoding="utf-8"))
+            if len(self.vocab):  # term 0 exists: numba compiles now, not in the first questions' --deadline
+                self.pruned.compile()
         else:
             self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
             self.backend = _select_backend(self.model, backend, int(self.meta["num_docs"]))
@@ -353,9 +363,26 @@ class BM25Retriever(BaseRetriever):
 
                 scores = self.model.scores
                 term_max = np.load(self.index_dir / TERM_MAX) if (self.index_dir / TERM_MAX).exists() else None
-                self.pruned = PrunedTopK(scores["data"], scores["indices"], scores["indptr"], scores["num_docs"],
-                                         blocks=bm25_packed.read_csc_blocks(self.index_dir),
-                                         kernels=self.backend, term_max=term_max)
+
+                def scorer(kernels: str) -> PrunedTopK:
+                    return PrunedTopK(scores["data"], scores["indices"], scores["indptr"], scores["num_docs"],
+                                      blocks=bm25_packed.read_csc_blocks(self.index_dir), kernels=kernels,
+                                      term_max=term_max)
+
+                try:
+                    self.pruned = scorer(self.backend)
+                    # numba compiles now (~10-13 s the first time), not in the first questions' --deadline
+                    self.pruned.compile()
+                except Exception as error:  # noqa: BLE001 - numba that does not import, compile or cache here
+                    if self.backend != "numba":
+                        raise
+                    if backend == "numba":  # asked for by name: refused in one line
+                        raise ConfigError(f"the numba bm25 backend cannot run here ({_one_line(error)}); use "
+                                          f"backend=numpy") from None
+                    logger.warning("bm25: numba is installed but cannot run here (%s); scoring with numpy",
+                                   _one_line(error))
+                    self.backend = "numpy"
+                    self.pruned = scorer("numpy")
             elif self.backend == "numba":
                 self.model.backend = "numba"
                 self.model.activate_numba_scorer()

@@ -21,9 +21,10 @@ Query terms repeated in a query count as often as they occur, as in bm25s.
 Two paths. numpy (`kernels="numpy"`): the loop above in Python, a numpy call or two per term. numba with the
 builder's `term_max.npy` (`backend=numba`, which `auto` picks from 1M passages on when numba is installed): the
 whole query in one compiled call, `_top_k_csc`, which also keeps theta up to date during the scan instead of a
-pass over the reached passages, and answers bit for bit as the numpy path. That kernel is defined in bm25_packed.py, beside the compiled heap it
-shares with the packed kernel: numba's disk cache checks only the defining file's stamp, so a cached kernel must
-live in the file of every compiled function it calls, or an edit of a helper would leave stale code running.
+pass over the reached passages, and answers bit for bit as the numpy path. That kernel is defined in bm25_packed.py,
+beside the compiled heap it shares with the packed kernel: numba's disk cache checks only the defining file's
+stamp, so a cached kernel must live in the file of every compiled function it calls, or an edit of a helper would
+leave stale code running.
 The per-term Python cost more than the scoring did: at 1M passages (CPU per question, token ids in, top 10 out)
 2.3-2.5 ms for the per-term loop with numba column loops, 1.1-1.2 ms in one call, bm25s's numba `retrieve`
 1.4-1.5; on the 17,703-passage sample 0.22, 0.038 and 0.047 ms.
@@ -133,6 +134,20 @@ class PrunedTopK:
             stats = (float(weights.max()) if end > start else 0.0, bool(np.all(rows[1:] > rows[:-1])))
             self._term_stats[term] = stats
         return stats
+
+    def compile(self) -> None:
+        """Have numba compile what this scorer runs (`backend=numba`), by one query of term 0, leaving the running
+        totals as they were; nothing for numpy or an index without terms."""
+        if not isinstance(self.kernels, NumbaKernels) or len(self.indptr) < 2:
+            return
+        if self._windows is not None:
+            self._windows.compile()
+            return
+        with self._stats_lock:
+            saved = self._totals.copy()
+        self.top_k(np.zeros(1, dtype=np.int64), 1)
+        with self._stats_lock:
+            self._totals[:] = saved
 
     def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the k best passages, best first; fewer when fewer passages match."""

@@ -193,7 +193,8 @@ def test_auto_backend_is_numba_from_a_million_passages_when_installed(corpus, mo
     assert large.backend == "numba" and large.pruned._one_call is not None
     assert make_retriever(f"bm25:{corpus}?backend=numpy", show_progress=False).backend == "numpy"
     for query in ("apple orchard", "river Paris", "yellow fruits trees"):
-        assert large(query, 3) and [(p.pid, p.score) for p in large(query, 3)] == [(p.pid, p.score) for p in small(query, 3)]
+        found = [(p.pid, p.score) for p in large(query, 3)]
+        assert found and found == [(p.pid, p.score) for p in small(query, 3)]
     monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", count + 1)  # one passage short of it
     assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
     monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", count)
@@ -201,6 +202,51 @@ def test_auto_backend_is_numba_from_a_million_passages_when_installed(corpus, mo
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else
                         real_find_spec(name, *a))  # numba not installed: numpy, no error
     assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
+
+
+def test_auto_falls_back_to_numpy_where_numba_cannot_run_and_numba_by_name_is_one_line(corpus, monkeypatch, caplog):
+    """numba installed but unusable here (a numpy it does not support, a read-only install with nowhere to cache):
+    `auto` warns in one line and scores with numpy; `backend=numba` asked by name is refused in one line."""
+    import ragzoo.retrieval.bm25 as bm25
+    import ragzoo.retrieval.bm25_topk as bm25_topk
+    from ragzoo.errors import ConfigError
+
+    expected = [(p.pid, p.score) for p in make_retriever(f"bm25:{corpus}?backend=numpy", show_progress=False)(
+        "apple orchard", 3)]
+
+    def unusable(self):
+        raise RuntimeError("cannot cache function '_scan_into': no locator available for file\n'bm25_topk.py'")
+
+    monkeypatch.setattr(bm25_topk.NumbaKernels, "__init__", unusable)
+    monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", 1)
+    with caplog.at_level("WARNING", logger="ragzoo.retrieval.bm25"):
+        retriever = make_retriever(f"bm25:{corpus}", show_progress=False)
+    assert retriever.backend == "numpy" and retriever.pruned._one_call is None
+    assert [(p.pid, p.score) for p in retriever("apple orchard", 3)] == expected
+    warned = [r.getMessage() for r in caplog.records if r.name == "ragzoo.retrieval.bm25"]
+    assert len(warned) == 1 and "cannot run here (cannot cache function '_scan_into'" in warned[0]
+    assert "\n" not in warned[0]
+    refused = r"^the numba bm25 backend cannot run here \(cannot cache .*use backend=numpy$"
+    with pytest.raises(ConfigError, match=refused):
+        make_retriever(f"bm25:{corpus}?backend=numba", show_progress=False)
+
+
+@pytest.mark.parametrize("spec", ["?backend=numba", "?format=packed"])
+def test_a_numba_scorer_is_compiled_while_the_retriever_is_built(corpus, monkeypatch, spec):
+    """The first compile (~10-13 s) happens while the retriever is built, not in the first questions' --deadline:
+    one query through the scorer before the constructor returns; none for numpy."""
+    from ragzoo.retrieval import bm25_packed, bm25_topk
+
+    asked = []
+    for cls in (bm25_topk.PrunedTopK, bm25_packed.PackedIndex):
+        original = cls.top_k
+        monkeypatch.setattr(cls, "top_k", lambda self, ids, k, _original=original, _name=cls.__name__: (
+            asked.append((_name, list(ids), k)), _original(self, ids, k))[1])
+    make_retriever(f"bm25:{corpus}{spec}", show_progress=False)
+    assert asked == [("PackedIndex" if "packed" in spec else "PrunedTopK", [0], 1)]
+    asked.clear()
+    make_retriever(f"bm25:{corpus}?backend=numpy", show_progress=False)
+    assert asked == []
 
 
 def test_warm_up_asks_the_kernel_to_read_the_score_matrix_ahead(corpus, monkeypatch):
