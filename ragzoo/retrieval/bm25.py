@@ -353,7 +353,11 @@ class BM25Retriever(BaseRetriever):
             self.vocab = bm25_packed.SortedVocab(self.index_dir) if (self.index_dir / bm25_packed.VOCAB_IDS).exists() \
                 else json.loads((self.index_dir / "vocab.index.json").read_text(encoding="utf-8"))
             if len(self.vocab):  # term 0 exists: numba compiles now, not in the first questions' --deadline
-                self.pruned.compile()
+                try:
+                    self.pruned.compile()
+                except Exception as error:  # noqa: BLE001 - numba that cannot compile or cache here
+                    raise ConfigError(f"the packed bm25 format needs numba, which cannot run here "
+                                      f"({_one_line(error)})") from None
         else:
             self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
             self.backend = _select_backend(self.model, backend, int(self.meta["num_docs"]))

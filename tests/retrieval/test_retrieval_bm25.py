@@ -229,6 +229,11 @@ def test_auto_falls_back_to_numpy_where_numba_cannot_run_and_numba_by_name_is_on
     refused = r"^the numba bm25 backend cannot run here \(cannot cache .*use backend=numpy$"
     with pytest.raises(ConfigError, match=refused):
         make_retriever(f"bm25:{corpus}?backend=numba", show_progress=False)
+    from ragzoo.retrieval import bm25_packed
+
+    monkeypatch.setattr(bm25_packed.WindowedScorer, "compile", unusable)
+    with pytest.raises(ConfigError, match=r"^the packed bm25 format needs numba, which cannot run here \(cannot"):
+        make_retriever(f"bm25:{corpus}?format=packed", show_progress=False)
 
 
 @pytest.mark.parametrize("spec", ["?backend=numba", "?format=packed"])
