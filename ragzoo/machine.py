@@ -37,7 +37,7 @@ def cpu_quota(root: str | Path = "/") -> float | None:
     none is set or it cannot be read (no cgroup file system, another OS): never an error."""
     try:
         return _cpu_quota(Path(root))
-    except (OSError, UnicodeDecodeError, ValueError):  # a folder that cannot be searched, a torn file
+    except (OSError, UnicodeDecodeError, ValueError, OverflowError):  # an unsearchable folder, a torn file
         return None
 
 
@@ -61,8 +61,13 @@ def _cpu_quota(root: Path) -> float | None:
         else:
             continue
         for mount_root, mount in places:  # each place there (v1's "cpu" is often a link to "cpu,cpuacct")
+            relative = _below(path, mount_root)
+            if relative is None:  # a mount of another group (a bind mount of a sibling, of a child of ours)
+                if len(places) > 1:
+                    continue
+                relative = "/"  # the only mount there is: its own limit is the one readable
             if os.path.isdir(mount):  # never raises (a folder this process may not search is no limit)
-                found += _quotas(mount, _below(path, mount_root), read)
+                found += _quotas(mount, relative, read)
     return min(found) if found else None
 
 
@@ -91,16 +96,17 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
 
 
-def _below(path: str, mount_root: str) -> str:
-    """The cgroup `path` (as /proc/self/cgroup gives it) relative to the folder of the hierarchy a mount shows:
-    a container that sees the host's path of its group (`/docker/<id>`) has that group mounted as the mount's top,
-    and the folders above it are not the mount's (`/docker` there may be another daemon's group inside it)."""
+def _below(path: str, mount_root: str) -> str | None:
+    """The cgroup `path` (as /proc/self/cgroup gives it) relative to the folder of the hierarchy a mount shows,
+    or None where the mount shows no ancestor of it. A container that sees the host's path of its group
+    (`/docker/<id>`) has that group mounted as the mount's top, and the folders above it are not the mount's
+    (`/docker` there may be another daemon's group inside it)."""
     path, mount_root = "/" + path.strip().strip("/"), "/" + mount_root.strip("/")
     if mount_root == "/":
         return path
     if path == mount_root or path.startswith(mount_root + "/"):
         return path[len(mount_root):] or "/"
-    return "/"  # a group outside what the mount shows: only the mount's own limit is readable
+    return None
 
 
 def _quotas(mount: Path, path: str, read) -> list[float]:

@@ -307,15 +307,30 @@ def _select_backend(model, backend: str, num_docs: int = 0) -> str:
     if backend not in ("auto", "numpy", "numba"):
         raise ConfigError(f"bm25 backend must be auto, numpy or numba, got {backend!r}")
     if backend == "auto":
-        from importlib.util import find_spec
+        from ragzoo.retrieval.bm25_packed import numba_installed
 
-        return "numba" if num_docs >= AUTO_NUMBA_FROM and find_spec("numba") is not None else "numpy"
+        return "numba" if num_docs >= AUTO_NUMBA_FROM and numba_installed() else "numpy"
     if backend == "numba":
-        try:
-            import numba  # noqa: F401
-        except ImportError:
-            raise ConfigError("the numba bm25 backend needs numba: pip install 'ragzoo[fast]'") from None
+        from ragzoo.retrieval.bm25_packed import require_numba
+
+        require_numba("the numba bm25 backend")
     return backend
+
+
+def _numba_cannot_run(error: BaseException) -> bool:
+    """Whether `error` says numba cannot run here (it does not import, compile, or find a folder to cache in),
+    rather than a fault of the index (stale block files: a ConfigError) or of ragzoo, or no memory."""
+    from ragzoo.retrieval.bm25_packed import NumbaUnavailable
+
+    if isinstance(error, (ImportError, OSError, NumbaUnavailable)):
+        return True
+    try:
+        from numba.core.errors import NumbaError
+    except ImportError:
+        NumbaError = ()  # noqa: N806 - no numba to raise its errors
+    if NumbaError and isinstance(error, NumbaError):
+        return True
+    return isinstance(error, RuntimeError) and "cannot cache" in str(error)
 
 
 def _one_line(error: BaseException) -> str:
@@ -355,7 +370,9 @@ class BM25Retriever(BaseRetriever):
             if len(self.vocab):  # term 0 exists: numba compiles now, not in the first questions' --deadline
                 try:
                     self.pruned.compile()
-                except Exception as error:  # noqa: BLE001 - numba that cannot compile or cache here
+                except Exception as error:  # noqa: BLE001 - sorted by _numba_cannot_run
+                    if not _numba_cannot_run(error):
+                        raise
                     raise ConfigError(f"the packed bm25 format needs numba, which cannot run here "
                                       f"({_one_line(error)})") from None
         else:
@@ -377,14 +394,16 @@ class BM25Retriever(BaseRetriever):
                     self.pruned = scorer(self.backend)
                     # numba compiles now (~10-13 s the first time), not in the first questions' --deadline
                     self.pruned.compile()
-                except Exception as error:  # noqa: BLE001 - numba that does not import, compile or cache here
-                    if self.backend != "numba":
+                except Exception as error:  # noqa: BLE001 - sorted by _numba_cannot_run
+                    if self.backend != "numba" or not _numba_cannot_run(error):
                         raise
                     if backend == "numba":  # asked for by name: refused in one line
                         raise ConfigError(f"the numba bm25 backend cannot run here ({_one_line(error)}); use "
                                           f"backend=numpy") from None
-                    logger.warning("bm25: numba is installed but cannot run here (%s); scoring with numpy",
-                                   _one_line(error))
+                    logger.warning("numba cannot run here (%s): the bm25 index of %d passages is scored with numpy, "
+                                   "several times slower at this size (backend=numpy chooses it without this "
+                                   "warning; NUMBA_CACHE_DIR=<a writable folder> where numba cannot cache)",
+                                   _one_line(error), int(self.meta["num_docs"]))
                     self.backend = "numpy"
                     self.pruned = scorer("numpy")
             elif self.backend == "numba":

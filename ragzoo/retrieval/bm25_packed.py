@@ -126,11 +126,32 @@ assert sorted(_DEBRUIJN.tolist()) == list(range(64))
 del _bit
 
 
-def require_numba() -> None:
+class NumbaUnavailable(ConfigError):
+    """numba is missing, or installed but does not import here."""
+
+
+def numba_installed() -> bool:
+    """Whether a numba distribution is installed (whether or not it imports here)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("numba")
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def require_numba(what: str = "bm25 format=packed") -> None:
+    """numba importable, else one line (`NumbaUnavailable`): install it where it is missing; where it is installed
+    but does not import here (built for another numpy, say), why."""
     try:
         import numba  # noqa: F401
-    except ImportError:
-        raise ConfigError("bm25 format=packed needs numba: pip install 'ragzoo[fast]'") from None
+    except ImportError as error:
+        if not numba_installed():
+            raise NumbaUnavailable(f"{what} needs numba: pip install 'ragzoo[fast]'") from None
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        raise NumbaUnavailable(f"{what} needs numba, which is installed but does not import here ({reason})") \
+            from None
 
 
 def check_format(name: str) -> str:
@@ -1162,6 +1183,7 @@ class WindowedScorer:
         self.top_k(np.zeros(1, dtype=np.int64), 1)
         with self._stats_lock:
             self.stats[:] = saved
+        self._local.__dict__.clear()  # the building thread may never query: its scratch is not kept
 
     def top_k_many(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """Every query's `top_k`, one query after another in two arrays, and each query's count (as

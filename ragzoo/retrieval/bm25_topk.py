@@ -136,8 +136,10 @@ class PrunedTopK:
         return stats
 
     def compile(self) -> None:
-        """Have numba compile what this scorer runs (`backend=numba`), by one query of term 0, leaving the running
-        totals as they were; nothing for numpy or an index without terms."""
+        """Have numba compile what this scorer runs (`backend=numba`): a query and a batch of term 0, leaving the
+        running totals as they were and keeping no scratch for the calling thread (the thread that builds a
+        retriever may never query: `serve`'s batchers and `evaluate`'s threads do); nothing for numpy or an index
+        without terms."""
         if not isinstance(self.kernels, NumbaKernels) or len(self.indptr) < 2:
             return
         if self._windows is not None:
@@ -146,8 +148,10 @@ class PrunedTopK:
         with self._stats_lock:
             saved = self._totals.copy()
         self.top_k(np.zeros(1, dtype=np.int64), 1)
+        self.top_k_many([[0], [0]], 1)  # the compiled batch loop too
         with self._stats_lock:
             self._totals[:] = saved
+        self._local.__dict__.clear()
 
     def top_k(self, token_ids, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the k best passages, best first; fewer when fewer passages match."""

@@ -99,6 +99,21 @@ def test_undecodable_files_are_no_limit(tmp_path, eight_cpus):
     # lines that are not mounts of interest, or torn
     ("0::/\n", "garbage\n41 1 0:31 / /proc rw - proc proc rw\n40 1 0:30 / /sys/fs/cgroup rw - cgroup2 c rw\n",
      {"cpu.max": "200000 100000"}, 2),
+    # optional fields before " - " (nearly every real line has some), v1 co-mounted with cpuset
+    ("5:cpuset,cpu,cpuacct:/k/p\n",
+     "31 25 0:28 / /sys/fs/cgroup/cpuset,cpu,cpuacct rw,nosuid shared:12 master:3 - cgroup cgroup "
+     "rw,cpuset,cpu,cpuacct\n",
+     {"cpuset,cpu,cpuacct/k/cpu.cfs_quota_us": "300000", "cpuset,cpu,cpuacct/k/cpu.cfs_period_us": "100000"}, 3),
+    # several mounts of the hierarchy: a bind mount of a sibling group and one of our own child group are not ours
+    ("0::/user.slice/u.scope\n",
+     "40 1 0:30 / /sys/fs/cgroup rw shared:4 - cgroup2 cgroup2 rw\n"
+     "50 40 0:30 /system.slice/other.service /sibling rw - cgroup2 cgroup2 rw\n"
+     "51 40 0:30 /user.slice/u.scope/inner /child rw - cgroup2 cgroup2 rw\n",
+     {"user.slice/cpu.max": "200000 100000", "../../../sibling/cpu.max": "100000 100000",
+      "../../../child/cpu.max": "100000 100000"}, 2),
+    # escapes: a tab and a backslash in the mount point
+    ("0::/\n", "40 1 0:30 / /a\\011b\\134c rw - cgroup2 cgroup2 rw\n",
+     {"../../../a\tb\\c/cpu.max": "300000 100000"}, 3),
 ])
 def test_mountinfo_places_the_group_under_its_mount(tmp_path, eight_cpus, cgroup, mountinfo, files, cpus):
     root = _layout(tmp_path, cgroup, files)
@@ -107,6 +122,11 @@ def test_mountinfo_places_the_group_under_its_mount(tmp_path, eight_cpus, cgroup
         (root / "my cgroup").mkdir()
         (root / "my cgroup/cpu.max").write_text("200000 100000")
     assert machine.usable_cpus(root) == cpus
+
+
+def test_a_quota_too_large_for_a_float_is_no_limit(tmp_path, eight_cpus):
+    root = _layout(tmp_path, "0::/\n", {"cpu.max": "9" * 400 + " 1"})
+    assert machine.cpu_quota(root) is None and machine.usable_cpus(root) == 8
 
 
 def test_an_unsearchable_folder_or_no_affinity_is_no_error(tmp_path, monkeypatch):

@@ -180,8 +180,6 @@ def test_numba_backend_ranks_like_numpy(tmp_path):
 def test_auto_backend_is_numba_from_a_million_passages_when_installed(corpus, monkeypatch):
     """The default (`backend=auto`): numpy below `AUTO_NUMBA_FROM` passages (no compile, no numba import for a
     small corpus), numba from there on when numba is installed, numpy without it; the same answers either way."""
-    import importlib.util
-
     import ragzoo.retrieval.bm25 as bm25
 
     assert bm25.AUTO_NUMBA_FROM == 1_000_000
@@ -198,9 +196,9 @@ def test_auto_backend_is_numba_from_a_million_passages_when_installed(corpus, mo
     monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", count + 1)  # one passage short of it
     assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
     monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", count)
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else
-                        real_find_spec(name, *a))  # numba not installed: numpy, no error
+    from ragzoo.retrieval import bm25_packed
+
+    monkeypatch.setattr(bm25_packed, "numba_installed", lambda: False)  # numba not installed: numpy, no error
     assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
 
 
@@ -234,6 +232,85 @@ def test_auto_falls_back_to_numpy_where_numba_cannot_run_and_numba_by_name_is_on
     monkeypatch.setattr(bm25_packed.WindowedScorer, "compile", unusable)
     with pytest.raises(ConfigError, match=r"^the packed bm25 format needs numba, which cannot run here \(cannot"):
         make_retriever(f"bm25:{corpus}?format=packed", show_progress=False)
+
+
+@pytest.mark.parametrize("raised, falls_back", [
+    (RuntimeError("cannot cache function '_top_k_csc': no locator available"), True),
+    (OSError(30, "Read-only file system"), True),
+    (ImportError("Numba needs NumPy 2.2 or less. Got NumPy 2.4."), True),
+    (TypeError("a bug of ours"), False),  # not numba's: raised as it is, not hidden behind numpy
+    (MemoryError(), False),
+    ("stale", False),  # the index's own fault (ConfigError): refused, not scored by the slower path
+])
+def test_only_numba_that_cannot_run_falls_back(corpus, monkeypatch, caplog, raised, falls_back):
+    """What the compile at load may raise: numba that cannot compile, cache or import here falls back to numpy
+    under `auto`; anything else is raised as it is."""
+    import ragzoo.retrieval.bm25 as bm25
+    import ragzoo.retrieval.bm25_topk as bm25_topk
+    from ragzoo.errors import ConfigError
+
+    if raised == "stale":
+        raised = ConfigError("the csc index's block files do not match its columns; rebuild the index")
+
+    def compile_fails(self):
+        raise raised
+
+    monkeypatch.setattr(bm25_topk.PrunedTopK, "compile", compile_fails)
+    monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", 1)
+    if falls_back:
+        with caplog.at_level("WARNING", logger="ragzoo.retrieval.bm25"):
+            assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
+        assert "numba cannot run here" in caplog.text and "scored with numpy" in caplog.text
+    else:
+        with pytest.raises(type(raised)):
+            make_retriever(f"bm25:{corpus}", show_progress=False)
+
+
+def test_the_windowed_scorer_is_compiled_at_load_and_counts_nothing(corpus, monkeypatch):
+    """From WINDOWED_FROM passages on the numba path scores window by window (`CscWindows`): that kernel is the one
+    compiled at load, and its running stats start at zero; no scratch is kept for the loading thread."""
+    from ragzoo.retrieval import bm25_packed, bm25_topk
+
+    monkeypatch.setattr(bm25_topk, "WINDOWED_FROM", 1)
+    asked = []
+    original = bm25_packed.CscWindows.top_k
+    monkeypatch.setattr(bm25_packed.CscWindows, "top_k",
+                        lambda self, ids, k: (asked.append(list(ids)), original(self, ids, k))[1])
+    retriever = make_retriever(f"bm25:{corpus}?backend=numba", show_progress=False)
+    windows = retriever.pruned._windows
+    assert windows is not None and asked == [[0]]
+    assert windows.stats.tolist() == [0] * len(windows.stats)
+    assert getattr(windows._local, "scratch", None) is None
+    assert retriever("apple orchard", 2) and windows.postings_scanned > 0
+
+
+def test_numba_installed_but_not_importable_is_said_so(corpus, monkeypatch, caplog):
+    """numba built for another numpy: by name, one line saying so (not "pip install"); auto falls back."""
+    import sys
+
+    import ragzoo.retrieval.bm25 as bm25
+    from ragzoo.errors import ConfigError
+
+    class Refuses:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "numba" or name.startswith("numba."):
+                raise ImportError("Numba needs NumPy 2.2 or less. Got NumPy 2.4.")
+            return None
+
+    for name in [name for name in sys.modules if name == "numba" or name.startswith("numba.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [Refuses(), *sys.meta_path])
+    import ragzoo.retrieval.bm25_packed as bm25_packed
+
+    monkeypatch.setattr(bm25_packed, "_COMPILED", {})  # as in a process that has not compiled yet
+    with pytest.raises(ConfigError, match=r"^the numba bm25 backend needs numba, which is installed but does not "
+                                          r"import here \(Numba needs NumPy 2\.2"):
+        make_retriever(f"bm25:{corpus}?backend=numba", show_progress=False)
+    monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", 1)
+    with caplog.at_level("WARNING", logger="ragzoo.retrieval.bm25"):
+        assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
+    assert "installed but does not import here" in caplog.text
 
 
 @pytest.mark.parametrize("spec", ["?backend=numba", "?format=packed"])
