@@ -41,11 +41,19 @@ def cpu_quota(root: str | Path = "/") -> float | None:
         return None
 
 
-def _cpu_quota(root: Path) -> float | None:
+def _read(path: Path) -> str | None:
+    """A small kernel file's text, None where it cannot be read."""
     try:
-        lines = (root / "proc/self/cgroup").read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def _cpu_quota(root: Path) -> float | None:
+    text = _read(root / "proc/self/cgroup")
+    if text is None:
+        return None
+    lines = text.splitlines()
     mounts = _cgroup_mounts(root)
     found: list[float] = []
     for line in lines:
@@ -74,10 +82,10 @@ def _cpu_quota(root: Path) -> float | None:
 def _cgroup_mounts(root: Path) -> dict[str, list[tuple[str, Path]]]:
     """{"cgroup2" or "cpu": [(the hierarchy's folder the mount shows, where it is mounted)]} from
     /proc/self/mountinfo; empty where it cannot be read (then the standard mount points are tried)."""
-    try:
-        lines = (root / "proc/self/mountinfo").read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
+    text = _read(root / "proc/self/mountinfo")
+    if text is None:
         return {}
+    lines = text.splitlines()
     mounts: dict[str, list[tuple[str, Path]]] = {}
     for line in lines:
         fields, _, tail = line.partition(" - ")
@@ -122,20 +130,13 @@ def _quotas(mount: Path, path: str, read) -> list[float]:
 
 
 def _v2_quota(group: Path) -> float | None:
-    try:
-        fields = (group / "cpu.max").read_text(encoding="utf-8").split()
-    except (OSError, UnicodeDecodeError):
-        return None
+    fields = (_read(group / "cpu.max") or "").split()
     return _ratio(*fields) if len(fields) == 2 else None
 
 
 def _v1_quota(group: Path) -> float | None:
-    try:
-        limit = (group / "cpu.cfs_quota_us").read_text(encoding="utf-8").strip()
-        period = (group / "cpu.cfs_period_us").read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return _ratio(limit, period)
+    limit, period = _read(group / "cpu.cfs_quota_us"), _read(group / "cpu.cfs_period_us")
+    return None if limit is None or period is None else _ratio(limit.strip(), period.strip())
 
 
 def _ratio(limit: str, period: str) -> float | None:
