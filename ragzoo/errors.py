@@ -2,6 +2,19 @@
 line on stderr and a non-zero exit, never a traceback."""
 
 
+def one_line(text, limit: int | None = 300) -> str:
+    """A message as one short line: a library's may run over several (a hub's HTTP error, numba's), and a run
+    record or a log line never holds an example's whole content. Whitespace collapsed, cut at `limit` (None: not
+    cut) with an ellipsis."""
+    line = " ".join(str(text).split())
+    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
+
+
+def error_line(error: BaseException, limit: int | None = 200) -> str:
+    """`error`'s message as one line (`one_line`), or its type's name where it has none."""
+    return one_line(error, limit) or type(error).__name__
+
+
 class RagzooError(Exception):
     """Base class of every error ragzoo raises for bad input or an unusable environment."""
 

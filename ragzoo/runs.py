@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ragzoo.config import answer_differences, answer_view
-from ragzoo.errors import BudgetExceeded, RunError
+from ragzoo.errors import BudgetExceeded, RunError, one_line
 from ragzoo.files import atomic_write_bytes, atomic_write_json, jsonable
 from ragzoo.machine import usable_cpus
 
@@ -562,12 +562,6 @@ class _PoolSlot:
             self.left = True
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    """An error message as one short line: never an example's whole content in a run record or a log."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def program_inputs(program, example) -> dict:
     """The example's inputs, plus the gold fields a program in an oracle setting declares it needs at test
     time (`program.oracle_inputs`: FILCO's SILVER, Post-Fusion's "with gold passage"); such runs are upper
@@ -583,7 +577,7 @@ def program_inputs(program, example) -> dict:
 def _error_record(exc: BaseException) -> dict:
     from ragzoo.secrets import redact  # a server that echoes the key must not get it stored
 
-    return {"kind": classify_error(exc), "type": type(exc).__name__, "message": _one_line(redact(str(exc)))}
+    return {"kind": classify_error(exc), "type": type(exc).__name__, "message": one_line(redact(str(exc)))}
 
 
 def run_example(program, example, position: int, metrics: list[tuple[str, Callable]], *,
@@ -844,7 +838,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             except BaseException as error:  # noqa: BLE001 - never let the executor log a whole example
                 from ragzoo.secrets import redact  # before the cut: a key cut in two is no longer its value
 
-                logger.warning("example %s: %s", example_id(example, position), _one_line(redact(str(error)), 200))
+                logger.warning("example %s: %s", example_id(example, position), one_line(redact(str(error)), 200))
                 return None
             if record is None:  # past its deadline: the watchdog handed its record to accept
                 return None
@@ -879,7 +873,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     if (abort_failure_rate is not None and not stop and tally["finished"] >= min_examples
                             and tally["setup_failures"] >= float(abort_failure_rate) * tally["finished"]):
                         reason = (f"{tally['setup_failures']} of the first {tally['finished']} examples failed for the "
-                                  f"setup (last: {_one_line(tally['last_error'], 200)}); the LM or retriever looks "
+                                  f"setup (last: {one_line(tally['last_error'], 200)}); the LM or retriever looks "
                                   f"broken")
                         aborted.append(reason)
                         stop.append(reason)
@@ -1261,7 +1255,7 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
         except BaseException as error:  # noqa: BLE001 - as the threads of `evaluate` do
             from ragzoo.secrets import redact
 
-            logger.warning("example %s: %s", example_id(example, position), _one_line(redact(str(error)), 200))
+            logger.warning("example %s: %s", example_id(example, position), one_line(redact(str(error)), 200))
             return None
         if record is None:  # past its deadline: the watchdog sent its record
             return None

@@ -25,7 +25,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ragzoo.errors import ConfigError, DataError, RetrieverError
+from ragzoo.errors import ConfigError, DataError, RetrieverError, error_line
 from ragzoo.retrieval import index_cache
 from ragzoo.retrieval.base import BaseRetriever, Passage
 from ragzoo.retrieval.store import PassageStore, PassageStoreWriter, describe_files
@@ -333,11 +333,6 @@ def _numba_cannot_run(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and "cannot cache" in str(error)
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
 class BM25Retriever(BaseRetriever):
     """BM25 over a built index folder. `n_threads` threads answer batches (0 = the calling thread)."""
 
@@ -374,7 +369,7 @@ class BM25Retriever(BaseRetriever):
                     if not _numba_cannot_run(error):
                         raise
                     raise ConfigError(f"the packed bm25 format needs numba, which cannot run here "
-                                      f"({_one_line(error)})") from None
+                                      f"({error_line(error)})") from None
         else:
             self.model = bm25s.BM25.load(str(self.index_dir), mmap=True, load_corpus=False)
             self.backend = _select_backend(self.model, backend, int(self.meta["num_docs"]))
@@ -398,12 +393,12 @@ class BM25Retriever(BaseRetriever):
                     if self.backend != "numba" or not _numba_cannot_run(error):
                         raise
                     if backend == "numba":  # asked for by name: refused in one line
-                        raise ConfigError(f"the numba bm25 backend cannot run here ({_one_line(error)}); use "
+                        raise ConfigError(f"the numba bm25 backend cannot run here ({error_line(error)}); use "
                                           f"backend=numpy") from None
                     logger.warning("numba cannot run here (%s): the bm25 index of %d passages is scored with numpy, "
                                    "several times slower at this size (backend=numpy chooses it without this "
                                    "warning; NUMBA_CACHE_DIR=<a writable folder> where numba cannot cache)",
-                                   _one_line(error), int(self.meta["num_docs"]))
+                                   error_line(error), int(self.meta["num_docs"]))
                     self.backend = "numpy"
                     self.pruned = scorer("numpy")
             elif self.backend == "numba":

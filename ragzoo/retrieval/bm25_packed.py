@@ -88,7 +88,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragzoo.errors import ConfigError
+from ragzoo.errors import ConfigError, error_line
 
 FORMAT = "packed"
 FORMATS = ("csc", FORMAT)
@@ -149,9 +149,8 @@ def require_numba(what: str = "bm25 format=packed") -> None:
     except ImportError as error:
         if not numba_installed():
             raise NumbaUnavailable(f"{what} needs numba: pip install 'ragzoo[fast]'") from None
-        reason = " ".join(str(error).split())[:200] or type(error).__name__
-        raise NumbaUnavailable(f"{what} needs numba, which is installed but does not import here ({reason})") \
-            from None
+        raise NumbaUnavailable(f"{what} needs numba, which is installed but does not import here "
+                               f"({error_line(error)})") from None
 
 
 def check_format(name: str) -> str:

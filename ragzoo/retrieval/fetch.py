@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ragzoo.errors import ConfigError, DataError
+from ragzoo.errors import ConfigError, DataError, error_line
 from ragzoo.paths import cache_root, writable_cache_root
 
 MARKER_SUFFIX = ".ragzoo.json"
@@ -368,23 +368,21 @@ def _hub_errors(src: CorpusSource, filename: str):
 
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    def line(error: Exception) -> str:  # the hub client's HTTP errors run over several lines (docs links)
-        return " ".join(str(error).split()) or type(error).__name__
-
+    # the hub client's HTTP errors run over several lines (docs links): each said in one, whole
     @contextmanager
     def translated():
         try:
             yield
         except LocalEntryNotFoundError as error:
-            raise DataError(f"cannot download {filename} from {src.repo_id}: {line(error)}") from None
+            raise DataError(f"cannot download {filename} from {src.repo_id}: {error_line(error, None)}") from None
         except OSError as error:  # httpx transport errors, HTTP errors (HfHubHTTPError is an OSError), disk full
-            raise DataError(f"cannot download {filename} from {src.repo_id}: {line(error)}; rerun to resume") \
-                from None
+            raise DataError(f"cannot download {filename} from {src.repo_id}: {error_line(error, None)}; rerun to "
+                            f"resume") from None
         except DataError:
             raise
         except Exception as error:  # httpx errors that are not OSErrors
             if type(error).__module__.startswith(("httpx", "huggingface_hub")):
-                raise DataError(f"cannot download {filename} from {src.repo_id}: {line(error)}; rerun to "
+                raise DataError(f"cannot download {filename} from {src.repo_id}: {error_line(error, None)}; rerun to "
                                 f"resume") from None
             raise
 
