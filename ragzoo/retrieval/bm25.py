@@ -379,11 +379,11 @@ class BM25Retriever(BaseRetriever):
 
                 scores = self.model.scores
                 term_max = np.load(self.index_dir / TERM_MAX) if (self.index_dir / TERM_MAX).exists() else None
+                blocks = bm25_packed.read_csc_blocks(self.index_dir)  # read once, whichever scorer takes them
 
                 def scorer(kernels: str) -> PrunedTopK:
                     return PrunedTopK(scores["data"], scores["indices"], scores["indptr"], scores["num_docs"],
-                                      blocks=bm25_packed.read_csc_blocks(self.index_dir), kernels=kernels,
-                                      term_max=term_max)
+                                      blocks=blocks, kernels=kernels, term_max=term_max)
 
                 try:
                     self.pruned = scorer(self.backend)
