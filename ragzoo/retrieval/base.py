@@ -13,10 +13,12 @@ MAX_K = 100
 
 
 def _one_native_thread_after_fork() -> None:
-    """In a forked child (evaluate's worker processes): faiss's and torch's parallel regions run on one thread.
-    fork() copies only the forking thread, so the OpenMP pool a parent search started is not in the child, and
-    libgomp's next parallel region waits for it for ever (measured: faiss 1.15.1 on 20,000+ vectors, torch on 64
-    queries); one thread needs no pool, and a worker's parallelism is its threads and its sibling processes.
+    """In a forked child (evaluate's worker processes): the forking thread's faiss and torch parallel regions run
+    on one thread. fork() copies only the forking thread, so the OpenMP pool a parent search started is not in the
+    child, and libgomp's next parallel region in that thread waits for it for ever (measured: faiss 1.15.1 on
+    20,000+ vectors, torch on 64 queries); one thread needs no pool. A thread the child starts has no such pool and
+    makes its own (checked: a 40,000-vector search on 2 threads in a new thread of the child finishes), capped to
+    the usable CPUs by `ragzoo.machine.cap_faiss_in_this_thread`.
     Registered here, where every retriever's contract lives, so it holds for any backend that runs them (dense,
     hybrid, colbert), imported or not before the fork."""
     faiss = sys.modules.get("faiss")  # one not imported yet starts its pool afresh in the child
