@@ -102,6 +102,9 @@ class ColBERTLocalRetriever(BaseRetriever):
         self.pids = json.loads((folder / PIDS_FILE).read_text()) if (folder / PIDS_FILE).exists() else None
         self.searcher = Searcher(index=plaid.name, index_root=str(plaid.parent), checkpoint=checkpoint,
                                  collection=str(collection) if collection.exists() else None, verbose=0)
+        from ragzoo.machine import cap_native_threads
+
+        cap_native_threads()  # torch's pool (the encoder, PLAID's search) counts the host's cores, not a quota
 
     def truncate_query(self, query: str) -> str | None:
         """What ColBERT reads: its query tokenizer keeps `query_maxlen` tokens, three of them [CLS], the

@@ -49,6 +49,23 @@ def test_build_without_checkpoint_is_a_config_error(tmp_path, wiki17_corpus):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("colbert") is not None, reason="colbert-ai is installed")
+def test_loading_an_index_sizes_torchs_pool_to_the_usable_cpus(tmp_path, monkeypatch):
+    """As the dense encoder's: torch's pool counts the host's cores, not a container's quota (ragzoo.machine)."""
+    from ragzoo import machine
+    from ragzoo.retrieval import colbert_local
+
+    class Searcher:
+        def __init__(self, **options):
+            self.options = options
+
+    capped = []
+    monkeypatch.setattr(colbert_local, "_import_colbert", lambda: (None, Searcher, None, None, None))
+    monkeypatch.setattr(machine, "cap_native_threads", lambda: capped.append(True) or 2)
+    (tmp_path / "plan.json").write_text("{}")
+    retriever = colbert_local.ColBERTLocalRetriever(tmp_path)
+    assert capped == [True] and retriever.searcher.options["index"] == tmp_path.name
+
+
 def test_without_colbert_ai_the_error_names_the_extra(tmp_path):
     (tmp_path / "plan.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"ragzoo\[colbert\]"):
