@@ -35,6 +35,17 @@ def test_help_is_fast():
     assert time.perf_counter() - started < 3.0
 
 
+def test_python_dash_m_ragzoo_is_the_ragzoo_command():
+    """`python -m ragzoo`, for a kernel or an unactivated venv whose scripts folder is not on PATH: the same
+    parser, exit codes and one-line errors as the installed `ragzoo` script."""
+    from ragzoo import __version__
+
+    version = subprocess.run([sys.executable, "-m", "ragzoo", "--version"], capture_output=True, text=True)
+    assert (version.returncode, version.stdout.strip()) == (0, f"ragzoo {__version__}")
+    wrong = subprocess.run([sys.executable, "-m", "ragzoo", "no-such-command"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "usage: ragzoo " in wrong.stderr and "Traceback" not in wrong.stderr
+
+
 def test_unknown_command_exits_nonzero(capsys):
     with pytest.raises(SystemExit) as excinfo:
         cli.main(["no-such-command"])
