@@ -302,6 +302,20 @@ def strip_url(url: Any) -> Any:
     return urlunsplit((parts.scheme, netloc, path, "", ""))
 
 
+def strip_endpoint(endpoint: str) -> str:
+    """An endpoint a user gave (a server's or a mirror's address), as output may name it: `strip_url`, and the
+    same for one given without its scheme or with a misspelt one (`user:pw@host:8893/api`, `htp://user:pw@host`),
+    which `strip_url` leaves alone as not a URL. Every removed part is registered for redaction."""
+    if not isinstance(endpoint, str):
+        return endpoint
+    scheme, sep, rest = endpoint.partition("://")
+    if sep and scheme in ("http", "https"):
+        return strip_url(endpoint)
+    # any other scheme (misspelt) or none: what follows it read as the authority and path of an http URL
+    shown = strip_url("http://" + (rest if sep else endpoint))
+    return shown if shown == MASK else f"{scheme}{sep}{shown[len('http://'):]}" if sep else shown[len("http://"):]
+
+
 def strip_spec(spec: Any) -> Any:
     """A retriever spec as it may be stored: a `colbertv2:URL` keeps its URL without credentials."""
     if not isinstance(spec, str) or "://" not in spec:

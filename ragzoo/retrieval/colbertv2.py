@@ -29,18 +29,12 @@ class ColBERTv2Client(BaseRetriever):
                  disk_cache: str | Path | None = None, spec: str = ""):
         import httpx
 
-        from ragzoo.secrets import register_secret, strip_url
+        from ragzoo.secrets import strip_endpoint
 
+        self.shown = strip_endpoint(url)  # what messages name: no userinfo or token of the server's URL
         if not url.startswith(("http://", "https://")):
-            # a misspelt or forgotten scheme still carries the userinfo: strip_url strips what follows "://",
-            # and without one the part before the last "@" is the userinfo
-            userinfo, at, rest = url.rpartition("@") if "://" not in url else ("", "", url)
-            for value in (userinfo, *userinfo.split(":", 1)):  # hidden from error texts too, as strip_url does
-                register_secret(value)
-            raise RetrieverError(f"ColBERTv2 URL must start with http:// or https://, got "
-                                 f"{(rest if at else strip_url(url))!r}")
+            raise RetrieverError(f"ColBERTv2 URL must start with http:// or https://, got {self.shown!r}")
         self.url = url
-        self.shown = strip_url(url)  # what messages name: no userinfo or token of the server's URL
         self.post = post
         self.timeout = timeout
         self.retries = max(0, int(retries))

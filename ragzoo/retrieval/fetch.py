@@ -168,15 +168,16 @@ CORPORA: dict[str, CorpusSource] = {
 
 def hub_shown() -> str:
     """The hub `corpus fetch` asks (HF_ENDPOINT, else the hub client's default) as output may name it: through
-    `secrets.strip_url`, so a mirror's userinfo or token is never shown (and is registered for redaction)."""
-    from ragzoo.secrets import strip_url
+    `secrets.strip_endpoint`, so a mirror's userinfo or token is never shown (and is registered for redaction),
+    with its scheme or without."""
+    from ragzoo.secrets import strip_endpoint
 
     endpoint = os.environ.get("HF_ENDPOINT")
     if not endpoint:
         from huggingface_hub import constants
 
         endpoint = constants.ENDPOINT
-    return strip_url(endpoint.rstrip("/"))
+    return strip_endpoint(endpoint.rstrip("/"))
 
 
 def corpora_root() -> Path:
@@ -396,11 +397,11 @@ def expectation(src: CorpusSource, filename: str, *, endpoint: str | None = None
     import huggingface_hub
     from huggingface_hub import hf_hub_url
 
-    from ragzoo.secrets import strip_url
+    from ragzoo.secrets import strip_endpoint
 
-    # a mirror's userinfo/token: not shown, and registered (by strip_url, before any request) so the hub
+    # a mirror's userinfo/token: not shown, and registered (by strip_endpoint, before any request) so the hub
     # client's own errors, which echo the URL, are redacted too
-    where = strip_url(endpoint) if endpoint else "the hub"
+    where = strip_endpoint(endpoint) if endpoint else "the hub"
     with _hub_errors(src, filename):
         meta = huggingface_hub.get_hf_file_metadata(
             hf_hub_url(src.repo_id, filename, repo_type=src.repo_type, revision=src.revision, endpoint=endpoint),
