@@ -45,6 +45,16 @@ def _isolated_cache(tmp_path_factory):
         os.environ["RAGZOO_CACHE"] = previous
 
 
+@pytest.fixture(autouse=True)
+def _numba_not_failed_yet():
+    """bm25's `auto` remembers, for the rest of the process, that numba could not run here; a test that makes it
+    fail must not leave that verdict to the next tests of its worker."""
+    yield
+    bm25 = sys.modules.get("ragzoo.retrieval.bm25")
+    if bm25 is not None:
+        bm25._numba_failure = None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection(session):
     """PYTHONDONTWRITEBYTECODE (set by some shells and CI images) made each xdist worker rewrite the assertions of

@@ -298,6 +298,9 @@ def ensure_bm25_index(corpus: Path, settings: BM25Settings = BM25Settings(), out
 # side-by-side, against numba's 5.1 ms), holding the interpreter lock where many threads share it (`evaluate
 # --threads`, `serve`). The README's advice: "up to ~1M passages either backend is fast".
 AUTO_NUMBA_FROM = 1_000_000
+# why numba could not run in this process, once it failed (`BM25Retriever`'s fallback): `auto` then picks numpy
+# without compiling and warning again for each index loaded (each cell of a grid, each corpus)
+_numba_failure: str | None = None
 
 
 def _select_backend(model, backend: str, num_docs: int = 0) -> str:
@@ -309,6 +312,9 @@ def _select_backend(model, backend: str, num_docs: int = 0) -> str:
     if backend == "auto":
         from ragzoo.retrieval.bm25_packed import numba_installed
 
+        if num_docs >= AUTO_NUMBA_FROM and _numba_failure is not None:
+            logger.info("bm25 backend auto: numpy, numba could not run in this process (%s)", _numba_failure)
+            return "numpy"
         return "numba" if num_docs >= AUTO_NUMBA_FROM and numba_installed() else "numpy"
     if backend == "numba":
         from ragzoo.retrieval.bm25_packed import require_numba
@@ -395,10 +401,12 @@ class BM25Retriever(BaseRetriever):
                     if backend == "numba":  # asked for by name: refused in one line
                         raise ConfigError(f"the numba bm25 backend cannot run here ({error_line(error)}); use "
                                           f"backend=numpy") from None
+                    global _numba_failure
+                    _numba_failure = error_line(error)
                     logger.warning("numba cannot run here (%s): the bm25 index of %d passages is scored with numpy, "
-                                   "several times slower at this size (backend=numpy chooses it without this "
-                                   "warning; NUMBA_CACHE_DIR=<a writable folder> where numba cannot cache)",
-                                   error_line(error), int(self.meta["num_docs"]))
+                                   "several times slower at this size, and so is every index this process loads "
+                                   "(backend=numpy chooses it without this warning; NUMBA_CACHE_DIR=<a writable "
+                                   "folder> where numba cannot cache)", _numba_failure, int(self.meta["num_docs"]))
                     self.backend = "numpy"
                     self.pruned = scorer("numpy")
             elif self.backend == "numba":

@@ -397,6 +397,9 @@ def _compiled():
     """The numba versions of the loops below (compiled on first use; numba caches them on disk)."""
     global _COMPILED
     if _COMPILED is None:
+        from ragzoo.retrieval.bm25_packed import require_numba
+
+        require_numba("the numba bm25 backend")  # one line that says why (missing, or does not import here)
         import numba
 
         jit = numba.njit(nogil=True, cache=True)

@@ -252,15 +252,27 @@ def test_only_numba_that_cannot_run_falls_back(corpus, monkeypatch, caplog, rais
     if raised == "stale":
         raised = ConfigError("the csc index's block files do not match its columns; rebuild the index")
 
+    compiles = []
+
     def compile_fails(self):
-        raise raised
+        compiles.append("numba" if isinstance(self.kernels, bm25_topk.NumbaKernels) else "numpy")
+        if compiles[-1] == "numba":
+            raise raised
 
     monkeypatch.setattr(bm25_topk.PrunedTopK, "compile", compile_fails)
     monkeypatch.setattr(bm25, "AUTO_NUMBA_FROM", 1)
+    monkeypatch.setattr(bm25, "_numba_failure", None)  # this process has not seen numba fail yet
     if falls_back:
         with caplog.at_level("WARNING", logger="ragzoo.retrieval.bm25"):
-            assert make_retriever(f"bm25:{corpus}", show_progress=False).backend == "numpy"
+            first = make_retriever(f"bm25:{corpus}", show_progress=False)
+        assert first.backend == "numpy"
         assert "numba cannot run here" in caplog.text and "scored with numpy" in caplog.text
+        assert compiles == ["numba"]  # the numpy fallback is not compiled (it has nothing to compile)
+        # the next index this process loads (a grid's next cell): numpy at once, no second try nor warning
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ragzoo.retrieval.bm25"):
+            assert bm25.BM25Retriever(first.index_dir).backend == "numpy"
+        assert compiles == ["numba", "numpy"] and "numba cannot run here" not in caplog.text, caplog.text
     else:
         with pytest.raises(type(raised)):
             make_retriever(f"bm25:{corpus}", show_progress=False)
@@ -303,7 +315,10 @@ def test_numba_installed_but_not_importable_is_said_so(corpus, monkeypatch, capl
     monkeypatch.setattr(sys, "meta_path", [Refuses(), *sys.meta_path])
     import ragzoo.retrieval.bm25_packed as bm25_packed
 
-    monkeypatch.setattr(bm25_packed, "_COMPILED", {})  # as in a process that has not compiled yet
+    import ragzoo.retrieval.bm25_topk as bm25_topk
+
+    monkeypatch.setattr(bm25_packed, "_COMPILED", {})  # as in a process that has not compiled yet, whatever ran
+    monkeypatch.setattr(bm25_topk, "_COMPILED", None)  # before in this worker (the test alone failed, in its file not)
     with pytest.raises(ConfigError, match=r"^the numba bm25 backend needs numba, which is installed but does not "
                                           r"import here \(Numba needs NumPy 2\.2"):
         make_retriever(f"bm25:{corpus}?backend=numba", show_progress=False)
