@@ -111,6 +111,8 @@ def _numbers():
         "abort_failure_rate": (float, Range(0, 1)), "price_per_hour": (float, none_below_zero),
         "parallel": (int, at_least_one), "price_sample": (int, at_least_one), "max_queue": (int, none_below_zero),
         "max_pending": (int, at_least_one), "max_query_chars": (int, at_least_one),
+        "processes": (int, at_least_one), "workers": (int, at_least_one), "port": (int, Range(1, 65535)),
+        "show": (int, none_below_zero),
     }
 
 

@@ -712,8 +712,10 @@ def write_html(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from ragzoo.config import check_numbers
     from ragzoo.errors import ConfigError
 
+    check_numbers(vars(args))  # --show, --seed: whole numbers in range, as every command's numeric flags
     if getattr(args, "html", None) and not args.compare:
         return write_html(args)
     if len(args.runs) == 1 and _is_grid_folder(args.runs[0]) and not args.compare:

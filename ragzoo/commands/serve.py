@@ -80,14 +80,8 @@ def run(args: argparse.Namespace) -> int:
     from ragzoo.errors import ConfigError
 
     check_numbers(vars(args))  # every numeric flag finite and in range, as evaluate's and compile's are
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"--port must be in 1..65535, got {args.port}")
     if not args.path.startswith("/"):
         raise ConfigError(f"--path must start with '/', got {args.path!r}")
-    if args.max_query_chars < 1:
-        raise ConfigError(f"--max-query-chars must be a positive number of characters, got {args.max_query_chars}")
-    if args.max_pending < 1:
-        raise ConfigError(f"--max-pending must be at least 1, got {args.max_pending}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"ragzoo serve: warning: listening on {args.host}, reachable from other machines", file=sys.stderr)
     import signal
@@ -134,10 +128,6 @@ def _serve(args: argparse.Namespace) -> int:
 def _serve_program(args: argparse.Namespace) -> int:
     import sys
 
-    from ragzoo.errors import ConfigError
-
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     # the port first: a port in use is known before the program loads
     sockets = _listening_sockets(args.host, args.port, args.workers) if args.workers > 1 else []
     try:
@@ -198,8 +188,6 @@ def _program_service(args: argparse.Namespace):
     from ragzoo.serving import DEFAULT_DEADLINE, ProgramService
 
     lm_concurrency = args.max_concurrency if args.lm_max_concurrency is None else args.lm_max_concurrency
-    if args.max_concurrency < 1 or lm_concurrency < 1 or args.max_queue < 0:
-        raise ConfigError("--max-concurrency and --lm-max-concurrency must be at least 1 and --max-queue at least 0")
     for flag, value in (("--max-calls", args.max_calls), ("--max-cost", args.max_cost)):
         if value is not None and not value > 0:
             raise ConfigError(f"{flag} must be a positive number, got {value}")

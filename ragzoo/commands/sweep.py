@@ -92,8 +92,6 @@ def apply_overrides(grid, args: argparse.Namespace):
         if not grid.datasets:
             raise ConfigError(f"--datasets {args.datasets!r} matches no dataset of the grid")
     if args.n is not None:
-        if args.n < 1:
-            raise ConfigError("-n must be at least 1")
         grid.n = args.n
     if args.threads is not None:
         grid.threads = args.threads
@@ -102,8 +100,6 @@ def apply_overrides(grid, args: argparse.Namespace):
 
         grid.max_concurrency = check_max_concurrency(args.max_concurrency)
     if args.processes is not None:
-        if args.processes < 1:
-            raise ConfigError(f"--processes must be a positive integer, got {args.processes!r}")
         grid.processes = args.processes
     return grid
 

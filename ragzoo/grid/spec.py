@@ -246,16 +246,11 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
 
 
 def _positive(head: dict, key: str, default, where: str):
-    """A whole number >= 1 from [grid] (`default` when absent), by the rule its command-line flag follows
-    (`ragzoo.config.check_number`; `processes` is checked as `evaluate --processes` is)."""
-    from ragzoo.config import NUMBER_OPTIONS, check_number
+    """A whole number >= 1 from [grid] (`default` when absent), by the rule its command-line flag follows: the
+    one table of numeric options (`ragzoo.config.check_number`)."""
+    from ragzoo.config import check_number
 
-    value = head.get(key, default)
-    if key in NUMBER_OPTIONS:
-        return check_number(key, value, f"{where}: [grid] ")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigError(f"{where}: [grid] {key} {value!r}: expected a positive integer")
-    return value
+    return check_number(key, head.get(key, default), f"{where}: [grid] ")
 
 
 def load_grid(path: str | Path) -> Grid:

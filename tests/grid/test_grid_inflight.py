@@ -93,10 +93,10 @@ def test_two_storage_workers_on_one_machine_share_the_limit(tmp_path, stub_serve
 
 
 @pytest.mark.parametrize("flags, toml, message", [
-    (["--processes", "0"], "", "--processes must be a positive integer, got 0"),
+    (["--processes", "0"], "", "--processes 0: expected an integer with --processes >= 1"),
     (["--max-concurrency", "0"], "", "--max-concurrency 0: expected an integer"),
     ([], "max_concurrency = 0", "[grid] max_concurrency 0: expected an integer"),
-    ([], 'processes = "2"', "[grid] processes '2': expected a positive integer"),
+    ([], 'processes = "2"', "[grid] processes '2': expected an integer with processes >= 1"),
     (["--processes", "2", "--max-calls", "5"], "", "drop --processes, or the budget"),
     (["--processes", "4", "--max-concurrency", "2"], "", "--processes 4 is more than --max-concurrency 2"),
 ])

@@ -78,7 +78,7 @@ def test_bad_processes_are_one_line(tmp_path, cli, questions_file, small_corpus,
     corpus.write_text(small_corpus.read_text() + json.dumps({"id": f"x-{tmp_path.name}", "title": "Only here",
                                                              "text": "A passage no other test indexes."}) + "\n")
     with StubLMServer(latency=0) as server:
-        for extra, says in ((["--processes", "0"], "--processes must be a positive integer"),
+        for extra, says in ((["--processes", "0"], "--processes 0: expected an integer with --processes >= 1"),
                             (["--processes", "4", "--max-concurrency", "2"], "--processes 4 is more than")):
             result = cli(*_argv(server, data, corpus, tmp_path / "run", *extra))
             assert result.code not in (0, None) and says in result.err, result.err

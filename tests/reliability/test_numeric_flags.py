@@ -36,7 +36,7 @@ EVALUATE_BAD = [
     (["--price-per-hour", "-1"], "--price-per-hour"), (["--abort-failure-rate", "nan"], "--abort-failure-rate"),
     (["--abort-failure-rate", "1.5"], "--abort-failure-rate"), (["--max-calls", "-1"], "--max-calls"),
     (["--max-concurrency", "0"], "--max-concurrency"), (["--max-reasks", "-1"], "--max-reasks"),
-    (["-n", "0"], "-n"), (["--threads", "0"], "--threads"),
+    (["-n", "0"], "-n"), (["--threads", "0"], "--threads"), (["--processes", "0"], "--processes"),
 ]
 
 
@@ -69,8 +69,26 @@ def test_serve_refuses_an_infinite_budget(tmp_path, capsys):
     _refused(["serve", "--program", str(tmp_path), *DRY, "--max-cost", "inf"], capsys, "--max-cost")
 
 
+@pytest.mark.parametrize("flags, flag", [(["--port", "0"], "--port"), (["--port", "65536"], "--port"),
+                                         (["--workers", "0"], "--workers"), (["--max-pending", "0"], "--max-pending"),
+                                         (["--max-query-chars", "0"], "--max-query-chars"),
+                                         (["--max-concurrency", "0"], "--max-concurrency"),
+                                         (["--max-queue", "-1"], "--max-queue")])
+def test_serve_refuses_a_number_out_of_range(tmp_path, capsys, flags, flag):
+    """serve's numbers by the one table (`config.NUMBER_OPTIONS`), as every command's, before a port is bound."""
+    line = _refused(["serve", "--program", str(tmp_path), *DRY, *flags], capsys, flag)
+    assert f"{flag} {flags[1]}: expected an integer" in line, line
+
+
+def test_report_refuses_a_negative_show(tmp_path, capsys):
+    line = _refused(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--compare", "--show", "-1"], capsys,
+                    "--show")
+    assert "--show -1: expected an integer with --show >= 0" in line, line
+
+
 @pytest.mark.parametrize("flags, flag", [(["--max-cost", "inf"], "--max-cost"), (["--parallel", "0"], "--parallel"),
-                                         (["--price-sample", "0"], "--price-sample")])
+                                         (["--price-sample", "0"], "--price-sample"), (["--processes", "0"], "--processes"),
+                                         (["-n", "0"], "-n")])
 def test_sweep_refuses_a_number_out_of_range(tmp_path, capsys, flags, flag):
     _refused(["sweep", "filco-table4", "--out", str(tmp_path / "grid"), *flags], capsys, flag)
     assert not (tmp_path / "grid").exists()
