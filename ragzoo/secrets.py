@@ -256,7 +256,7 @@ def _userinfo(url: str) -> str | None:
 
 def url_credentials(url: str, *, paths: bool = True) -> list[str]:
     """The credential parts of a URL (with or without its scheme): userinfo (user, password, and the two as they
-    stand together, each also %-decoded), query values, token-like path segments (unless not `paths`)."""
+    stand together, each also %-decoded, and as Basic auth sends them), query values, token-like path segments (unless not `paths`)."""
     from urllib.parse import parse_qsl, unquote, urlsplit
 
     url = _authority_url(url)
@@ -265,6 +265,8 @@ def url_credentials(url: str, *, paths: bool = True) -> list[str]:
         userinfo = parts.netloc.rpartition("@")[0]
         found = [parts.username, parts.password, userinfo]
         found += [unquote(value) for value in found if value and unquote(value) != value]
+        if userinfo:  # as an HTTP client sends it (Basic auth), which a server may echo in an error body
+            found.append(_basic_auth(unquote(parts.username or ""), unquote(parts.password or "")))
         found += [value for _name, value in parse_qsl(parts.query, keep_blank_values=True)
                   if not _VERSION_VALUE.match(value)]  # every query value but a version or date (api-version=...)
         if paths:
@@ -274,6 +276,13 @@ def url_credentials(url: str, *, paths: bool = True) -> list[str]:
     except ValueError:
         return []
     return [value for value in found if value]
+
+
+def _basic_auth(user: str, password: str) -> str:
+    """The base64 credentials of an HTTP Basic `Authorization` header for this user and password."""
+    import base64
+
+    return base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def _is_token_segment(segment: str) -> bool:

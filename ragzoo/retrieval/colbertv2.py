@@ -151,15 +151,19 @@ class ColBERTv2Client(BaseRetriever):
 
 
 def _error_detail(response) -> str:
+    """What the server said of its refusal, redacted: a server may echo what it was sent (the URL's credentials,
+    as Basic auth sends them)."""
+    from ragzoo.secrets import redact
+
     try:
         body = response.json()
     except ValueError:
         text = response.text.strip().replace("\n", " ")
-        return f": {text[:200]}" if text else ""
+        return f": {redact(text[:200])}" if text else ""
     if isinstance(body, dict):
         message = body.get("message") or body.get("detail") or body.get("error")
         if message is not None:
-            return f": {str(message)[:200]}"
+            return f": {redact(str(message)[:200])}"
     return ""
 
 

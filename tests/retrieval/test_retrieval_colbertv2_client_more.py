@@ -26,12 +26,15 @@ ANSWERS = {  # path -> (status, body)
     "/badscore": (200, {"topk": [{"text": "a | b", "score": "high"}]}),
     "/errorpayload": (200, {"error": True, "message": "Index not loaded"}),
     "/malformed": (200, None),
+    "/echoauth": (401, "the request's Authorization header"),  # a server that echoes what it was sent
 }
 
 
 class _Answers(BaseHTTPRequestHandler):
     def do_GET(self):
         status, body = ANSWERS[self.path.partition("?")[0]]
+        if self.path.startswith("/echoauth"):
+            body = {"message": f"denied: {self.headers.get('Authorization')}"}
         data = b"<html>oops</html>" if body is None else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "text/html" if body is None else "application/json")
@@ -71,6 +74,11 @@ def test_every_error_names_the_server_without_its_credentials(server, path):
     message = _error(server, path, "q " * 600 if "too" in path else "q")
     assert f"ColBERTv2 server http://127.0.0.1:{server}{path}" in message, message  # still says which server
     assert USER not in message and PASSWORD not in message and TOKEN not in message, message
+    if path == "/echoauth":  # the credentials as Basic auth sent them (base64), echoed back: hidden too
+        import base64
+
+        assert base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode() not in message, message
+        assert "denied: Basic ***" in message, message
 
 
 def test_an_unreachable_server_is_named_without_its_credentials():
