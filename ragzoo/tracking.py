@@ -181,14 +181,19 @@ class Tracker:
         import mlflow
         from mlflow.dspy.callback import MlflowCallback
 
+        from mlflow.tracing.config import get_config
+
         mlflow.set_tracking_uri(self.uri)
         mlflow.set_experiment(experiment_id=self._experiment())
         mlflow.dspy.autolog(log_traces=True, silent=True)
         # the command's dspy.context took its settings before autolog added its callback: add it in this one
         callbacks = [c for c in dspy.settings.callbacks if not isinstance(c, MlflowCallback)] + [MlflowCallback()]
+        # a span holds what the LM was sent and answered, which the run folder's records hold scrubbed: scrubbed
+        # the same way as each span ends, before MLflow exports it (its previews are made from the root span)
+        processors = [*get_config().span_processors, scrub_span]
         try:
             with mlflow.start_run(run_id=self.run_id, nested=bool(mlflow.active_run()), log_system_metrics=False), \
-                    dspy.context(callbacks=callbacks):
+                    dspy.context(callbacks=callbacks), mlflow.tracing.configure(span_processors=processors):
                 yield
         finally:
             mlflow.dspy.autolog(disable=True, silent=True)
@@ -242,6 +247,21 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def scrub_span(span) -> None:
+    """An MLflow span processor: every input, output and attribute of `span` as `secrets.scrub` writes a record
+    (an echoed key, a registered endpoint credential: hidden). Spans without a secret are left as they are."""
+    from ragzoo.secrets import holds_secret, scrub
+
+    inputs, outputs = span.inputs, span.outputs
+    if holds_secret(inputs):
+        span.set_inputs(scrub(inputs))
+    if holds_secret(outputs):
+        span.set_outputs(scrub(outputs))
+    for key, value in (span.attributes or {}).items():
+        if key not in ("mlflow.spanInputs", "mlflow.spanOutputs") and holds_secret(value):
+            span.set_attribute(key, scrub(value))
 
 
 def _scrubbed(value: Any) -> Any:

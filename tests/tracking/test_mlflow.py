@@ -187,19 +187,25 @@ def test_sweep_logs_a_parent_run_with_one_nested_run_per_cell(mlflow_server, env
 
 
 @pytest.mark.slow
-def test_traces_on_request_and_no_key_anywhere_in_mlflow(mlflow_server, env, stub, tmp_path):
-    out = tmp_path / "traced"
-    code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "2", "--lm", "openai/stub",
-                 "--api-base", f"{stub.base_url}/v1", "--out", str(out), "--mlflow", mlflow_server["uri"],
-                 "--mlflow-traces"])
-    assert code == 0
+def test_traces_on_request_and_no_key_anywhere_in_mlflow(mlflow_server, env, tmp_path):
+    """With an LM that echoes the key it was sent in every answer (the stub's "echo" fault): the spans' outputs,
+    and the trace previews made from them, are scrubbed before MLflow stores them, as the run folder is."""
     import mlflow
 
+    from ragzoo.stubserver import StubLMServer
+
+    out = tmp_path / "traced"
+    with StubLMServer(faults=lambda index, body: "echo") as stub:
+        code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "2", "--lm", "openai/stub",
+                     "--api-base", f"{stub.base_url}/v1", "--out", str(out), "--mlflow", mlflow_server["uri"],
+                     "--mlflow-traces", "--no-cache"])
+        assert code == 0 and stub.requests >= 2  # the LM answered, echoing the key, each question
     client = _client(mlflow_server)
     run = _run_of(client, out)
     experiment = client.get_experiment_by_name("ragzoo")
     traces = client.search_traces(locations=[experiment.experiment_id], max_results=50)
     assert traces, "no DSPy trace was logged with --mlflow-traces"
+    assert any("***" in str(trace.data.spans[-1].outputs) for trace in traces)  # what was echoed, scrubbed
     assert mlflow.__version__  # the server really stored something: now grep all it stored
     stored = [path for path in Path(mlflow_server["root"]).rglob("*") if path.is_file() and path.name != "server.log"]
     assert any(path.name == "mlflow.db" for path in stored) and any(path.name == "config.json" for path in stored)
