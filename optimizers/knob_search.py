@@ -74,6 +74,9 @@ def open_storage(url: str | None):
 
     if url is None:
         return optuna.storages.InMemoryStorage()
+    from ragzoo.ownership import check_storage
+
+    check_storage(url)  # never Optuna's records appended to a user's file
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend
 

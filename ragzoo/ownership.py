@@ -341,3 +341,59 @@ def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str, mark
             raise ConfigError(f"refusing to overwrite {path}: this command did not write it{unmarked}, so it is kept "
                               f"as it is; {remedy or f'choose another {flag} path or remove it'}")
     return target
+
+
+# tables of Optuna's schema: an SQLite file holding one is an Optuna storage (or one being created)
+_OPTUNA_TABLES = {"studies", "version_info", "alembic_version", "trials", "study_directions"}
+
+
+def check_storage(url: str, *, flag: str = "--storage") -> None:
+    """An Optuna storage on this machine's disk (`journal:PATH`, `sqlite:///PATH`) is written only where it is new
+    (missing or empty) or already an Optuna storage: a journal whose first line is one of Optuna's log records, an
+    SQLite database holding Optuna's tables. Several workers and machines share one on purpose, so an Optuna
+    storage is not claimed for one command; a user's file (a log, a database of their own tables) is refused in one
+    line before Optuna appends to it. A database server's URL (postgresql://, mysql://) is the user's to give."""
+    if url.startswith("journal:"):
+        path, what = Path(url[len("journal:"):]), "an Optuna journal"
+    elif url.startswith("sqlite:///"):
+        path, what = Path(url[len("sqlite:///"):].partition("?")[0]), "an Optuna SQLite storage"
+    else:
+        return
+    if path.is_dir():
+        raise ConfigError(f"{flag} {url}: {path} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{flag} {url}: folder {path.parent} does not exist; create it or choose another path")
+    try:
+        if not path.exists() or path.stat().st_size == 0:
+            return
+        if what == "an Optuna journal":
+            with open(path, "rb") as handle:
+                head = handle.read(64)
+            # Optuna's log records are JSON objects starting with their op_code (read as a prefix: another
+            # worker may be writing the first line this moment)
+            ours = head.lstrip().startswith(b'{"op_code"')
+        else:
+            tables = _sqlite_tables(path)
+            # any of Optuna's tables: another worker may be creating the schema this moment
+            ours = tables is not None and (not tables or bool(tables & _OPTUNA_TABLES))
+    except OSError as error:
+        raise ConfigError(f"{flag} {url}: cannot read {path}: {error.strerror or error}") from None
+    if not ours:
+        raise ConfigError(f"refusing to write to {path}: it is not {what} (a file of yours?), so it is kept as it "
+                          f"is; choose another {flag} path (a new file) or remove it")
+
+
+def _sqlite_tables(path: Path) -> set[str] | None:
+    """The tables of the SQLite database at `path`, opened read-only; None if it is not an SQLite database."""
+    import sqlite3
+
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error:
+        return None
+    try:
+        return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:  # "file is not a database"
+        return None
+    finally:
+        connection.close()

@@ -428,6 +428,9 @@ class OptunaClaims:
     def _storage(self, url: str):
         from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 
+        from ragzoo.ownership import check_storage
+
+        check_storage(url)  # never Optuna's records appended to a user's file
         if url.startswith("journal:"):
             from optuna.storages.journal import JournalFileBackend
 

@@ -288,3 +288,69 @@ def test_resume_needs_the_run_s_own_config_not_one_sharing_no_key(tmp_path):
         with open_run_dir(out, config, resume=True):
             pass
     assert json.loads((out / "config.json").read_text()) == {"metrics": ["em"], "lr": 0.1}
+
+
+def _sqlite_file(path, *tables):
+    import sqlite3
+
+    connection = sqlite3.connect(path)
+    for table in tables:
+        connection.execute(f"CREATE TABLE {table} (x)")
+    connection.commit()
+    connection.close()
+    return path
+
+
+def test_an_optuna_storage_file_is_written_only_where_new_or_already_optunas(tmp_path):
+    """`--storage journal:PATH` / `sqlite:///PATH`: shared by workers on purpose, so not claimed for one command;
+    but Optuna never appends to a user's file (found by review: a shell profile given as the journal got a record)."""
+    from ragzoo.ownership import check_storage
+
+    (tmp_path / "empty.log").write_bytes(b"")
+    (tmp_path / "optuna.log").write_text('{"op_code": 0, "worker_id": "w", "study_name": "s"}\n')
+    (tmp_path / "partial.log").write_text('{"op_code": 0, "worker_id": "w"')  # another worker writing its first line
+    (tmp_path / "profile").write_text("export PATH=/usr/bin\n")
+    (tmp_path / "text.db").write_text("not a database\n")
+    _sqlite_file(tmp_path / "optuna.db", "studies", "version_info", "trials")
+    _sqlite_file(tmp_path / "creating.db", "alembic_version")  # Optuna creating its schema this moment
+    _sqlite_file(tmp_path / "nothing.db")
+    _sqlite_file(tmp_path / "mine.db", "mine")
+    for name in ("journal:new.log", "journal:empty.log", "journal:optuna.log", "journal:partial.log",
+                 "sqlite:///new.db", "sqlite:///optuna.db", "sqlite:///creating.db", "sqlite:///nothing.db"):
+        scheme, _, path = name.rpartition(":")
+        check_storage(f"{scheme}:{'///' if scheme == 'sqlite' else ''}{tmp_path / path.lstrip('/')}")
+    for url, says in ((f"journal:{tmp_path / 'profile'}", "it is not an Optuna journal"),
+                      (f"sqlite:///{tmp_path / 'mine.db'}", "it is not an Optuna SQLite storage"),
+                      (f"sqlite:///{tmp_path / 'text.db'}", "it is not an Optuna SQLite storage"),
+                      (f"journal:{tmp_path}", "is a folder"),
+                      (f"sqlite:///{tmp_path / 'missing' / 's.db'}", "does not exist")):
+        with pytest.raises(ConfigError, match=says):
+            check_storage(url)
+    check_storage("postgresql://user@127.0.0.1:9/grid")  # a database server's: the user's to give
+
+
+@pytest.mark.parametrize("form", ["journal", "sqlite"])
+def test_sweep_and_compile_search_refuse_a_users_file_as_storage_and_leave_it_as_it_was(tmp_path, capsys, form):
+    from ragzoo.cli import main
+
+    user = tmp_path / ("profile" if form == "journal" else "mine.db")
+    if form == "journal":
+        user.write_text("export PATH=/usr/bin\n")
+        url = f"journal:{user}"
+    else:
+        _sqlite_file(user, "mine")
+        url = f"sqlite:///{user}"
+    before = user.read_bytes()
+    grid = tmp_path / "tiny.toml"
+    grid.write_text('[grid]\nname = "tiny"\nn = 1\nlms = ["dry-run"]\n\n[[datasets]]\nname = "nq_open"\n'
+                    'split = "dev_activerag500"\nretriever = "fixed"\n\n[[methods]]\nid = "direct"\n')
+    for argv in (["sweep", str(grid), "--out", str(tmp_path / "g"), "--quiet", "--storage", url],
+                 ["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "2",
+                  "--optimizer", "none", "--search", "answer_mode=short,yes_no", "--lm", "dry-run", "--out",
+                  str(tmp_path / "best"), "--storage", url]):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "refusing to write to" in err, err
+        assert "Traceback" not in err and "internal error" not in err
+        assert user.read_bytes() == before
+    assert not (tmp_path / "g" / "cells").exists() and not (tmp_path / "best").exists()
