@@ -36,7 +36,7 @@ MARKER = ".ragzoo-folder.json"
 _MARKER_TMP = re.compile(re.escape(f".{MARKER}.") + r".+\.tmp$")
 NOUNS = {"run": "ragzoo run directory", "artifact": "ragzoo compiled-program artifact",
          "grid": "ragzoo grid directory", "index": "ragzoo index", "cache": "ragzoo cache folder",
-         "checkpoint": "ragzoo compile checkpoint"}
+         "checkpoint": "ragzoo compile checkpoint", "mlflow-artifacts": "ragzoo MLflow artifact folder"}
 
 # What earlier versions wrote, kind by kind: (files that must all be there, files that may be there). A legacy
 # folder holding anything else is not recognised (a look-alike config.json among a user's files is not a run).

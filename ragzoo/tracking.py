@@ -60,6 +60,7 @@ def from_args(args, command: str) -> "Tracker":
     from ragzoo.secrets import register_url
 
     register_url(uri, paths=False)  # a password in the tracking URI is hidden from every output
+    artifact_root(uri, create=False)  # a user's folder where a new experiment would keep its artifacts: refused now
     for name, value in _HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
     return Tracker(uri, command, traces=traces)
@@ -139,9 +140,16 @@ class Tracker:
             name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
             try:
                 found = self.client.get_experiment_by_name(name)
-                self.experiment_id = found.experiment_id if found is not None else self.client.create_experiment(name)
             except Exception as error:  # noqa: BLE001 - MLflow raises several kinds for an unusable server
                 raise _tracking_error(self.uri, error) from None
+            if found is not None:
+                self.experiment_id = found.experiment_id
+            else:
+                location = artifact_root(self.uri)  # refused in one line before MLflow writes anything
+                try:
+                    self.experiment_id = self.client.create_experiment(name, artifact_location=location)
+                except Exception as error:  # noqa: BLE001
+                    raise _tracking_error(self.uri, error) from None
         return self.experiment_id
 
     def start(self, name: str, tags: dict | None = None) -> str:
@@ -247,6 +255,27 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def artifact_root(uri: str, *, create: bool = True) -> str | None:
+    """Where a new experiment of a local SQLite tracking database keeps its artifacts: the folder
+    `<database>-artifacts` beside it, ragzoo's (`ownership`: a new folder, marked; a user's is refused). MLflow's
+    own default there is `./mlruns` in the current folder, which ragzoo never writes into. None for a tracking
+    server or a file store, which decide it themselves. `create=False`: only the refusal (`from_args`, before
+    MLflow creates the database)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    database = Path(uri[len("sqlite:///"):].partition("?")[0]).expanduser()
+    if not database.name or database.name == ":memory:":
+        return None
+    from ragzoo.ownership import claim, mark
+
+    folder = claim(database.with_name(database.name + "-artifacts"), "mlflow-artifacts", flag="--mlflow",
+                   remedy="move it away, or give --mlflow another database").path
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+        mark(folder, "mlflow-artifacts")
+    return folder.resolve().as_uri()
 
 
 def scrub_span(span) -> None:

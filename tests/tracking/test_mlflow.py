@@ -251,3 +251,36 @@ def test_without_the_flag_mlflow_is_not_even_imported(tmp_path, monkeypatch):
     code = main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "1", "--lm", "dry-run",
                  "--out", str(out)])
     assert code == 0 and "mlflow" not in sys.modules
+
+
+@pytest.mark.xdist_group("test_mlflow")
+def test_a_local_database_keeps_its_artifacts_beside_it_not_in_the_current_folder(tmp_path, capsys, monkeypatch, env):
+    """`--mlflow sqlite:///DB`: MLflow's default artifact root is ./mlruns in the current folder (found by review:
+    a user's mlruns/ got the run's files). The experiment keeps them in `DB-artifacts`, a folder ragzoo marks; a
+    folder of the user's by that name is refused in one line before the run."""
+    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'ragzoo[mlflow]')")
+    from ragzoo.ownership import kind_of
+
+    here = tmp_path / "here"
+    (here / "mlruns").mkdir(parents=True)
+    (here / "mlruns" / "NOTES.md").write_text("mine\n")
+    monkeypatch.chdir(here)
+    database = tmp_path / "db" / "ml.db"
+    database.parent.mkdir()
+    argv = ["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "1", "--lm", "dry-run", "--mlflow",
+            f"sqlite:///{database}"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    artifacts = tmp_path / "db" / "ml.db-artifacts"
+    assert kind_of(artifacts) == "mlflow-artifacts"
+    assert {path.name for path in artifacts.rglob("*")} >= {"config.json", "summary.json", "predictions.jsonl"}
+    assert sorted(path.name for path in here.rglob("*")) == ["NOTES.md", "mlruns"]  # the current folder: untouched
+    # a second database whose artifact folder is a user's: refused before the run
+    (tmp_path / "db" / "other.db-artifacts").mkdir()
+    (tmp_path / "db" / "other.db-artifacts" / "NOTES.md").write_text("mine\n")
+    argv[-1] = f"sqlite:///{tmp_path / 'db' / 'other.db'}"
+    capsys.readouterr()
+    code = main([*argv, "--out", str(tmp_path / "run2")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "other.db-artifacts" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run2").exists()
+    assert sorted(path.name for path in (tmp_path / "db" / "other.db-artifacts").iterdir()) == ["NOTES.md"]
