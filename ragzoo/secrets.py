@@ -190,6 +190,18 @@ def scrub(value: Any) -> Any:
     return _scrub(value, _redaction_pattern())
 
 
+def scrub_reply(outputs: Any) -> Any:
+    """What an LM call returns (DSPy's list of texts, or of dicts with "text", "reasoning_content", ...), as the
+    program may see it: itself when no text holds a known secret (nearly always), else a copy with every string
+    redacted. An upstream that echoes the key it was sent thus never gives it to the program, so nothing the
+    program makes of its answers (a record, an optimizer's state files, a served reply) can carry it."""
+    if not isinstance(outputs, list) or not holds_secret(outputs):
+        return outputs
+    return [redact(item) if isinstance(item, str)
+            else {key: redact(value) if isinstance(value, str) else value for key, value in item.items()}
+            if isinstance(item, dict) else item for item in outputs]
+
+
 def holds_secret(value: Any) -> bool:
     """Whether `scrub(value)` would hide anything: every text of `value` (keys and values, and the `str` of a value
     JSON cannot hold) is searched at once, joined by NUL. A match inside one text is a match of the joined texts

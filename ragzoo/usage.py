@@ -720,12 +720,16 @@ def _settle(reserved: list[tuple[Budget, float]]) -> None:
 
 class BudgetedCalls:
     """Mixin for `dspy.LM` classes: every call reserves itself (and what it could cost) on the open budgets
-    before it is sent, and gives the reservation back once its real cost is counted."""
+    before it is sent, and gives the reservation back once its real cost is counted. What it returns is
+    `secrets.scrub_reply`'d: a key the upstream echoed never reaches the program (its records, an optimizer's
+    state files, a served answer), whatever new place later keeps what the program makes."""
 
     def __call__(self, *args, **kwargs):
+        from ragzoo.secrets import scrub_reply
+
         reserved = _reserve_open_budgets(self, args, kwargs)
         try:
-            return super().__call__(*args, **kwargs)
+            return scrub_reply(super().__call__(*args, **kwargs))
         finally:
             _settle(reserved)
 
@@ -739,7 +743,9 @@ class BudgetedCalls:
             except MustWait:
                 await asyncio.sleep(0.02)
         try:
-            return await super().acall(*args, **kwargs)
+            from ragzoo.secrets import scrub_reply
+
+            return scrub_reply(await super().acall(*args, **kwargs))
         finally:
             _settle(reserved)
 

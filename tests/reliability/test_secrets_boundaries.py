@@ -137,3 +137,26 @@ def test_a_compile_checkpoint_keeps_no_key_echoed_into_its_traces(helpers, tmp_p
         {"question": "who?", "answer": f"placeholder (you sent me {key})"}]}})
     assert helpers.files_holding(tmp_path, key) == []
     assert checkpoint.read("bootstrap.json")["name2traces"]["answer"][0]["answer"] == "placeholder (you sent me ***)"
+
+
+def test_gepa_s_own_state_files_keep_no_key_echoed_by_the_upstream(helpers, tmp_path, cli, monkeypatch):
+    """GEPA writes its state into the compile checkpoint itself (`log_dir`: gepa_state.bin, the seed's valset
+    outputs as JSON, candidates), past every writer of ragzoo's (found by review). The LM's replies are scrubbed
+    as they come back (`secrets.scrub_reply`), so what GEPA keeps of them has no key either."""
+    from ragzoo.stubserver import StubLMServer
+
+    key = "gepastatesecretvalue0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"question {i}?", "answers": ["a"]}) + "\n"
+                            for i in range(12)), encoding="utf-8")
+    with StubLMServer(faults=helpers.echo_faults) as server:
+        result = cli("compile", "--method", "direct", "--data", data, "--optimizer", "gepa:light", "--train-n", "8",
+                     "--dev-n", "4", "--lm", "openai/stub", "--api-base", server.base_url + "/v1", "--no-cache",
+                     "--out", tmp_path / "compiled", "--max-calls", "40")
+        assert server.requests >= 8, result.err  # GEPA evaluated its seed program: the upstream echoed the key
+    gepa = tmp_path / "compiled.checkpoint" / "gepa"
+    assert result.code == 3 and (gepa / "gepa_state.bin").is_file(), (result.code, result.err)  # kept on the budget
+    assert any(path.suffix == ".json" for path in gepa.rglob("*")), sorted(gepa.rglob("*"))
+    assert "***" in "".join(path.read_text() for path in gepa.rglob("*.json"))  # the echo, scrubbed
+    assert helpers.files_holding(tmp_path, key) == []

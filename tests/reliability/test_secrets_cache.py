@@ -60,8 +60,8 @@ def test_both_engines_store_their_responses_redacted(helpers, engine, monkeypatc
         fresh = lm(messages=[{"role": "user", "content": f"which key, {engine}?"}])
         cached = lm(messages=[{"role": "user", "content": f"which key, {engine}?"}])
         assert server.requests == 1
-    assert key in fresh[0]  # the program itself gets the upstream's answer; what is kept has no key
-    assert cached == ["you sent me ***"]
+    # neither the program (secrets.scrub_reply, on every call ragzoo meters) nor the cache gets the key
+    assert fresh == cached == ["you sent me ***"]
     assert helpers.files_holding(disk_cache, key) == []
 
 
@@ -70,3 +70,22 @@ def test_a_response_without_secrets_is_stored_as_it_is():
 
     record = {"outputs": [("answer", "Paris")], "usage": {"prompt_tokens": 3}}
     assert cache_safe(record) is record  # nothing copied on the common path
+
+
+def test_an_async_call_gets_the_echoed_key_scrubbed_too(helpers, monkeypatch):
+    """`acall` (the served program's path) returns what `__call__` would: the reply with the key as ***; a reply
+    without a secret is the very object DSPy returned (no copy on the common path)."""
+    import asyncio
+
+    from ragzoo.lm import make_lm
+    from ragzoo.secrets import scrub_reply
+    from ragzoo.stubserver import StubLMServer
+
+    key = "asyncechoedsecret0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    with StubLMServer(faults=helpers.echo_faults) as server:
+        lm = make_lm("openai/stub", api_base=server.base_url + "/v1", num_retries=0, cache=False)
+        assert asyncio.run(lm.acall(messages=[{"role": "user", "content": "which key?"}])) == ["you sent me ***"]
+    clean = [{"text": "Paris", "reasoning_content": None}]
+    assert scrub_reply(clean) is clean
+    assert scrub_reply([{"text": f"it is {key}", "logprobs": [1]}]) == [{"text": "it is ***", "logprobs": [1]}]
