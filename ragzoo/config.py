@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ragzoo.errors import ConfigError
-from ragzoo.secrets import SECRET_HINT, is_secret_name, looks_like_secret, register_url
+from ragzoo.secrets import SECRET_HINT, carries_credentials, is_secret_name, looks_like_secret, register_url
 
 
 def add_secret_trap(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +36,9 @@ def refuse_secrets(values: dict[str, Any]) -> None:
             raise ConfigError(f"refusing {name!r}: {SECRET_HINT}")
         if looks_like_secret(value):
             raise ConfigError(f"refusing --{name.replace('_', '-')}: its value looks like a secret key; {SECRET_HINT}")
+        if name.endswith("api_base") and isinstance(value, str) and carries_credentials(value):
+            raise ConfigError(f"the --{name.replace('_', '-')} URL carries credentials; give the bare server URL "
+                              f"and set the key in the environment")
 
 
 def load_config_file(path: str | os.PathLike) -> dict[str, Any]:

@@ -46,7 +46,6 @@ Choices:
 from __future__ import annotations
 
 import os
-import re
 import threading
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,7 +54,7 @@ import dspy
 
 from ragzoo.engines import DEFAULT_PRICED_MODEL, DRY_RUN, DryRunEngine, is_dry_run, is_dry_run_spec
 from ragzoo.errors import ConfigError, LMError
-from ragzoo.secrets import is_secret_name, looks_like_secret, masked
+from ragzoo.secrets import carries_credentials, is_secret_name, looks_like_secret, masked
 from ragzoo.usage import TrackedLM, check_price_per_hour, price_per_token, use_local_price_map
 
 __all__ = ["DEFAULT_PRICED_MODEL", "DRY_RUN", "configure", "describe_lm", "is_dry_run", "make_dry_run_lm",
@@ -105,12 +104,9 @@ def _refuse_secrets(spec: str, api_base: str | None, kwargs: dict) -> None:
     if looks_like_secret(spec, strict=True):
         raise ConfigError("the LM spec looks like it contains a secret key; pass only the model name "
                           "(e.g. openai/gpt-4o-mini) and set the key in the environment (e.g. OPENAI_API_KEY)")
-    if api_base:
-        parts = urlsplit(api_base)
-        if parts.username or parts.password or looks_like_secret(parts.query, strict=True) \
-                or any(is_secret_name(key) for key in re.findall(r"([^&=]+)=", parts.query)):
-            raise ConfigError("the --api-base URL carries credentials; give the bare server URL and set the key "
-                              "in the environment")
+    if api_base and carries_credentials(api_base):
+        raise ConfigError("the LM's api_base URL carries credentials; give the bare server URL and set the key "
+                          "in the environment")
 
 
 def _check_model_string(model: str, what: str = "LM spec") -> None:

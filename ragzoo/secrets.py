@@ -290,6 +290,20 @@ def url_credentials(url: str, *, paths: bool = True) -> list[str]:
     return [value for value in found if value]
 
 
+def carries_credentials(url: str) -> bool:
+    """Whether an LM server's URL holds a credential (a user or password, a secret-named or key-shaped query
+    value): refused where it is given, since the key belongs in the environment."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return True  # not a URL urllib can read: refused rather than guessed at
+    return bool(user or password or looks_like_secret(parts.query, strict=True)
+                or any(is_secret_name(key) for key in re.findall(r"([^&=]+)=", parts.query)))
+
+
 def _basic_auth(user: str, password: str) -> str:
     """The base64 credentials of an HTTP Basic `Authorization` header for this user and password."""
     import base64

@@ -125,3 +125,15 @@ def test_numbers_in_range_pass_and_are_recorded(tmp_path, questions, capsys):
     assert code == 0, capsys.readouterr().err
     config = json.loads((out / "config.json").read_text())
     assert config["timeout"] == 5.0 and config["deadline"] == 30.0 and config["max_cost"] == 10.0
+
+
+@pytest.mark.parametrize("flag", ["--api-base", "--judge-api-base"])
+def test_an_lm_url_with_credentials_is_refused_naming_its_own_flag(tmp_path, questions, capsys, flag):
+    """The refusal names the flag that carried the credentials (the judge's said --api-base; found by review)."""
+    out = tmp_path / "run"
+    extra = ["--judge-lm", "openai/judge"] if flag == "--judge-api-base" else []
+    line = _refused(["evaluate", "--method", "direct", "--data", questions, "--lm", "openai/stub", "--out", str(out),
+                     *extra, flag, "http://reader:pw12345678@127.0.0.1:9/v1"], capsys, flag)
+    assert line.endswith(f"error: the {flag} URL carries credentials; give the bare server URL and set the key in "
+                         f"the environment") and "pw12345678" not in line, line
+    assert not out.exists()
