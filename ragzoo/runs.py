@@ -22,6 +22,7 @@ caller's DSPy settings (`dspy.context(lm=...)`, adapter, callbacks), as DSPy's `
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -953,18 +954,37 @@ def _collector_set_aside() -> Iterator[None]:
                 gc.unfreeze()
 
 
+_STOP_WHEN: contextvars.ContextVar = contextvars.ContextVar("ragzoo_stop_when", default=None)
+
+
+@contextlib.contextmanager
+def stop_when(event: threading.Event) -> Iterator[None]:
+    """In this thread, a run's wait for its questions (`run_threads`) raises KeyboardInterrupt once `event` is set,
+    as Ctrl-C does in the main thread: for a run in another thread (a grid's cell under `--parallel`), which no
+    signal reaches, and whose questions may be stuck at a hung LM. The run then stops as on Ctrl-C (what finished
+    is kept; the questions in flight are dropped in their daemon threads)."""
+    token = _STOP_WHEN.set(event)
+    try:
+        yield
+    finally:
+        _STOP_WHEN.reset(token)
+
+
 def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False) -> None:
     """`work(item)` for every item on `threads` threads, each under the caller's DSPy settings (as DSPy's
     `ParallelExecutor` copies them). Not that executor: its main thread waits on every pending future at each
     completion and scans every result, O(questions) per question, which made the CPU of a question grow with
     the run's size (~1 ms per LM call at 1,280 questions). `work` must not raise; Ctrl-C reaches the caller
     (the threads then take no new item once `work` sees the run closing). `pooled`: one thread runs in a pool
-    too (not in the caller's thread), so that its questions under a deadline run in it (`run_example`)."""
+    too (not in the caller's thread), so that its questions under a deadline run in it (`run_example`). Under
+    `stop_when(event)` the questions always run in the pool, and the caller's wait ends with KeyboardInterrupt
+    once the event is set."""
     import copy
 
     from dspy.dsp.utils.settings import thread_local_overrides
 
-    if (threads <= 1 and not pooled) or len(items) <= 1:
+    stopping = _STOP_WHEN.get()
+    if stopping is None and ((threads <= 1 and not pooled) or len(items) <= 1):
         for item in items:
             work(item)
         return
@@ -1006,6 +1026,8 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled
         if running is None:
             return
         running.join(0.5)  # a timed wait: Ctrl-C is raised here, in the main thread
+        if stopping is not None and stopping.is_set():
+            raise KeyboardInterrupt  # a run in another thread, stopped from outside (`stop_when`)
 
 
 _DONE = object()

@@ -30,7 +30,6 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -748,6 +747,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     calls stay in DSPy's cache where it is on), and the result says `interrupted`."""
     import signal
 
+    from ragzoo import runs
     from ragzoo.usage import Budget, metering
 
     out = Path(out)
@@ -897,7 +897,8 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             cell_track = track.child("cell") if track.enabled else track
             try:
                 with _cell_log(routers, cell_dir(out, cell) / "log.txt"), metering(budget=budget) as meter, \
-                        tracking.grid_cells(track), cell_track.working(cell_dir(out, cell)):
+                        tracking.grid_cells(track), cell_track.working(cell_dir(out, cell)), \
+                        runs.stop_when(interrupted):  # Ctrl-C reaches no --parallel cell's thread: this does
                     seen: dict = {}
                     _lines_of(cell_dir(out, cell) / "run" / "predictions.jsonl", seen, sums=grid.processes > 1)
                     with lock:
@@ -965,19 +966,38 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                     if not interrupted.is_set():
                         raise
             else:
-                pool = ThreadPoolExecutor(max_workers=parallel)
-                futures = [pool.submit(worker, routers) for _ in range(parallel)]
+                failed: list[BaseException] = []
+
+                def guarded() -> None:
+                    try:
+                        worker(routers)
+                    except BaseException as error:  # noqa: BLE001 - raised in this thread, below
+                        failed.append(error)
+
+                # daemon threads: a second Ctrl-C leaves at once, with no cell thread for the interpreter to join
+                pool = [threading.Thread(target=guarded, name=f"ragzoo-cells-{index}", daemon=True)
+                        for index in range(parallel)]
+                for thread in pool:
+                    thread.start()
                 try:
-                    for future in futures:
-                        future.result()
+                    for thread in pool:
+                        while thread.is_alive():
+                            thread.join(0.5)  # a timed wait: Ctrl-C is raised here
+                    if failed:
+                        raise failed[0]
                 except KeyboardInterrupt:
                     if not interrupted.is_set():
                         raise
                     _stop_cell_workers()
-                    while not all(future.done() for future in futures):  # the cells stop at their next LM call
-                        time.sleep(0.05)
-                finally:
-                    pool.shutdown(wait=not interrupted.is_set())
+                    waited, told = time.monotonic(), False
+                    for thread in pool:  # each cell's run stops within half a second (`runs.stop_when`)
+                        while thread.is_alive():
+                            thread.join(0.05)
+                            if not told and say is not None and time.monotonic() - waited > 2:
+                                # a cell's compile waits on its LM call, which only the LM or its timeout ends
+                                told = True
+                                say("grid: stopping; a cell is still waiting on its LM call: press Ctrl-C again "
+                                    "to leave now (what finished is kept)")
     finally:
         ticking.set()
         if previous_handler is not None:

@@ -71,6 +71,71 @@ def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resum
     assert stub_server.requests <= 2 * n + (after_exit - written)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_ctrl_c_stops_parallel_cells_whose_lm_hangs(tmp_path, stub_server, grid_env, threads):
+    """`--parallel 2`: the cells run in threads no signal reaches, their questions stuck at an LM that does not
+    answer (found by review: Ctrl-C did nothing, a second one printed the line but the process never exited).
+    Each cell's wait for its questions ends as Ctrl-C ends a run in the main thread (`runs.stop_when`)."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=4, lms=stub_lms(stub_server))
+    stub_server.latency = 600.0  # hung: no answer within the test
+    out = tmp_path / "g"
+    process = subprocess.Popen(ragzoo_argv("sweep", str(grid), "--out", str(out), "--quiet", "--parallel", "2",
+                                           "--threads", threads), env=grid_env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while stub_server.in_flight < 2 and time.monotonic() < deadline:  # both cells wait on the LM
+        time.sleep(0.02)
+    assert stub_server.in_flight >= 2, process.stderr.read() if process.poll() is not None else "not started"
+    os.killpg(process.pid, signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError("one Ctrl-C did not stop a grid whose cells wait on a hung LM") from None
+    err = process.stderr.read()
+    assert time.monotonic() - sent < 20 and process.returncode == 130, err
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "0/8 questions" in lines[0] and "resume" in lines[0], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_leaves_at_once_when_a_cell_s_compile_waits_on_a_hung_lm(tmp_path, stub_server, grid_env):
+    """A compile blocked in an LM call is reached by nothing but the LM or its timeout: the first Ctrl-C says so
+    and what to do; the second leaves at once (the cells' threads are daemons: no thread left for the interpreter
+    to join at exit, where the second Ctrl-C used to hang for good)."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=4, lms=stub_lms(stub_server))
+    grid.write_text(grid.read_text() + '\n[compile]\noptimizers = ["bootstrap"]\n')
+    stub_server.latency = 600.0
+    process = subprocess.Popen(ragzoo_argv("sweep", str(grid), "--out", str(tmp_path / "g"), "--quiet",
+                                           "--parallel", "2"), env=grid_env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while stub_server.in_flight < 2 and time.monotonic() < deadline:  # both cells compiling, at the LM
+        time.sleep(0.02)
+    assert stub_server.in_flight >= 2, "".join(lines)
+    os.killpg(process.pid, signal.SIGINT)
+    deadline = time.monotonic() + 15
+    while not any("press Ctrl-C again" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any("press Ctrl-C again" in line for line in lines) and process.poll() is None, "".join(lines)
+    os.killpg(process.pid, signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError("a second Ctrl-C did not end the grid") from None
+    reader.join(5)
+    assert time.monotonic() - sent < 15 and process.returncode == 130, "".join(lines)
+    assert sum("interrupted" in line for line in lines) == 1 and "Traceback" not in "".join(lines), "".join(lines)
+
+
 def test_a_larger_n_extends_each_cell_and_reuses_the_compile(tmp_path, stub_server, grid_env, capsys):
     grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
     out = tmp_path / "g"
