@@ -92,10 +92,10 @@ def resolve(args: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any
         else:
             resolved[name] = default
     refuse_free_budget(resolved)
-    refuse_secrets({**resolved, "api_key": getattr(args, "api_key", None)})
-    for name in ("api_base", "retriever"):  # what an endpoint carries is redacted from every error text
-        if isinstance(resolved.get(name), str) and "://" in resolved[name]:
+    for name in ("api_base", "judge_api_base", "retriever"):  # what an endpoint carries is redacted from every
+        if isinstance(resolved.get(name), str) and "://" in resolved[name]:  # error text, a refusal's too
             register_url(resolved[name].partition(":")[2] if name == "retriever" else resolved[name])
+    refuse_secrets({**resolved, "api_key": getattr(args, "api_key", None)})
     if "out" in defaults:  # a command that writes a run or an artifact (ask's 0 is a plain budget stop, exit 3)
         refuse_empty_budgets(resolved)
     return resolved
