@@ -234,31 +234,36 @@ def _listening_sockets(host: str, port: int, count: int) -> list:
 
 def _program_worker(options: dict, sock, workers: int) -> None:
     """One `--workers` process: its own program and service, serving the parent's listening socket."""
-    def make_app():
-        from ragzoo.serving import create_app
+    from ragzoo.serving import create_app
 
-        return create_app(_program_service(argparse.Namespace(**options))[0], workers=workers)
+    def make_service():
+        service = _program_service(argparse.Namespace(**options))[0]
+        return service, create_app(service, workers=workers)
 
-    _run_worker(make_app, sock, options["host"], options["port"])
+    _run_worker(make_service, sock, options["host"], options["port"])
 
 
 WORKER_GRACE = 30.0  # seconds a stopped server (or worker) has to finish the answers in flight before they are cut
+SAME_STOP = 1.0  # seconds within which a worker counts a terminal's signal and its parent's SIGTERM as one stop
 
 
-def _run_worker(make_app, sock, host: str, port: int) -> None:
-    """Serve `make_app()` on the parent's listening socket `sock` until the parent stops this worker (SIGTERM) or
-    is gone. A terminal's Ctrl-C reaches every process of its group: a worker ignores it and lets the parent stop
-    them all (otherwise each would print a KeyboardInterrupt traceback, while loading its program or after uvicorn
-    re-raises the signal it caught). A parent killed without its cleanup (SIGKILL, a crash) must not leave workers
-    holding the port: each watches its parent and shuts down when it is gone."""
+def _run_worker(make_service, sock, host: str, port: int) -> None:
+    """Serve the app of `make_service()` ((service, app)) on the parent's listening socket `sock` until the parent
+    stops this worker (SIGTERM) or is gone, as one process stops (`_serve_one`): the answers in flight finish, for
+    at most WORKER_GRACE seconds or until a second signal, then what is left is answered 503 (`service.cut`). A
+    terminal's Ctrl-C or a group's SIGTERM reaches the worker and its parent's SIGTERM follows at once: one stop
+    (`SAME_STOP`), not two (two cut the connections at once: the clients got no answer). Ctrl-C while the program
+    loads is ignored (the parent stops this worker, or kills it). A parent killed without its
+    cleanup (SIGKILL, a crash) must not leave workers holding the port: each watches its parent and shuts down
+    when it is gone."""
     import logging
     import multiprocessing
+    import os
     import signal
+    import sys
     import threading
 
-    import uvicorn
-
-    from ragzoo.retrieval.server import uvicorn_config
+    from ragzoo.retrieval.server import _stopping_server, uvicorn_config
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -267,14 +272,23 @@ def _run_worker(make_app, sock, host: str, port: int) -> None:
     if parent is not None:
         threading.Thread(target=_stop_with_parent, args=(parent.sentinel, serving), daemon=True,
                          name="ragzoo-parent-watch").start()
-    server = uvicorn.Server(uvicorn_config(make_app(), host=host, port=port))
+    service, app = make_service()
+    server = _stopping_server(uvicorn_config(app, host=host, port=port), WORKER_GRACE,
+                              getattr(service, "cut", None), coalesce=SAME_STOP)
     serving["server"] = server
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    finally:
+        close = getattr(service, "close", None)
+        if close is not None and close():  # a question still at a hung LM: its thread would hold the exit
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
 
 def _stop_with_parent(sentinel: int, serving: dict) -> None:
     """In a worker: once the parent is gone, shut the server down as SIGTERM would (answers in flight finish, for
-    at most WORKER_GRACE seconds), or exit at once when it is not serving yet."""
+    at most WORKER_GRACE seconds, then the rest is answered 503), or exit at once when it is not serving yet."""
     import multiprocessing.connection
     import os
     import time
@@ -284,7 +298,9 @@ def _stop_with_parent(sentinel: int, serving: dict) -> None:
     if server is None:
         os._exit(1)
     server.should_exit = True
-    time.sleep(WORKER_GRACE)
+    from ragzoo.retrieval.server import HURRIED_GRACE
+
+    time.sleep(WORKER_GRACE + HURRIED_GRACE + 1)  # its answers in flight, then the 503s of what is left
     os._exit(1)
 
 
@@ -349,11 +365,15 @@ def _stop_resource_tracker() -> None:
 
 
 def _stop_workers(children: list, previous: dict) -> None:
-    """SIGTERM every worker still running, wait WORKER_GRACE seconds for them to finish (less after a further
-    Ctrl-C or SIGTERM: the user is in a hurry), kill what is left, and put the signal handlers back."""
+    """SIGTERM every worker still running and wait for them: each finishes its answers in flight for WORKER_GRACE
+    seconds, then answers the rest 503 and closes (`_run_worker`). A further Ctrl-C or SIGTERM (the user is in a
+    hurry) is passed on, so they answer 503 now. What is left after that is killed; the signal handlers are put
+    back."""
     import multiprocessing.connection
     import signal
     import time
+
+    from ragzoo.retrieval.server import HURRIED_GRACE
 
     hurry: list[int] = []
     for signum in previous:  # a second signal must not cut this cleanup short and leave workers behind
@@ -362,12 +382,19 @@ def _stop_workers(children: list, previous: dict) -> None:
         for child in children:
             if child.pid is not None and child.is_alive():
                 child.terminate()
-        deadline = time.monotonic() + WORKER_GRACE
-        while time.monotonic() < deadline and not hurry:
-            running = [child.sentinel for child in children if child.pid is not None and child.is_alive()]
+        started = time.monotonic()
+        deadline = started + WORKER_GRACE + HURRIED_GRACE + 2  # a worker's own grace, its 503s, then killed
+        passed_on = False
+        while time.monotonic() < deadline:
+            running = [child for child in children if child.pid is not None and child.is_alive()]
             if not running:
                 break
-            multiprocessing.connection.wait(running, timeout=0.2)
+            if hurry and not passed_on and time.monotonic() - started >= SAME_STOP:
+                passed_on = True  # a terminal's second Ctrl-C reached them too; a SIGTERM to this process did not
+                for child in running:
+                    child.terminate()
+                deadline = min(deadline, time.monotonic() + HURRIED_GRACE + 2)
+            multiprocessing.connection.wait([child.sentinel for child in running], timeout=0.2)
         for child in children:
             if child.pid is not None and child.is_alive():
                 child.kill()

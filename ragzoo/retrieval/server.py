@@ -581,21 +581,24 @@ def run_app(app, host: str = "127.0.0.1", port: int = 8893, log_level: str = "wa
 HURRIED_GRACE = 5.0  # seconds the connections have to close once the answers in flight were cut (`on_hurry`)
 
 
-def _stopping_server(config, grace: float | None, on_hurry):
+def _stopping_server(config, grace: float | None, on_hurry, coalesce: float = 0.0):
     """A uvicorn.Server that notes the first signal it got (`stop_signal`), re-raises none, and stops waiting for
-    the answers in flight after `grace` seconds or a second signal of either kind (see `run_app`)."""
+    the answers in flight after `grace` seconds or a second signal of either kind (see `run_app`). A signal within
+    `coalesce` seconds of the first is the same stop (a `--workers` process gets a terminal's signal and its
+    parent's SIGTERM a moment apart), not a second one."""
     import time
 
     import uvicorn
 
     class StoppingServer(uvicorn.Server):
         stop_signal = None
+        stopped_at = 0.0
         hurried = False
 
         def handle_exit(self, sig, frame):  # a signal handler: sets flags, nothing more
             if self.stop_signal is None:
-                self.stop_signal = sig
-            elif self.should_exit:
+                self.stop_signal, self.stopped_at = sig, time.monotonic()
+            elif self.should_exit and time.monotonic() - self.stopped_at >= coalesce:
                 self.hurried = True
             self.should_exit = True
 

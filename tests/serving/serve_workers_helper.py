@@ -16,6 +16,26 @@ import sys
 import time
 
 
+class LightService:
+    """What a program worker's service does on a stop: `cut()` (on the event loop, once the grace is over or a second
+    signal came) answers every question still waiting 503, as `ProgramService.cut` does; `GET /hang` is such a
+    question (a hung LM)."""
+
+    def __init__(self):
+        import asyncio
+
+        self.cutting = asyncio.Event()
+
+    def cut(self) -> None:
+        self.cutting.set()
+
+    def close(self) -> int:
+        return 0
+
+
+SERVICE = None
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while True:
@@ -25,8 +45,12 @@ async def app(scope, receive, send):
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-    body = json.dumps({"worker": os.getpid()}).encode()
-    await send({"type": "http.response.start", "status": 200,
+    status, answer = 200, {"worker": os.getpid()}
+    if scope.get("path") == "/hang":
+        await SERVICE.cutting.wait()
+        status, answer = 503, {"message": "the server is shutting down", "worker": os.getpid()}
+    body = json.dumps(answer).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
@@ -34,11 +58,13 @@ async def app(scope, receive, send):
 def light_worker(options: dict, sock, workers: int) -> None:
     from ragzoo.commands.serve import _run_worker
 
-    def make_app():
+    def make_service():
+        global SERVICE
         time.sleep(float(os.environ.get("FAKE_WORKER_LOAD_SECONDS", "0")))  # loading a program
-        return app
+        SERVICE = LightService()
+        return SERVICE, app
 
-    _run_worker(make_app, sock, options["host"], options["port"])
+    _run_worker(make_service, sock, options["host"], options["port"])
 
 
 def light_service(args):

@@ -131,3 +131,41 @@ def test_the_parent_exits_only_once_every_process_it_started_has_exited(served):
                 pass
     assert code == 0, err
     assert orphans == [], f"processes the parent did not wait for: {orphans}"
+
+
+@pytest.mark.parametrize("to", ["group", "parent"])
+def test_sigterm_lets_the_answers_in_flight_finish_and_a_second_answers_them_503(served, to):
+    """A stop (systemd, a terminal) signals the whole group: each worker gets it and then its parent's SIGTERM, one
+    stop (`SAME_STOP`), so the questions in flight are waited for, as with one process; a second signal has them
+    answered 503, not dropped (found by review: plain uvicorn took the parent's SIGTERM as a second signal and cut
+    the connections, and the clients got no answer). Signalled alone, the parent passes the second signal on."""
+    import threading
+
+    import httpx
+
+    server = served().answering()
+    answers: list = []
+
+    def ask():
+        try:
+            reply = httpx.get(f"{server.url}/hang", timeout=60)
+            answers.append((reply.status_code, reply.json()))
+        except httpx.HTTPError as error:
+            answers.append(("dropped", repr(error)))
+
+    askers = [threading.Thread(target=ask, daemon=True) for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    time.sleep(1.0)  # the questions reached the workers
+    stop = os.killpg if to == "group" else os.kill
+    stop(server.process.pid, signal.SIGTERM)
+    time.sleep(3.0)
+    assert answers == [] and server.process.poll() is None  # still waited for, within the grace
+    stop(server.process.pid, signal.SIGTERM)  # a second stop: answer what is left
+    code, err = server.end(seconds=20)
+    for asker in askers:
+        asker.join(10)
+    assert [status for status, _ in answers] == [503, 503, 503], answers
+    assert all("shutting down" in body["message"] for _, body in answers), answers
+    assert code == 0 and "Traceback" not in err, err
+    assert wait_until(lambda: not server.live_children(), 10) and port_is_free(server.port)
