@@ -13,6 +13,7 @@ Every parser (top level, subcommands, and their own subparsers) is a `Parser`: n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -130,18 +131,47 @@ class RedactingStream:
         return getattr(self._stream, name)
 
 
+def _raise_terminated(signum, frame):
+    from ragzoo.errors import Terminated
+
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt(module):
+    """While a command runs in the main thread, SIGTERM raises `Terminated` (a KeyboardInterrupt): it stops as on
+    Ctrl-C, with the same cleanup and the same line of what was kept, instead of SIGTERM's default death (status
+    143, nothing said, no cleanup). Not where a handler is already on (a grid's, for the cells it runs in this
+    process) or where the command handles SIGTERM its own way (`HANDLES_SIGTERM`: serve exits 0)."""
+    import signal
+    import threading
+
+    if getattr(module, "HANDLES_SIGTERM", False) or threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run(module, args) -> int:
     from ragzoo.errors import RagzooError
 
     try:
-        return int(module.run(args) or 0)
+        with _sigterm_as_interrupt(module):
+            return int(module.run(args) or 0)
     except RagzooError as error:
         print(f"ragzoo {args.command}: error: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         kept = getattr(module, "INTERRUPTED", "nothing was written")
-        print(f"ragzoo {args.command}: interrupted; {kept}", file=sys.stderr)
-        return 130
+        code = getattr(stop, "exit_code", 130)  # `Terminated`: SIGTERM
+        print(f"ragzoo {args.command}: {'stopped (SIGTERM)' if code == 143 else 'interrupted'}; {kept}",
+              file=sys.stderr)
+        return code
     except BrokenPipeError:
         return 0
     except OSError as error:  # unreadable input, read-only or full disk: the user's environment, not a bug

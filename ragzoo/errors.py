@@ -47,3 +47,10 @@ class RunError(RagzooError):
 
 class BudgetExceeded(RagzooError):
     """A --max-calls / --max-cost budget was reached."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler, `kill`, a container's stop): the command stops as on Ctrl-C (every `except
+    KeyboardInterrupt` path runs: what finished is kept, said in one line), and exits 143 rather than 130."""
+
+    exit_code = 143

@@ -1241,6 +1241,7 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
     from ragzoo.usage import metering
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's stop, not the CLI's SIGTERM-as-Ctrl-C it inherited
 
     def orphaned() -> None:
         while os.getppid() == parent:

@@ -50,7 +50,7 @@ class _Interrupted:
                 f"rerun the same command with --resume to continue")
 
 
-# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+# What an interrupted run keeps (the CLI prints it on Ctrl-C and on SIGTERM).
 INTERRUPTED = _Interrupted()
 
 

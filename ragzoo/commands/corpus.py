@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-# What a stopped fetch keeps (the CLI prints it on Ctrl-C, `_sigterm_unwinds` on SIGTERM). huggingface_hub 1.x
+# What a stopped fetch keeps (the CLI prints it on Ctrl-C and on SIGTERM). huggingface_hub 1.x
 # downloads each file into a temporary file of its own process, removed when stopped: no resume inside a file.
 INTERRUPTED = ("files already downloaded are kept in the hub cache; rerun the same command to go on: the file "
                "that was downloading starts over, and no corpus is published until it is complete and verified")
@@ -72,12 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise ConfigError(f"name a corpus to fetch ({', '.join(corpora.CORPORA)}), or pass --list")
-    from ragzoo.commands.index import _sigterm_unwinds
-
-    with _sigterm_unwinds("corpus", INTERRUPTED):
-        path, fetched = corpora.fetch(args.name, force=args.force, progress=not args.quiet,
-                                      allow_unverified=args.allow_unverified,
-                                      log=lambda line: print(line, file=sys.stderr))
+    path, fetched = corpora.fetch(args.name, force=args.force, progress=not args.quiet,
+                                  allow_unverified=args.allow_unverified, log=lambda line: print(line, file=sys.stderr))
     verified_by = corpora.verification(path)
     how = {"pin": "verified against ragzoo's pinned sha256", "hub": "verified against the hub's sha256",
            "hub+pin": "verified: each file against ragzoo's pinned sha256, or the hub's where ragzoo pins none"}.get(

@@ -21,7 +21,7 @@ EXIT_FAILURES = 4  # the run finished, and some examples failed (pass --allow-fa
 EXIT_ABORTED = 5  # the run stopped early: the first examples failed for the setup (LM, timeout, retriever)
 
 
-# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+# What an interrupted run keeps (the CLI prints it on Ctrl-C and on SIGTERM).
 INTERRUPTED = ("every question that finished is in --out/predictions.jsonl: rerun the same command with "
                "--resume to continue")
 

@@ -9,10 +9,9 @@ during a build removes the unfinished staging folder, as Ctrl-C does; folders le
 from __future__ import annotations
 
 import argparse
-import contextlib
 
 
-# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+# What an interrupted run keeps (the CLI prints it on Ctrl-C and on SIGTERM).
 INTERRUPTED = "the unfinished index was discarded; an index already at --out is untouched"
 
 
@@ -36,36 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-@contextlib.contextmanager
-def _sigterm_unwinds(command: str, kept: str):
-    """Turn SIGTERM into SystemExit(143) while a command runs, so its cleanup (`except BaseException:` removing
-    a staging folder or a partial file) runs as it does for Ctrl-C; once unwound, say so in one line on stderr,
-    with `kept` (the command's `INTERRUPTED`, what the CLI prints on Ctrl-C), since the exit status alone tells
-    a user nothing. Only the main thread can install handlers."""
-    import signal
-    import sys
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    terminated = []
-
-    def _handler(signum, _frame):
-        terminated.append(signum)
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, _handler)
-    try:
-        yield
-    except SystemExit:
-        if terminated:  # ours, not a SystemExit of the command itself
-            print(f"ragzoo {command}: stopped (SIGTERM); {kept}", file=sys.stderr)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
@@ -81,25 +50,24 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         check_replaceable(out)  # before anything is read or built
     started = time.perf_counter()
-    with _sigterm_unwinds("index", INTERRUPTED):
-        if args.backend == "bm25":
-            from ragzoo.retrieval.bm25 import ensure_bm25_index
+    if args.backend == "bm25":
+        from ragzoo.retrieval.bm25 import ensure_bm25_index
 
-            folder, meta, built = ensure_bm25_index(corpus, out_dir=out, show_progress=not args.quiet,
-                                                    rebuild=args.rebuild, index_format=args.index_format)
-        elif args.backend == "dense":
-            from ragzoo.retrieval.dense import DEFAULT_MODEL, ensure_dense_index
+        folder, meta, built = ensure_bm25_index(corpus, out_dir=out, show_progress=not args.quiet,
+                                                rebuild=args.rebuild, index_format=args.index_format)
+    elif args.backend == "dense":
+        from ragzoo.retrieval.dense import DEFAULT_MODEL, ensure_dense_index
 
-            folder, meta, built = ensure_dense_index(corpus, args.model or DEFAULT_MODEL, out_dir=out,
-                                                     show_progress=not args.quiet, rebuild=args.rebuild)
-        else:
-            from ragzoo.errors import ConfigError
-            from ragzoo.retrieval.colbert_local import build_colbert_index
+        folder, meta, built = ensure_dense_index(corpus, args.model or DEFAULT_MODEL, out_dir=out,
+                                                 show_progress=not args.quiet, rebuild=args.rebuild)
+    else:
+        from ragzoo.errors import ConfigError
+        from ragzoo.retrieval.colbert_local import build_colbert_index
 
-            if out is None:
-                raise ConfigError("--backend colbert needs --out DIR")
-            meta = build_colbert_index(corpus, out, args.checkpoint, show_progress=not args.quiet)
-            folder, built = out, True
+        if out is None:
+            raise ConfigError("--backend colbert needs --out DIR")
+        meta = build_colbert_index(corpus, out, args.checkpoint, show_progress=not args.quiet)
+        folder, built = out, True
     seconds = time.perf_counter() - started
     state = "built" if built else "up to date (cached)"
     print(f"{args.backend} index {state}: {folder}")

@@ -10,7 +10,7 @@ import argparse
 from ragzoo.commands.sweep import add_grid_arguments, apply_overrides, run_grid
 
 
-# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+# What an interrupted run keeps (the CLI prints it on Ctrl-C and on SIGTERM).
 INTERRUPTED = ("finished cells, and the finished questions of running cells, are kept: rerun the same "
                "command to resume")
 

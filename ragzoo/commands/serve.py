@@ -22,6 +22,8 @@ import argparse
 
 from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
 
+HANDLES_SIGTERM = True  # its own way (exit 0, the answers in flight finished): the CLI's SIGTERM handler stays off
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ragzoo.retrieval.base import MAX_K

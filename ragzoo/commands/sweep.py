@@ -52,7 +52,7 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     add_tracking_args(parser)
 
 
-# What an interrupted run keeps (the CLI prints it on Ctrl-C).
+# What an interrupted run keeps (the CLI prints it on Ctrl-C and on SIGTERM).
 INTERRUPTED = ("finished cells, and the finished questions of running cells, are kept: rerun the same "
                "command to resume")
 
@@ -205,9 +205,10 @@ def run_grid(grid, args: argparse.Namespace) -> int:
         view.close()
     if result.interrupted:
         tracking.finish_grid(track, out, result.states, status="KILLED")
-        print(f"ragzoo {args.command}: interrupted; {kept_line(result)}; resume with: {resume_command(args)}",
+        how = "stopped (SIGTERM)" if result.terminated else "interrupted"
+        print(f"ragzoo {args.command}: {how}; {kept_line(result)}; resume with: {resume_command(args)}",
               file=sys.stderr)
-        return 130
+        return 143 if result.terminated else 130
     built = results.build(grid, out)
     paths = results.write(built, out)
     tracking.finish_grid(track, out, result.states, status="FAILED" if result.failed else "FINISHED")

@@ -620,6 +620,7 @@ class SweepResult:
     skipped: dict[str, str] = field(default_factory=dict)
     stopped: str | None = None
     interrupted: bool = False  # Ctrl-C: the grid stopped; finished questions are kept
+    terminated: bool = False  # ... by SIGTERM rather than Ctrl-C
 
 
 def write_grid_file(grid: Grid, out: Path, cells: list[Cell]) -> None:
@@ -929,13 +930,17 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             if not interrupted.is_set():  # a stopped grid says one line, not a last progress view
                 report()
 
-    def on_sigint(signum, frame):
+    def on_sigint(signum, frame):  # Ctrl-C, and SIGTERM alike (raised as `Terminated`: the CLI exits 143)
+        from ragzoo.errors import Terminated
+
+        stopping = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         if interrupted.is_set():  # a second Ctrl-C: leave now
-            raise KeyboardInterrupt
+            raise stopping
         interrupted.set()
         stop.set()
-        budget.stop("interrupted (Ctrl-C)")  # every cell's next LM call is refused: nothing new is paid for
-        raise KeyboardInterrupt  # the cell running in this thread stops as its command does on Ctrl-C
+        result.terminated = stopping is Terminated
+        budget.stop("interrupted (Ctrl-C)" if stopping is KeyboardInterrupt else "stopped (SIGTERM)")
+        raise stopping  # the cell running in this thread stops as its command does on Ctrl-C
 
     ticking = threading.Event()
 
@@ -945,9 +950,9 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                 report("tick")
 
     report("start")
-    previous_handler = None
+    previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
-        previous_handler = signal.signal(signal.SIGINT, on_sigint)
+        previous_handlers = {signum: signal.signal(signum, on_sigint) for signum in (signal.SIGINT, signal.SIGTERM)}
     beats = threading.Thread(target=ticker, daemon=True)
     beats.start()
     from ragzoo import endpoints
@@ -1000,8 +1005,8 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                                     "to leave now (what finished is kept)")
     finally:
         ticking.set()
-        if previous_handler is not None:
-            signal.signal(signal.SIGINT, previous_handler)
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
         _FORK_LOCKS.clear()
         sharing.__exit__(None, None, None)
     result.interrupted = interrupted.is_set()

@@ -72,8 +72,8 @@ def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resum
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("threads", ["1", "2"])
-def test_ctrl_c_stops_parallel_cells_whose_lm_hangs(tmp_path, stub_server, grid_env, threads):
+@pytest.mark.parametrize("threads, stop", [("1", "SIGINT"), ("2", "SIGINT"), ("2", "SIGTERM")])
+def test_ctrl_c_stops_parallel_cells_whose_lm_hangs(tmp_path, stub_server, grid_env, threads, stop):
     """`--parallel 2`: the cells run in threads no signal reaches, their questions stuck at an LM that does not
     answer (found by review: Ctrl-C did nothing, a second one printed the line but the process never exited).
     Each cell's wait for its questions ends as Ctrl-C ends a run in the main thread (`runs.stop_when`)."""
@@ -87,17 +87,18 @@ def test_ctrl_c_stops_parallel_cells_whose_lm_hangs(tmp_path, stub_server, grid_
     while stub_server.in_flight < 2 and time.monotonic() < deadline:  # both cells wait on the LM
         time.sleep(0.02)
     assert stub_server.in_flight >= 2, process.stderr.read() if process.poll() is not None else "not started"
-    os.killpg(process.pid, signal.SIGINT)
+    os.killpg(process.pid, getattr(signal, stop))  # SIGTERM (a scheduler's stop): as Ctrl-C, status 143
     sent = time.monotonic()
     try:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError("one Ctrl-C did not stop a grid whose cells wait on a hung LM") from None
+        raise AssertionError(f"one {stop} did not stop a grid whose cells wait on a hung LM") from None
     err = process.stderr.read()
-    assert time.monotonic() - sent < 20 and process.returncode == 130, err
-    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert time.monotonic() - sent < 20 and process.returncode == (130 if stop == "SIGINT" else 143), err
+    lines = [line for line in err.splitlines() if line.startswith("ragzoo sweep: ")]
     assert len(lines) == 1 and "0/8 questions" in lines[0] and "resume" in lines[0], err
+    assert ("interrupted;" if stop == "SIGINT" else "stopped (SIGTERM);") in lines[0], err
     assert "Traceback" not in err
 
 

@@ -148,21 +148,46 @@ def test_the_temporary_file_of_a_download_still_running_is_kept(tmp_path):
     assert _drop_orphaned_downloads(pointer) == [running] and not running.exists()
 
 
-def test_the_sigterm_line_comes_from_the_one_helper_and_only_for_a_sigterm(capsys):
-    """`_sigterm_unwinds` (index build, corpus fetch) says the stop in one line once the SIGTERM has unwound the
-    command; a SystemExit the command raises itself is not a stop and says nothing."""
+def test_sigterm_stops_any_command_as_ctrl_c_does_with_one_line_and_status_143(capsys, monkeypatch):
+    """The CLI's one SIGTERM rule (`cli._sigterm_as_interrupt`): while a command runs, SIGTERM raises `Terminated`,
+    a KeyboardInterrupt, so the command's Ctrl-C path runs (evaluate, compile and sweep exited silently, status 143,
+    found by review), said in one line with what was kept; the handler is put back. A command that handles SIGTERM
+    its own way (serve) and one running under a handler already on (a grid's cell) are left alone."""
+    import sys
+    import types
+
     import pytest
 
-    from ragzoo.commands.index import _sigterm_unwinds
+    from ragzoo import cli
 
-    handler = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as stopped:
-        with _sigterm_unwinds("index", "the unfinished index was discarded"):
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)  # the handler raises before this ends
-    assert stopped.value.code == 143 and signal.getsignal(signal.SIGTERM) is handler
-    assert capsys.readouterr().err == "ragzoo index: stopped (SIGTERM); the unfinished index was discarded\n"
-    with pytest.raises(SystemExit):
-        with _sigterm_unwinds("index", "kept"):
-            raise SystemExit(2)
-    assert capsys.readouterr().err == ""
+    seen = {}
+
+    def stopped_midway(args):
+        seen["handler"] = signal.getsignal(signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        raise AssertionError("SIGTERM did not stop the command")
+
+    fake = types.ModuleType("fake_cmd")
+    fake.add_arguments = lambda parser: None
+    fake.run = stopped_midway
+    fake.INTERRUPTED = "every question that finished is kept"
+    monkeypatch.setitem(sys.modules, "fake_cmd", fake)
+    monkeypatch.setitem(cli.COMMANDS, "fake", ("fake_cmd", "a fake command"))
+    before = signal.getsignal(signal.SIGTERM)
+    if before is not signal.SIG_DFL:
+        pytest.skip("a SIGTERM handler is on in this process already")
+    assert cli.main(["fake"]) == 143
+    assert capsys.readouterr().err == "ragzoo fake: stopped (SIGTERM); every question that finished is kept\n"
+    assert seen["handler"] is cli._raise_terminated and signal.getsignal(signal.SIGTERM) is before
+    fake.run = lambda args: seen.update(handler=signal.getsignal(signal.SIGTERM))
+    fake.HANDLES_SIGTERM = True
+    assert cli.main(["fake"]) == 0 and seen["handler"] is before
+    del fake.HANDLES_SIGTERM
+    grid_handler = lambda signum, frame: None  # noqa: E731 - a handler already on, as a grid's
+    signal.signal(signal.SIGTERM, grid_handler)
+    try:
+        assert cli.main(["fake"]) == 0 and seen["handler"] is grid_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+

@@ -148,9 +148,11 @@ def test_every_method_runs_under_each_adapter(adapter):
     assert server.requests > len(programs.methods())
 
 
-def test_ctrl_c_during_evaluate_is_one_line_and_keeps_what_finished(tmp_path, questions_file, helpers):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_during_evaluate_is_one_line_and_keeps_what_finished(tmp_path, questions_file, helpers, stop):
     """Ctrl-C used to print 'finished work is kept' and then one error dump per running thread, each with the
-    whole example, as the threads wrote into the closed predictions file."""
+    whole example, as the threads wrote into the closed predictions file. SIGTERM (a scheduler's stop) stops the
+    same way and says so, status 143 (it exited silently; found by review)."""
     import signal
     import subprocess
 
@@ -166,9 +168,12 @@ def test_ctrl_c_during_evaluate_is_one_line_and_keeps_what_finished(tmp_path, qu
         while time.monotonic() < deadline and not (
                 (run / "predictions.jsonl").exists() and len((run / "predictions.jsonl").read_text().splitlines()) >= 8):
             time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(getattr(signal, stop))
         out, err = process.communicate(timeout=60)
-    assert process.returncode == 130
+    assert process.returncode == (130 if stop == "SIGINT" else 143), err
+    said = [line for line in err.splitlines() if line.startswith("ragzoo evaluate: ")]
+    assert len(said) == 1 and said[0].startswith("ragzoo evaluate: interrupted; " if stop == "SIGINT" else
+                                                 "ragzoo evaluate: stopped (SIGTERM); "), err
     assert "Example(" not in err and "Error for" not in err and "closed file" not in err, err
     kept = helpers.read_jsonl_strict(run / "predictions.jsonl")
     assert 8 <= len(kept) < 40 and all(r["error"] is None for r in kept)
