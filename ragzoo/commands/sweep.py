@@ -29,6 +29,11 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="grid directory (default: runs/grids/<grid name>)")
     parser.add_argument("--parallel", type=int, default=1, help="cells run at a time")
     parser.add_argument("--threads", type=int, help="examples in parallel inside a cell (default: the grid's)")
+    parser.add_argument("--deadline", type=float, metavar="S",
+                        help="seconds per question in each cell's evaluation, past which it is recorded as a timeout "
+                             "(default: the grid's deadline, else evaluate's 600)")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="seconds per LM request in each cell (default: the grid's timeout, else 120)")
     add_budget_args(parser, scope=" in the whole grid, counted from what its cells on disk used")
     parser.add_argument("--max-concurrency", type=int, help="LM requests in flight per endpoint, one limit shared "
                                                             "by all cells running at once and all their processes "
@@ -95,6 +100,10 @@ def apply_overrides(grid, args: argparse.Namespace):
         grid.n = args.n
     if args.threads is not None:
         grid.threads = args.threads
+    if args.deadline is not None:
+        grid.deadline = args.deadline
+    if args.timeout is not None:
+        grid.timeout = args.timeout
     if args.max_concurrency is not None:
         from ragzoo.endpoints import check_max_concurrency
 

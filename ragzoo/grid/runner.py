@@ -215,6 +215,8 @@ def _common_args(cell: Cell, lm_spec: str, api_base: str | None) -> list[str]:
         args += ["--max-concurrency", str(cell.grid.max_concurrency)]
     if cell.retriever:
         args += ["--retriever", cell.retriever]
+    if cell.grid.timeout is not None:
+        args += ["--timeout", f"{cell.grid.timeout:g}"]
     return args
 
 
@@ -260,6 +262,8 @@ def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, r
             *_common_args(cell, cell.lm.spec, cell.lm.api_base)]
     if cell.grid.processes > 1:
         argv += ["--processes", str(cell.grid.processes)]
+    if cell.grid.deadline is not None:
+        argv += ["--deadline", f"{cell.grid.deadline:g}"]
     # a grid never scores a program on questions it was compiled on
     argv += ["--program", str(artifact), "--refuse-leakage"] if artifact is not None \
         else ["--method", cell.method.id, *_knob_args(cell)]

@@ -102,6 +102,8 @@ class Grid:
     threads: int = 1
     max_concurrency: int | None = None  # LM requests in flight per endpoint, shared by every cell and process
     processes: int = 1  # worker processes of each cell's evaluation (`evaluate --processes`)
+    deadline: float | None = None  # seconds per question of each cell's evaluation (None: evaluate's default)
+    timeout: float | None = None  # seconds per LM request of each cell's compile and evaluation (None: the default)
     retriever: str | None = None
     train_n: int = 50
     dev_n: int = 50
@@ -237,6 +239,7 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
                 seed=int(head.get("seed", 0)), threads=int(head.get("threads", 1)), retriever=head.get("retriever"),
                 max_concurrency=_positive(head, "max_concurrency", None, where),
                 processes=_positive(head, "processes", 1, where),
+                deadline=_seconds(head, "deadline", where), timeout=_seconds(head, "timeout", where),
                 train_n=int(compile_section.get("train_n", 50)), dev_n=int(compile_section.get("dev_n", 50)),
                 scale=float(head.get("scale", 1.0)), main=head.get("main"), paper=dict(data.get("paper") or {}),
                 source=source)
@@ -251,6 +254,14 @@ def _positive(head: dict, key: str, default, where: str):
     from ragzoo.config import check_number
 
     return check_number(key, head.get(key, default), f"{where}: [grid] ")
+
+
+def _seconds(head: dict, key: str, where: str) -> float | None:
+    """A positive number of seconds from [grid] (None when absent), by its command-line flag's rule."""
+    from ragzoo.config import check_number
+
+    value = check_number(key, head.get(key), f"{where}: [grid] ")
+    return None if value is None else float(value)
 
 
 def load_grid(path: str | Path) -> Grid:
