@@ -660,10 +660,9 @@ def cache_safe(value):
     """`value` as DSPy's cache may keep it: itself when its pickle (what diskcache writes) holds no known
     secret and nothing shaped like a key (the common case: one pickle and one scan), else a copy with every
     string redacted, or None if a secret is still in the copy's pickle."""
-    import copy
     import pickle
 
-    from ragzoo.secrets import redact
+    from ragzoo.secrets import redact, redacted_copy
 
     def holds_secret(candidate) -> bool:
         try:
@@ -675,38 +674,10 @@ def cache_safe(value):
     if not holds_secret(value):
         return value
     try:
-        cleaned = _redact_strings(copy.deepcopy(value), set())
+        cleaned = redacted_copy(value)
     except Exception:  # noqa: BLE001 - an object that cannot be copied is not cached, rather than kept whole
         return None
     return None if holds_secret(cleaned) else cleaned
-
-
-def _redact_strings(value, seen: set):
-    """`value` (a private copy) with every string in it redacted: dicts, lists and tuples rebuilt or changed in
-    place, and objects (pydantic models such as LiteLLM's responses) through their attribute dicts."""
-    from ragzoo.secrets import redact
-
-    if isinstance(value, str):
-        return redact(value)
-    if value is None or isinstance(value, (bool, int, float, bytes)) or id(value) in seen:
-        return value
-    seen.add(id(value))
-    if isinstance(value, dict):
-        for key in list(value):
-            item = _redact_strings(value.pop(key), seen)
-            value[redact(key) if isinstance(key, str) else key] = item
-        return value
-    if isinstance(value, list):
-        value[:] = [_redact_strings(item, seen) for item in value]
-        return value
-    if isinstance(value, tuple):
-        items = [_redact_strings(item, seen) for item in value]
-        return tuple(items) if type(value) is tuple else type(value)(*items)
-    for name in ("__dict__", "__pydantic_extra__", "__pydantic_private__"):
-        attributes = getattr(value, name, None)
-        if isinstance(attributes, dict):
-            _redact_strings(attributes, seen)
-    return value
 
 
 # ---------------------------------------------------------------------------------------------------------

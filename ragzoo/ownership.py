@@ -349,8 +349,8 @@ _OPTUNA_TABLES = {"studies", "version_info", "alembic_version", "trials", "study
 
 def check_storage(url: str, *, flag: str = "--storage") -> None:
     """An Optuna storage on this machine's disk (`journal:PATH`, `sqlite:///PATH`) is written only where it is new
-    (missing or empty) or already an Optuna storage: a journal whose first line is one of Optuna's log records, an
-    SQLite database holding Optuna's tables. Several workers and machines share one on purpose, so an Optuna
+    (missing or empty; a missing folder is the opener's to create or refuse) or already an Optuna storage: a
+    journal whose first line is one of Optuna's log records, an SQLite database holding Optuna's tables. Several workers and machines share one on purpose, so an Optuna
     storage is not claimed for one command; a user's file (a log, a database of their own tables) is refused in one
     line before Optuna appends to it. A database server's URL (postgresql://, mysql://) is the user's to give."""
     if url.startswith("journal:"):
@@ -361,8 +361,6 @@ def check_storage(url: str, *, flag: str = "--storage") -> None:
         return
     if path.is_dir():
         raise ConfigError(f"{flag} {url}: {path} is a folder; give a file name")
-    if not path.parent.is_dir():
-        raise ConfigError(f"{flag} {url}: folder {path.parent} does not exist; create it or choose another path")
     try:
         if not path.exists() or path.stat().st_size == 0:
             return
@@ -373,9 +371,12 @@ def check_storage(url: str, *, flag: str = "--storage") -> None:
             # worker may be writing the first line this moment)
             ours = head.lstrip().startswith(b'{"op_code"')
         else:
-            tables = _sqlite_tables(path)
-            # any of Optuna's tables: another worker may be creating the schema this moment
-            ours = tables is not None and (not tables or bool(tables & _OPTUNA_TABLES))
+            with open(path, "rb") as handle:
+                database = handle.read(16) == b"SQLite format 3\x00"
+            tables = _sqlite_tables(path) if database else set()
+            # any of Optuna's tables (another worker may be creating the schema this moment); a database whose
+            # tables cannot be read now (locked, a crashed writer's journal) is not refused on a guess
+            ours = database and (not tables or bool(tables & _OPTUNA_TABLES))  # None: unreadable, not refused
     except OSError as error:
         raise ConfigError(f"{flag} {url}: cannot read {path}: {error.strerror or error}") from None
     if not ours:
@@ -384,16 +385,18 @@ def check_storage(url: str, *, flag: str = "--storage") -> None:
 
 
 def _sqlite_tables(path: Path) -> set[str] | None:
-    """The tables of the SQLite database at `path`, opened read-only; None if it is not an SQLite database."""
+    """The tables of the SQLite database at `path`, read without writing or locking anything (`immutable`: a hot
+    journal a killed writer left is not rolled back, which a read-only open cannot do); None if they cannot be
+    read."""
     import sqlite3
 
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, timeout=30)
     except sqlite3.Error:
         return None
     try:
         return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error:  # "file is not a database"
+    except sqlite3.Error:
         return None
     finally:
         connection.close()

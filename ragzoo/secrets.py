@@ -21,11 +21,14 @@ SECRET_NAME = re.compile(r"(api[_-]?key|(^|[_-])key|secret|password|passwd|crede
                          re.IGNORECASE)
 _KEY_SHAPES = (r"sk-[A-Za-z0-9_\-]{12,}|sk-ant-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{12,}|hf_[A-Za-z0-9]{12,}|"
                r"xai-[A-Za-z0-9]{12,}|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+")
-_SECRET_VALUE = re.compile(f"({_KEY_SHAPES})")
+# a key starts a word: "sk-..." inside "risk-adjusted-returns" or "task-oriented-dialogue" is prose
+_KEY_START = r"(?<![A-Za-z0-9])"
+_SECRET_VALUE = re.compile(f"{_KEY_START}({_KEY_SHAPES})")
 # what redaction hides by shape: the key shapes, but a Bearer token only with a digit in it (prose such as
 # "the Torch Bearer in Young Chef Olympiad" or "Water Bearer Films" is a model's answer, not a credential)
-_REDACTED_SHAPES = _KEY_SHAPES.replace(r"Bearer\s+\S+", r"Bearer\s+(?=[^\s]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*")
-_SECRET_VALUE_STRICT = re.compile(f"({_KEY_SHAPES}|[A-Za-z0-9_\\-]{{40,}})")
+_REDACTED_SHAPES = _KEY_START + "(?:" + _KEY_SHAPES.replace(
+    r"Bearer\s+\S+", r"Bearer\s+(?=[^\s]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*") + ")"
+_SECRET_VALUE_STRICT = re.compile(f"{_KEY_START}({_KEY_SHAPES})|([A-Za-z0-9_\\-]{{40,}})")
 SECRET_HINT = "keys are read from the environment only (e.g. export OPENAI_API_KEY=...)"
 MASK = "***"
 
@@ -155,13 +158,14 @@ def environ_memo(compute: Callable[[], Any], version: Callable[[], Any] = lambda
     return cached
 
 
-def _compile_redaction() -> tuple[tuple[str, ...], re.Pattern]:
+def _compile_redaction() -> tuple[tuple[str, ...], re.Pattern, re.Pattern | None]:
     values = tuple(known_secrets())
     # the userinfo's literal first, its start checked after (a lookbehind over it and the character before):
     # a pattern whose every alternative opens with a literal is scanned by its first characters, 2x faster
     userinfos = sorted({*endpoint_userinfos(), *_registered_userinfos}, key=len, reverse=True)
     in_urls = [f"{re.escape(userinfo)}(?=@)(?<![{_USERINFO_CHARS}]{re.escape(userinfo)})" for userinfo in userinfos]
-    return values, re.compile("|".join([*map(re.escape, values), *in_urls, _REDACTED_SHAPES]))
+    known = [*map(re.escape, values), *in_urls]
+    return values, re.compile("|".join([*known, _REDACTED_SHAPES])), re.compile("|".join(known)) if known else None
 
 
 # registered credentials are only ever added: their count says whether the set changed
@@ -191,15 +195,54 @@ def scrub(value: Any) -> Any:
 
 
 def scrub_reply(outputs: Any) -> Any:
-    """What an LM call returns (DSPy's list of texts, or of dicts with "text", "reasoning_content", ...), as the
-    program may see it: itself when no text holds a known secret (nearly always), else a copy with every string
-    redacted. An upstream that echoes the key it was sent thus never gives it to the program, so nothing the
-    program makes of its answers (a record, an optimizer's state files, a served reply) can carry it."""
-    if not isinstance(outputs, list) or not holds_secret(outputs):
+    """What an LM call returns (DSPy's list of texts, or of dicts with "text", "reasoning_content", "tool_calls",
+    ...), as the program may see it: itself when no text holds a known secret (nearly always), else a copy with
+    each known secret value (the environment's keys, an endpoint's credentials) as `***`, in every string down to
+    the tool calls' arguments. An upstream that echoes the key it was sent thus never gives it to the program, so
+    nothing the program makes of its answers (a record, an optimizer's state files, a served reply) can carry it.
+    Only known values: a text merely shaped like a key ("risk-adjusted-returns" ends in "sk-...") is an answer,
+    which the record writers mask as they write, after it was scored."""
+    known = _redaction()[2]
+    if known is None or not isinstance(outputs, list):
         return outputs
-    return [redact(item) if isinstance(item, str)
-            else {key: redact(value) if isinstance(value, str) else value for key, value in item.items()}
-            if isinstance(item, dict) else item for item in outputs]
+    texts: list[str] = []
+    _texts(outputs, texts)
+    if known.search("\x00".join(texts)) is None:
+        return outputs
+    return redacted_copy(outputs, known)
+
+
+def redacted_copy(value: Any, pattern: re.Pattern | None = None) -> Any:
+    """A private copy of `value` with every string in it redacted (`pattern`, default: what `redact` hides):
+    dicts, lists and tuples rebuilt, objects (pydantic models such as LiteLLM's responses and tool calls) through
+    their attribute dicts. Raises what `copy.deepcopy` raises for an object that cannot be copied."""
+    import copy
+
+    return _redact_strings(copy.deepcopy(value), set(), pattern or _redaction_pattern())
+
+
+def _redact_strings(value: Any, seen: set, pattern: re.Pattern) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(MASK, value) if value else value
+    if value is None or isinstance(value, (bool, int, float, bytes)) or id(value) in seen:
+        return value
+    seen.add(id(value))
+    if isinstance(value, dict):
+        for key in list(value):
+            item = _redact_strings(value.pop(key), seen, pattern)
+            value[pattern.sub(MASK, key) if isinstance(key, str) else key] = item
+        return value
+    if isinstance(value, list):
+        value[:] = [_redact_strings(item, seen, pattern) for item in value]
+        return value
+    if isinstance(value, tuple):
+        items = [_redact_strings(item, seen, pattern) for item in value]
+        return tuple(items) if type(value) is tuple else type(value)(*items)
+    for name in ("__dict__", "__pydantic_extra__", "__pydantic_private__"):
+        attributes = getattr(value, name, None)
+        if isinstance(attributes, dict):
+            _redact_strings(attributes, seen, pattern)
+    return value
 
 
 def holds_secret(value: Any) -> bool:

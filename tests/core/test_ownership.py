@@ -322,11 +322,37 @@ def test_an_optuna_storage_file_is_written_only_where_new_or_already_optunas(tmp
     for url, says in ((f"journal:{tmp_path / 'profile'}", "it is not an Optuna journal"),
                       (f"sqlite:///{tmp_path / 'mine.db'}", "it is not an Optuna SQLite storage"),
                       (f"sqlite:///{tmp_path / 'text.db'}", "it is not an Optuna SQLite storage"),
-                      (f"journal:{tmp_path}", "is a folder"),
-                      (f"sqlite:///{tmp_path / 'missing' / 's.db'}", "does not exist")):
+                      (f"journal:{tmp_path}", "is a folder")):
         with pytest.raises(ConfigError, match=says):
             check_storage(url)
     check_storage("postgresql://user@127.0.0.1:9/grid")  # a database server's: the user's to give
+    check_storage(f"sqlite:///{tmp_path / 'new-folder' / 's.db'}")  # the grid's opener makes the folder
+
+
+def test_an_optuna_storage_a_killed_writer_left_with_a_hot_journal_is_still_optunas(tmp_path):
+    """A worker killed inside a write leaves `DB-journal`: a read-only open cannot roll it back and fails, which
+    made the storage look like a user's file (found by review); its tables are read without touching it."""
+    import signal
+    import subprocess
+    import sys
+
+    from ragzoo.ownership import check_storage
+
+    killed = ("import os, signal, sqlite3, sys\n"
+              "connection = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              "connection.execute('PRAGMA journal_mode=DELETE')\n"
+              "connection.execute('BEGIN IMMEDIATE')\n"
+              "connection.execute('INSERT INTO log VALUES (1)')\n"
+              "connection.execute('CREATE TABLE big (x)')\n"
+              "connection.executemany('INSERT INTO big VALUES (?)', [('x' * 1000,)] * 2000)\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    for name, tables in (("o.db", ("studies", "version_info", "log")), ("mine.db", ("mine", "log"))):
+        database = _sqlite_file(tmp_path / name, *tables)
+        process = subprocess.run([sys.executable, "-c", killed, str(database)])
+        assert process.returncode == -signal.SIGKILL and (tmp_path / f"{name}-journal").is_file()
+    check_storage(f"sqlite:///{tmp_path / 'o.db'}")
+    with pytest.raises(ConfigError, match="not an Optuna SQLite storage"):  # read all the same: a user's, refused
+        check_storage(f"sqlite:///{tmp_path / 'mine.db'}")
 
 
 @pytest.mark.parametrize("form", ["journal", "sqlite"])

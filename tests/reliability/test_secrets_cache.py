@@ -89,3 +89,25 @@ def test_an_async_call_gets_the_echoed_key_scrubbed_too(helpers, monkeypatch):
     clean = [{"text": "Paris", "reasoning_content": None}]
     assert scrub_reply(clean) is clean
     assert scrub_reply([{"text": f"it is {key}", "logprobs": [1]}]) == [{"text": "it is ***", "logprobs": [1]}]
+
+
+def test_a_reply_is_scrubbed_of_known_secrets_only_down_to_its_tool_calls(monkeypatch):
+    """What the program sees loses the values of known secrets, nothing else: an answer that holds a key's shape
+    inside a word ("risk-adjusted-returns" holds "sk-adjusted-returns") is scored as the model gave it (found by
+    review: EM fell from 1 to 0) and written as it is (a key shape starts a word). A key inside a tool call's
+    arguments (an object, not a string) is hidden too."""
+    from types import SimpleNamespace
+
+    from ragzoo.secrets import redact, scrub_reply
+
+    key = "toolcallsecretvalue0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    answers = ["risk-adjusted-returns", {"text": "task-oriented-dialogue systems", "reasoning_content": None}]
+    assert scrub_reply(answers) is answers and redact(answers[0]) == answers[0]
+    assert redact(answers[1]["text"]) == answers[1]["text"] and redact("key: sk-adjusted-returns1") == "key: ***"
+    call = SimpleNamespace(id="c1", function=SimpleNamespace(name="search", arguments=f'{{"q": "{key}"}}'))
+    outputs = [{"text": "risk-adjusted-returns", "tool_calls": [call]}]
+    scrubbed = scrub_reply(outputs)
+    assert scrubbed is not outputs and scrubbed[0]["text"] == "risk-adjusted-returns"
+    assert scrubbed[0]["tool_calls"][0].function.arguments == '{"q": "***"}'
+    assert key in call.function.arguments  # a copy: DSPy's own objects (its history, its cache) are not changed
