@@ -131,37 +131,47 @@ class RedactingStream:
         return getattr(self._stream, name)
 
 
-def _raise_terminated(signum, frame):
-    from ragzoo.errors import Terminated
-
-    raise Terminated
-
-
 @contextlib.contextmanager
 def _sigterm_as_interrupt(module):
     """While a command runs in the main thread, SIGTERM raises `Terminated` (a KeyboardInterrupt): it stops as on
     Ctrl-C, with the same cleanup and the same line of what was kept, instead of SIGTERM's default death (status
-    143, nothing said, no cleanup). Not where a handler is already on (a grid's, for the cells it runs in this
-    process) or where the command handles SIGTERM its own way (`HANDLES_SIGTERM`: serve exits 0)."""
+    143, nothing said, no cleanup). Yields whether it did (it then owns the signal: `_run` ends the process with
+    status 143 once the command stopped, as SIGTERM's default action would have, also for a library caller). Not
+    where a handler is already on (a grid's, for the cells it runs in this process; a caller's own) or where the
+    command handles SIGTERM its own way (`HANDLES_SIGTERM`: serve exits 0)."""
     import signal
     import threading
 
+    from ragzoo.errors import raise_terminated
+
     if getattr(module, "HANDLES_SIGTERM", False) or threading.current_thread() is not threading.main_thread() \
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
+        yield False
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        yield
+        yield True
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 def _run(module, args) -> int:
-    from ragzoo.errors import RagzooError
+    from ragzoo.errors import Terminated
+
+    owns_sigterm: list[bool] = []
+    code = _run_command(module, args, owns_sigterm)
+    if code == Terminated.exit_code and any(owns_sigterm):
+        sys.stderr.flush()
+        raise SystemExit(code)  # the process ends on SIGTERM, as it would have without ragzoo's cleanup first
+    return code
+
+
+def _run_command(module, args, owns_sigterm: list[bool]) -> int:
+    from ragzoo.errors import RagzooError, Terminated
 
     try:
-        with _sigterm_as_interrupt(module):
+        with _sigterm_as_interrupt(module) as owned:
+            owns_sigterm.append(owned)
             return int(module.run(args) or 0)
     except RagzooError as error:
         print(f"ragzoo {args.command}: error: {error}", file=sys.stderr)
@@ -169,8 +179,8 @@ def _run(module, args) -> int:
     except KeyboardInterrupt as stop:
         kept = getattr(module, "INTERRUPTED", "nothing was written")
         code = getattr(stop, "exit_code", 130)  # `Terminated`: SIGTERM
-        print(f"ragzoo {args.command}: {'stopped (SIGTERM)' if code == 143 else 'interrupted'}; {kept}",
-              file=sys.stderr)
+        print(f"ragzoo {args.command}: {'stopped (SIGTERM)' if code == Terminated.exit_code else 'interrupted'}; "
+              f"{kept}", file=sys.stderr)
         return code
     except BrokenPipeError:
         return 0

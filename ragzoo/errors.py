@@ -54,3 +54,9 @@ class Terminated(KeyboardInterrupt):
     KeyboardInterrupt` path runs: what finished is kept, said in one line), and exits 143 rather than 130."""
 
     exit_code = 143
+
+
+def raise_terminated(signum, frame) -> None:
+    """The SIGTERM handler of a command the CLI runs (`ragzoo.cli`): stop as on Ctrl-C. A grid takes SIGTERM over
+    for its cells only where this handler is on (the CLI's choice), not in a library caller's process."""
+    raise Terminated

@@ -956,7 +956,11 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     report("start")
     previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
-        previous_handlers = {signum: signal.signal(signum, on_sigint) for signum in (signal.SIGINT, signal.SIGTERM)}
+        from ragzoo.errors import raise_terminated
+
+        # SIGTERM too where the CLI made it a stop (not in a library caller's process, where it still kills)
+        taken = [signal.SIGINT] + ([signal.SIGTERM] if signal.getsignal(signal.SIGTERM) is raise_terminated else [])
+        previous_handlers = {signum: signal.signal(signum, on_sigint) for signum in taken}
     beats = threading.Thread(target=ticker, daemon=True)
     beats.start()
     from ragzoo import endpoints

@@ -25,7 +25,9 @@ def _written(out: Path) -> int:
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resumes(tmp_path, stub_server, grid_env):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resumes(tmp_path, stub_server, grid_env,
+                                                                                     stop):
     n = 8
     grid = write_tiny(tmp_path / "tiny.toml", n=n, lms=stub_lms(stub_server))
     stub_server.latency = 0.3
@@ -45,7 +47,7 @@ def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resum
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    os.killpg(process.pid, signal.SIGINT)
+    os.killpg(process.pid, getattr(signal, stop))  # SIGTERM: the cell in the main thread stops, then the grid
     sent = time.monotonic()
     process.wait(timeout=30)
     reader.join(timeout=10)
@@ -53,13 +55,14 @@ def test_ctrl_c_stops_the_grid_and_says_what_was_kept_and_the_command_that_resum
     time.sleep(1.0)
     assert stub_server.requests == after_exit  # nothing keeps asking the LM
     err = "".join(line for _, line in said)
-    stopped_at = next(when for when, line in said if "interrupted" in line)
+    said_line = "interrupted" if stop == "SIGINT" else "stopped (SIGTERM)"
+    stopped_at = next(when for when, line in said if said_line in line)
     # the grid stops within the in-flight requests (0.3 s); the interpreter's own teardown (LiteLLM: ~3 s on a
     # loaded machine) comes after
     assert stopped_at - sent < 3, (stopped_at - sent, err)
-    assert process.returncode == 130, err
+    assert process.returncode == (130 if stop == "SIGINT" else 143), err
     assert after_exit <= 3 + 2 + 2, err  # the questions in flight (2 threads) at most, never a next cell
-    lines = [line for line in err.splitlines() if "interrupted" in line]
+    lines = [line for line in err.splitlines() if line.startswith("ragzoo sweep: ")]
     assert len(lines) == 1, err
     written = _written(out)
     assert f"{written}/{2 * n} questions" in lines[0] and "ragzoo sweep " in lines[0] and str(out) in lines[0], err
@@ -290,3 +293,27 @@ def test_a_grid_folder_made_when_n_was_in_the_cell_key_is_resumed_and_extended_i
     assert main([*argv, "-n", "3"]) == 0 and stub_server.requests - before == 2  # and stays done
     table = json.loads((out / "results.json").read_text())
     assert [row["cells"]["HotPotQA"]["n"] for row in table["rows"][:2]] == [3, 3]
+
+
+def test_a_library_caller_s_sweep_leaves_sigterm_alone(tmp_path):
+    """`ragzoo.grid.runner.sweep()` called from a program of the user's takes SIGINT (Ctrl-C stops the grid) but
+    not SIGTERM, which the CLI alone makes a stop: a scheduler's SIGTERM still ends the caller's process as it
+    would have (found by review)."""
+    import sys
+
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    script = tmp_path / "library.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from ragzoo.grid import runner\n"
+        "from ragzoo.grid.spec import load_grid\n"
+        "def cell(*args, **kwargs):\n"
+        "    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+        "    print('survived SIGTERM')\n"
+        "runner.run_cell = cell\n"
+        "runner.sweep(load_grid(sys.argv[1]), sys.argv[2], quiet_cells=False)\n")
+    done = subprocess.run([sys.executable, str(script), str(grid), str(tmp_path / "g")], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == -signal.SIGTERM and "survived" not in done.stdout, (done.returncode, done.stderr[-500:])

@@ -152,7 +152,9 @@ def test_sigterm_stops_any_command_as_ctrl_c_does_with_one_line_and_status_143(c
     """The CLI's one SIGTERM rule (`cli._sigterm_as_interrupt`): while a command runs, SIGTERM raises `Terminated`,
     a KeyboardInterrupt, so the command's Ctrl-C path runs (evaluate, compile and sweep exited silently, status 143,
     found by review), said in one line with what was kept; the handler is put back. A command that handles SIGTERM
-    its own way (serve) and one running under a handler already on (a grid's cell) are left alone."""
+    its own way (serve) and one running under a handler already on (a grid's cell) are left alone. The process then
+    ends (SystemExit 143), for a library caller too: SIGTERM still stops a program that called ragzoo (found by
+    review: a script's next evaluation ran on)."""
     import sys
     import types
 
@@ -177,9 +179,13 @@ def test_sigterm_stops_any_command_as_ctrl_c_does_with_one_line_and_status_143(c
     before = signal.getsignal(signal.SIGTERM)
     if before is not signal.SIG_DFL:
         pytest.skip("a SIGTERM handler is on in this process already")
-    assert cli.main(["fake"]) == 143
+    with pytest.raises(SystemExit) as ended:  # the process ends, as SIGTERM's default would have, once stopped
+        cli.main(["fake"])
+    assert ended.value.code == 143
     assert capsys.readouterr().err == "ragzoo fake: stopped (SIGTERM); every question that finished is kept\n"
-    assert seen["handler"] is cli._raise_terminated and signal.getsignal(signal.SIGTERM) is before
+    from ragzoo.errors import raise_terminated
+
+    assert seen["handler"] is raise_terminated and signal.getsignal(signal.SIGTERM) is before
     fake.run = lambda args: seen.update(handler=signal.getsignal(signal.SIGTERM))
     fake.HANDLES_SIGTERM = True
     assert cli.main(["fake"]) == 0 and seen["handler"] is before
@@ -190,4 +196,29 @@ def test_sigterm_stops_any_command_as_ctrl_c_does_with_one_line_and_status_143(c
         assert cli.main(["fake"]) == 0 and seen["handler"] is grid_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_script_calling_the_cli_ends_on_sigterm_after_the_command_stopped(tmp_path):
+    """`cli.main([...])` from a script: SIGTERM stops the command cleanly, then ends the script with status 143;
+    the script's next call never runs."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "two_runs.py"
+    script.write_text(
+        "import os, signal, sys, time, types\n"
+        "from ragzoo import cli\n"
+        "fake = types.ModuleType('fake_cmd')\n"
+        "fake.add_arguments = lambda parser: None\n"
+        "def run(args):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+        "fake.run = run\n"
+        "sys.modules['fake_cmd'] = fake\n"
+        "cli.COMMANDS['fake'] = ('fake_cmd', 'a fake command')\n"
+        "cli.main(['fake'])\n"
+        "print('the second call ran')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143 and "the second call ran" not in done.stdout, (done.returncode, done.stdout)
+    assert done.stderr == "ragzoo fake: stopped (SIGTERM); nothing was written\n", done.stderr
 

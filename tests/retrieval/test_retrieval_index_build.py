@@ -143,7 +143,9 @@ def test_sigterm_during_build_removes_staging_and_keeps_the_old_index(tmp_path, 
     monkeypatch.setattr(corpus_module, "iter_corpus", terminated_midway)
     handler = signal.getsignal(signal.SIGTERM)
     capsys.readouterr()
-    assert build(corpus, out, "--rebuild") == 128 + signal.SIGTERM
+    with pytest.raises(SystemExit) as stopped:  # stopped cleanly, then the process ends as on SIGTERM
+        build(corpus, out, "--rebuild")
+    assert stopped.value.code == 128 + signal.SIGTERM
     from ragzoo.commands.index import INTERRUPTED
 
     assert capsys.readouterr().err == f"ragzoo index: stopped (SIGTERM); {INTERRUPTED}\n"
