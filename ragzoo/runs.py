@@ -341,9 +341,9 @@ def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = Fal
 
 # Every key of a record that `summarize` and `evaluate`'s progress read: all an `evaluate --processes` worker sends
 # the parent beside the line it wrote, so the parent never parses a whole record
-SUMMARY_KEYS = ("id", "metrics", "error", "reasks", "degradations", "lm_calls", "prompt_tokens", "completion_tokens",
-                "cost", "retrievals", "cached_calls", "cached_prompt_tokens", "cached_completion_tokens",
-                "cached_cost", "latency")
+SUMMARY_KEYS = ("id", "metrics", "error", "reasks", "lenient_reads", "degradations", "lm_calls", "prompt_tokens",
+                "completion_tokens", "cost", "retrievals", "cached_calls", "cached_prompt_tokens",
+                "cached_completion_tokens", "cached_cost", "latency")
 
 
 def summary_view(record: dict) -> dict:
@@ -761,7 +761,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         logger.warning("the program was compiled on %s of these %d questions: those scores are not held out",
                        described, len(examples))
     run_config = dict(config or {})
-    run_config.setdefault("n", len(examples))
+    if run_config.get("n") is None:  # the questions asked, without -n too: a report of a killed run says n/N
+        run_config["n"] = len(examples)
     run_config["metrics"] = metric_names
     from ragzoo.metrics.judge import judge_config, judge_summary
 

@@ -377,6 +377,9 @@ def format_table(table: list[dict], *, common: int | None = None, shared: bool =
     if any(row.get("abstained") for row in table):
         notes.append("abstained: answered \"unknown\" (scored 0, counted in %Unk: --metric unknown); failures "
                      "are examples that raised (scored 0 too)")
+    elif any(row.get("failures") for row in table):
+        notes.append("failures: examples that raised (a timeout, an LM or retriever error) are scored 0 in every "
+                     "metric mean above, as the paper's figure would count an unanswered question")
     if any(row.get("dry_run") for row in table):
         notes.append("* dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
     if show_ci and any(row.get("ci") for row in table):

@@ -75,6 +75,9 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
         entry.update(n=n_done, n_asked=n_asked, failures=failures, dry_run=_dry(config),
                      lm_calls_per_question=sum(r.get("lm_calls") or 0 for r in records) / max(1, n_done),
                      cost_per_question=sum(float(r.get("cost") or 0) for r in records) / max(1, n_done),
+                     # the same calls as if none had been served from the cache (which costs nothing)
+                     cost_per_question_uncached=sum(float(r.get("cost") or 0) + float(r.get("cached_cost") or 0)
+                                                    for r in records) / max(1, n_done),
                      latency_mean=sum(float(r.get("latency") or 0) for r in records) / max(1, n_done))
         flags = []
         if n_done < n_asked:
@@ -217,7 +220,7 @@ def to_markdown(table: dict) -> str:
         for metric in column["metrics"] or ["(default)"]:
             header += [f"{column['label']} {metric}: ours [95% CI]", "paper", "Δ"]
             keys.append((column["label"], metric))
-    header += ["n done/asked", "failures", "LM calls/q", "$/q"]
+    header += ["n done/asked", "failures", "LM calls/q", "spent $/q", "uncached $/q"]
     lines = [f"# {table['title']}", ""]
     paper = table.get("paper") or {}
     if paper:
@@ -240,11 +243,17 @@ def to_markdown(table: dict) -> str:
         asked = sum(e["n_asked"] for e in entries)
         calls = sum(e["lm_calls_per_question"] * e["n"] for e in entries) / max(1, done)
         cost = sum(e["cost_per_question"] * e["n"] for e in entries) / max(1, done)
+        uncached = sum(e.get("cost_per_question_uncached", e["cost_per_question"]) * e["n"]
+                       for e in entries) / max(1, done)
         knobs = " ".join(f"{k}={v}" for k, v in sorted(row["knobs"].items()))
         name = f"{row['row']}{' (' + knobs + ')' if knobs else ''}"
         lines.append("| " + " | ".join([name, *texts, f"{done}/{asked}" if entries else "–",
                                          str(sum(e['failures'] for e in entries)) if entries else "–",
-                                         f"{calls:.2f}" if entries else "–", f"{cost:.5f}" if entries else "–"]) + " |")
+                                         f"{calls:.2f}" if entries else "–", f"{cost:.5f}" if entries else "–",
+                                         f"{uncached:.5f}" if entries else "–"]) + " |")
+    lines += ["", "Failed questions (a timeout, an LM or retriever error) are scored 0 in every mean. spent $/q: what "
+                  "the calls cost (a call served from DSPy's cache costs nothing); uncached $/q: the same calls as if "
+                  "none had been served from the cache, the figure to compare rows by."]
     if table["comparisons"]:
         tested = sum(1 for c in table["comparisons"] if "p_value" in c)
         lines += ["", f"Paired comparisons ({table['test']}; difference with its 95% paired bootstrap CI), "
@@ -270,7 +279,7 @@ def to_csv(table: dict) -> str:
     writer = csv.writer(buffer)
     writer.writerow(["method", "knobs", "optimizer", "lm", "dataset", "split", "metric", "ours", "ci_low", "ci_high",
                      "paper", "delta", "n", "n_asked", "failures", "lm_calls_per_question", "cost_per_question",
-                     "status"])
+                     "cost_per_question_uncached", "status"])
     for row in table["rows"]:
         for label, entry in row["cells"].items():
             metrics = entry.get("metrics") or {}
@@ -282,6 +291,7 @@ def to_csv(table: dict) -> str:
                                  m.get("high"), (entry.get("paper") or {}).get(metric), m.get("delta"),
                                  entry.get("n"), entry.get("n_asked"), entry.get("failures"),
                                  entry.get("lm_calls_per_question"), entry.get("cost_per_question"),
+                                 entry.get("cost_per_question_uncached"),
                                  "dry-run" if entry.get("dry_run") else entry.get("status")])
     return buffer.getvalue()
 

@@ -49,3 +49,24 @@ def test_sweep_deadline_records_timeouts_at_a_hung_lm_within_seconds(tmp_path, s
     assert (config["deadline"], config["timeout"]) == (1.0, 5.0)
     records = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(record["error"]["kind"] == "timeout" for record in records), records
+
+
+def test_the_grid_table_says_spent_and_uncached_cost_per_question(tmp_path, stub_server, grid_env, capsys):
+    """A row answered from DSPy's cache spent $0 a question; beside it, what the same calls cost uncached, the
+    figure rows are compared by (found by review: a plain "$/q" of 0.00000 beside 0.00038 for the same calls)."""
+    lms = f'{{ spec = "openai/stub", api_base = "{stub_server.base_url}/v1" }}'  # the cache on
+    first = write_tiny(tmp_path / "first.toml", n=2, lms=lms)
+    assert main(["sweep", str(first), "--out", str(tmp_path / "g1"), "--quiet", "--methods", "Direct",
+                 "--price", "1,2"]) in (0, 4)
+    assert main(["sweep", str(first), "--out", str(tmp_path / "g2"), "--quiet", "--methods", "Direct",
+                 "--price", "1,2"]) in (0, 4)  # every call of g2 served from the cache g1 filled
+    results = json.loads((tmp_path / "g2" / "results.json").read_text())
+    entry = next(iter(results["rows"][0]["cells"].values()))
+    assert entry["cost_per_question"] == 0 and entry["cost_per_question_uncached"] > 0
+    fresh = next(iter(json.loads((tmp_path / "g1" / "results.json").read_text())["rows"][0]["cells"].values()))
+    assert abs(entry["cost_per_question_uncached"] - fresh["cost_per_question"]) < 1e-9
+    markdown = (tmp_path / "g2" / "results.md").read_text()
+    assert "| spent $/q | uncached $/q |" in markdown and f"| 0.00000 | {fresh['cost_per_question']:.5f} |" in markdown
+    assert "scored 0 in every mean" in markdown
+    header = (tmp_path / "g2" / "results.csv").read_text().splitlines()[0].split(",")
+    assert header[header.index("cost_per_question") + 1] == "cost_per_question_uncached"
