@@ -41,7 +41,11 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
-RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE)
+# the failed attempts `--retry-failed` ran again: their records leave predictions.jsonl, their spend stays here
+RETRIED_FILE = "retried.jsonl"
+USAGE_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cost", "cached_calls", "cached_prompt_tokens",
+              "cached_completion_tokens", "cached_cost")
+RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE, RETRIED_FILE)
 LOCK_FILE = ".ragzoo-run.lock"
 SLOTS_DIR = ".ragzoo-slots"  # `evaluate --processes`: the workers' shared endpoint limits, empty lock files
 DEFAULT_DEADLINE = 600.0  # seconds one example may take before it is recorded as a timeout failure
@@ -191,6 +195,53 @@ class PredictionWriter:
                 self._handle.flush()
                 os.fsync(self._handle.fileno())
                 self._handle.close()
+
+
+def keep_retried(out: Path, failed: list[dict]) -> None:
+    """Before `--retry-failed` drops the failed records from predictions.jsonl: their spend, appended (and synced)
+    to RETRIED_FILE, so the run's usage still counts what they cost. A record already kept (a retry killed
+    between the two writes) is not kept twice: each line carries the digest of the record it came from."""
+    import hashlib
+
+    path = out / RETRIED_FILE
+    kept = {line.get("digest") for line in _retried_lines(path)}
+    lines = []
+    for record in failed:
+        digest = hashlib.sha256(record_line(record)).hexdigest()
+        if digest not in kept:
+            lines.append({"id": record["id"], "error": (record.get("error") or {}).get("kind"),
+                          **{key: record.get(key) or 0 for key in USAGE_KEYS}, "digest": digest})
+    if lines:
+        with open(path, "ab") as handle:
+            handle.write(_jsonl(lines))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def retried_usage(run_dir: str | os.PathLike | None, ids: Iterable | None = None) -> dict:
+    """The summed usage (USAGE_KEYS) of the failed attempts of `run_dir` that `--retry-failed` ran again, of the
+    questions `ids` only when given; {} when there were none."""
+    if run_dir is None:
+        return {}
+    wanted = None if ids is None else set(ids)
+    lines = [line for line in _retried_lines(Path(run_dir) / RETRIED_FILE) if wanted is None or line.get("id") in wanted]
+    return {key: sum(float(line.get(key) or 0) for line in lines) for key in USAGE_KEYS} if lines else {}
+
+
+def _retried_lines(path: Path) -> list[dict]:
+    lines = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return []
+    for raw in text.splitlines():
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: its record is still in predictions.jsonl, kept on the next retry
+        if isinstance(line, dict):
+            lines.append(line)
+    return lines
 
 
 def read_predictions(path: Path, repair: bool = False) -> list[dict]:
@@ -351,17 +402,19 @@ def summary_view(record: dict) -> dict:
 
 
 def summarize(records: list[dict], metric_names: list[str], *, total: int | None = None,
-              extra: dict | None = None) -> dict:
-    """Summary of prediction records: metric means (failures count 0), counts, failures by kind, usage."""
+              extra: dict | None = None, retried: dict | None = None) -> dict:
+    """Summary of prediction records: metric means (failures count 0), counts, failures by kind, usage. `retried`:
+    the usage of failed attempts run again (`retried_usage`), counted in every usage figure (they were paid)."""
     n = len(records)
     failures: dict[str, int] = {}
     for record in records:
         if record.get("error"):
             kind = record["error"].get("kind", "other")
             failures[kind] = failures.get(kind, 0) + 1
+    retried = retried or {}
 
     def total_of(key: str) -> float:
-        return sum(float(r.get(key) or 0) for r in records)
+        return sum(float(r.get(key) or 0) for r in records) + float(retried.get(key) or 0)
 
     reasked = sum(1 for r in records if r.get("reasks"))
     degraded = sum(1 for r in records if r.get("degradations"))
@@ -395,6 +448,9 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
                                                 + total_of("cached_completion_tokens")) / n if n else 0.0,
             "cost_if_uncached": round(total_of("cost") + total_of("cached_cost"), 6),
             "latency_mean": total_of("latency") / n if n else 0.0,
+            # of the figures above, what failed attempts cost that --retry-failed ran again
+            "retried_calls": int(retried.get("lm_calls") or 0),
+            "retried_cost": round(float(retried.get("cost") or 0), 6),
         },
     }
     summary.update(extra or {})
@@ -781,6 +837,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             previous = read_predictions(out / PREDICTIONS_FILE, repair=True) if resume else []
             check_same_questions(previous, examples, ids, out)
             if retry_failed and any(r.get("error") for r in previous):
+                keep_retried(out, [r for r in previous if r.get("error")])  # first: what they cost stays counted
                 previous = [r for r in previous if not r.get("error")]
                 atomic_write_bytes(out / PREDICTIONS_FILE, _jsonl(previous))
             _write_record_json(out / CONFIG_FILE, jsonable(run_config))  # which syncs the folder too
@@ -917,7 +974,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads, "processes": processes,
                  "stopped": stop[0] if stop and not aborted else None, "aborted": aborted[0] if aborted else None,
                  "resumed_from": len(previous), "adapter": run_config["adapter"]}
-        summary = summarize(records, metric_names, total=len(examples), extra=extra)
+        summary = summarize(records, metric_names, total=len(examples), extra=extra, retried=retried_usage(out))
         summary["compiled_on"] = leaked
         summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
         for key in ("method", "program", "dataset", "split", "lm"):
@@ -1349,5 +1406,6 @@ def load_run(run_dir: str | os.PathLike) -> tuple[dict, dict, list[dict]]:
         except (UnicodeDecodeError, json.JSONDecodeError):
             summary = None
     if summary is None:
-        summary = summarize(records, list(config.get("metrics") or ["em"]), total=config.get("n"))
+        summary = summarize(records, list(config.get("metrics") or ["em"]), total=config.get("n"),
+                            retried=retried_usage(run))
     return config, summary, records

@@ -273,6 +273,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
 
     from ragzoo.errors import ConfigError
     from ragzoo.metrics.rates import is_unknown
+    from ragzoo.runs import retried_usage
 
     runs = [_load(run_dir) for run_dir in run_dirs]
     names, left_out = _metric_names(runs, metric)
@@ -298,6 +299,11 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             if ci and values and not dry_run:
                 interval = stats.bootstrap_ci(values, seed=seed)
                 intervals[name] = [interval.low, interval.high]
+        retried = retried_usage(run["dir"], ids={r["id"] for r in records})
+
+        def used(key: str, records=records, retried=retried) -> float:
+            return sum(float(r.get(key) or 0) for r in records) + float(retried.get(key) or 0)
+
         status = []
         partial = len(run["records"]) < run["n_asked"] or bool(summary.get("stopped"))
         if len(run["records"]) < run["n_asked"]:
@@ -315,16 +321,16 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             "setup": setup,
             "optimizer": _optimizer(config), "n": n, "n_done": len(run["records"]),
             "n_asked": run["n_asked"], "dry_run": dry_run, "metrics": metrics, "ci": intervals,
-            "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / n if n else 0.0,
+            # what was paid for these questions: their records, and the failed attempts --retry-failed ran again
+            "lm_calls_per_question": used("lm_calls") / n if n else 0.0,
             # spent: cache hits cost nothing; uncached: the same calls as if none had been served from the cache
-            "tokens_per_question": sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0)
-                                       for r in records) / n if n else 0.0,
-            "uncached_tokens_per_question": sum(
-                (r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0) + (r.get("cached_prompt_tokens") or 0)
-                + (r.get("cached_completion_tokens") or 0) for r in records) / n if n else 0.0,
-            "cached_calls": sum(r.get("cached_calls") or 0 for r in records),
-            "cost": sum(float(r.get("cost") or 0) for r in records),
-            "cost_uncached": sum(float(r.get("cost") or 0) + float(r.get("cached_cost") or 0) for r in records),
+            "tokens_per_question": (used("prompt_tokens") + used("completion_tokens")) / n if n else 0.0,
+            "uncached_tokens_per_question": (used("prompt_tokens") + used("completion_tokens")
+                                             + used("cached_prompt_tokens") + used("cached_completion_tokens")) / n
+            if n else 0.0,
+            "cached_calls": int(used("cached_calls")),
+            "cost": used("cost"),
+            "cost_uncached": used("cost") + used("cached_cost"),
             "latency_mean": sum(float(r.get("latency") or 0) for r in records) / n if n else 0.0,
             "failures": failures, "abstained": abstained, "complete": not partial,
             "mostly_failed": bool(n and failures / n > MOSTLY_FAILED),

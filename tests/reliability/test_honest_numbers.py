@@ -46,3 +46,32 @@ def test_report_says_failures_are_scored_zero_without_abstentions(tmp_path, ques
     assert main(["report", str(tmp_path / "run")]) == 0
     assert "failures: examples that raised (a timeout, an LM or retriever error) are scored 0" in \
         capsys.readouterr().out
+
+
+def test_retry_failed_keeps_the_spend_of_the_attempts_it_ran_again(tmp_path, questions_file, capsys):
+    """`--retry-failed` replaces a failed question's record: what the failed attempt cost stays in the run's usage
+    (found by review: 45 requests served, the summary said 30 calls and two thirds of the cost)."""
+    from ragzoo.runs import keep_retried, read_predictions, retried_usage
+
+    data = questions_file(6)
+    run = tmp_path / "run"
+    argv = ["evaluate", "--method", "direct", "--data", str(data), "--lm", "openai/stub", "--no-cache",
+            "--price", "1,2", "--max-reasks", "0", "--allow-failures", "--out", str(run)]
+    with StubLMServer(faults=lambda index, body: "garbage" if index % 2 else None) as server:
+        assert main([*argv, "--api-base", server.base_url + "/v1"]) == 0
+        first = json.loads((run / "summary.json").read_text())
+        failed = [r for r in read_predictions(run / "predictions.jsonl") if r.get("error")]
+        assert first["failures"] == len(failed) >= 1
+        main([*argv, "--api-base", server.base_url + "/v1", "--retry-failed"])
+        served = server.requests
+    summary = json.loads((run / "summary.json").read_text())
+    records = read_predictions(run / "predictions.jsonl")
+    assert summary["usage"]["lm_calls"] == served == sum(r["lm_calls"] for r in records) + len(failed)
+    assert summary["usage"]["retried_calls"] == len(failed)
+    paid = sum(r["cost"] for r in records) + sum(r["cost"] for r in failed)
+    assert abs(summary["usage"]["cost"] - round(paid, 6)) < 1e-6 and summary["usage"]["retried_cost"] > 0
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    assert f"{paid:.4f}" in capsys.readouterr().out  # the report's spent $ too
+    keep_retried(run, failed)  # a retry killed between its two writes keeps them again: counted once
+    assert retried_usage(run)["lm_calls"] == len(failed)
