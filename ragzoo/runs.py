@@ -41,11 +41,13 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
-# the failed attempts `--retry-failed` ran again: their records leave predictions.jsonl, their spend stays here
-RETRIED_FILE = "retried.jsonl"
+# spend no record of predictions.jsonl holds, one line each ("why"): a failed attempt `--retry-failed` ran again
+# ("retried"; its record was replaced) and LM calls that returned after their question's deadline ("late"; its
+# timeout record was written at the deadline)
+EXTRA_USAGE_FILE = "extra_usage.jsonl"
 USAGE_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cost", "cached_calls", "cached_prompt_tokens",
               "cached_completion_tokens", "cached_cost")
-RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE, RETRIED_FILE)
+RUN_FILES = (CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE, EXTRA_USAGE_FILE)
 LOCK_FILE = ".ragzoo-run.lock"
 SLOTS_DIR = ".ragzoo-slots"  # `evaluate --processes`: the workers' shared endpoint limits, empty lock files
 DEFAULT_DEADLINE = 600.0  # seconds one example may take before it is recorded as a timeout failure
@@ -199,18 +201,34 @@ class PredictionWriter:
 
 def keep_retried(out: Path, failed: list[dict]) -> None:
     """Before `--retry-failed` drops the failed records from predictions.jsonl: their spend, appended (and synced)
-    to RETRIED_FILE, so the run's usage still counts what they cost. A record already kept (a retry killed
+    to EXTRA_USAGE_FILE, so the run's usage still counts what they cost. A record already kept (a retry killed
     between the two writes) is not kept twice: each line carries the digest of the record it came from."""
     import hashlib
 
-    path = out / RETRIED_FILE
-    kept = {line.get("digest") for line in _retried_lines(path)}
+    path = out / EXTRA_USAGE_FILE
+    kept = {line.get("digest") for line in _extra_usage_lines(path)}
     lines = []
     for record in failed:
         digest = hashlib.sha256(record_line(record)).hexdigest()
         if digest not in kept:
-            lines.append({"id": record["id"], "error": (record.get("error") or {}).get("kind"),
+            lines.append({"why": "retried", "id": record["id"], "error": (record.get("error") or {}).get("kind"),
                           **{key: record.get(key) or 0 for key in USAGE_KEYS}, "digest": digest})
+    _append_extra_usage(path, lines)
+
+
+def late_usage(identifier: str, calls: list) -> dict:
+    """The ledger line of LM calls (`ragzoo.tracing.LMCallRecord`s) that returned after question `identifier`'s
+    deadline, when its timeout record was already written."""
+    return {"why": "late", "id": identifier, "lm_calls": len(calls),
+            "prompt_tokens": sum(c.prompt_tokens for c in calls),
+            "completion_tokens": sum(c.completion_tokens for c in calls),
+            "cost": round(sum(c.cost for c in calls), 8), "cached_calls": sum(1 for c in calls if c.cached),
+            "cached_prompt_tokens": sum(c.cached_prompt_tokens for c in calls),
+            "cached_completion_tokens": sum(c.cached_completion_tokens for c in calls),
+            "cached_cost": round(sum(c.cached_cost for c in calls), 8)}
+
+
+def _append_extra_usage(path: Path, lines: list[dict]) -> None:
     if lines:
         with open(path, "ab") as handle:
             handle.write(_jsonl(lines))
@@ -218,17 +236,30 @@ def keep_retried(out: Path, failed: list[dict]) -> None:
             os.fsync(handle.fileno())
 
 
-def retried_usage(run_dir: str | os.PathLike | None, ids: Iterable | None = None) -> dict:
-    """The summed usage (USAGE_KEYS) of the failed attempts of `run_dir` that `--retry-failed` ran again, of the
-    questions `ids` only when given; {} when there were none."""
+def extra_usage(run_dir: str | os.PathLike | None, ids: Iterable | None = None) -> dict:
+    """The summed usage (USAGE_KEYS) no record of `run_dir` holds (EXTRA_USAGE_FILE), of the questions `ids` only
+    when given, with how much of it each cause spent ("retried_calls", "retried_cost", "late_calls", "late_cost");
+    {} when there is none."""
     if run_dir is None:
         return {}
     wanted = None if ids is None else set(ids)
-    lines = [line for line in _retried_lines(Path(run_dir) / RETRIED_FILE) if wanted is None or line.get("id") in wanted]
-    return {key: sum(float(line.get(key) or 0) for line in lines) for key in USAGE_KEYS} if lines else {}
+    lines = [line for line in _extra_usage_lines(Path(run_dir) / EXTRA_USAGE_FILE)
+             if wanted is None or line.get("id") in wanted]
+    return summed_extra_usage(lines)
 
 
-def _retried_lines(path: Path) -> list[dict]:
+def summed_extra_usage(lines: list[dict]) -> dict:
+    """`extra_usage` of ledger lines already read (or of a run kept in memory)."""
+    if not lines:
+        return {}
+    summed = {key: sum(float(line.get(key) or 0) for line in lines) for key in USAGE_KEYS}
+    for why in ("retried", "late"):
+        summed[f"{why}_calls"] = sum(int(line.get("lm_calls") or 0) for line in lines if line.get("why") == why)
+        summed[f"{why}_cost"] = sum(float(line.get("cost") or 0) for line in lines if line.get("why") == why)
+    return summed
+
+
+def _extra_usage_lines(path: Path) -> list[dict]:
     lines = []
     try:
         text = path.read_text(encoding="utf-8")
@@ -238,7 +269,7 @@ def _retried_lines(path: Path) -> list[dict]:
         try:
             line = json.loads(raw)
         except json.JSONDecodeError:
-            continue  # a line cut by a crash: its record is still in predictions.jsonl, kept on the next retry
+            continue  # a line cut by a crash
         if isinstance(line, dict):
             lines.append(line)
     return lines
@@ -402,19 +433,20 @@ def summary_view(record: dict) -> dict:
 
 
 def summarize(records: list[dict], metric_names: list[str], *, total: int | None = None,
-              extra: dict | None = None, retried: dict | None = None) -> dict:
-    """Summary of prediction records: metric means (failures count 0), counts, failures by kind, usage. `retried`:
-    the usage of failed attempts run again (`retried_usage`), counted in every usage figure (they were paid)."""
+              extra: dict | None = None, unrecorded: dict | None = None) -> dict:
+    """Summary of prediction records: metric means (failures count 0), counts, failures by kind, usage.
+    `unrecorded`: the usage no record holds (`extra_usage`: retried attempts, calls past a deadline), counted in
+    every usage figure (it was paid)."""
     n = len(records)
     failures: dict[str, int] = {}
     for record in records:
         if record.get("error"):
             kind = record["error"].get("kind", "other")
             failures[kind] = failures.get(kind, 0) + 1
-    retried = retried or {}
+    unrecorded = unrecorded or {}
 
     def total_of(key: str) -> float:
-        return sum(float(r.get(key) or 0) for r in records) + float(retried.get(key) or 0)
+        return sum(float(r.get(key) or 0) for r in records) + float(unrecorded.get(key) or 0)
 
     reasked = sum(1 for r in records if r.get("reasks"))
     degraded = sum(1 for r in records if r.get("degradations"))
@@ -448,9 +480,11 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
                                                 + total_of("cached_completion_tokens")) / n if n else 0.0,
             "cost_if_uncached": round(total_of("cost") + total_of("cached_cost"), 6),
             "latency_mean": total_of("latency") / n if n else 0.0,
-            # of the figures above, what failed attempts cost that --retry-failed ran again
-            "retried_calls": int(retried.get("lm_calls") or 0),
-            "retried_cost": round(float(retried.get("cost") or 0), 6),
+            # of the figures above: failed attempts --retry-failed ran again, calls that returned past a deadline
+            "retried_calls": int(unrecorded.get("retried_calls") or 0),
+            "retried_cost": round(float(unrecorded.get("retried_cost") or 0), 6),
+            "late_calls": int(unrecorded.get("late_calls") or 0),
+            "late_cost": round(float(unrecorded.get("late_cost") or 0), 6),
         },
     }
     summary.update(extra or {})
@@ -638,14 +672,16 @@ def _error_record(exc: BaseException) -> dict:
 
 
 def run_example(program, example, position: int, metrics: list[tuple[str, Callable]], *,
-                deadline: float | None = None, deliver: Callable[[dict], Any] | None = None) -> dict | None:
+                deadline: float | None = None, deliver: Callable[[dict], Any] | None = None,
+                late: Callable[[dict], Any] | None = None) -> dict | None:
     """Run one example inside a trace and return its prediction record (exceptions recorded, scored 0).
     `BudgetExceeded` propagates: the example was not run and must not be recorded. With `deadline`, an example
     still running after that many seconds is recorded as a `timeout` failure.
 
     In a `run_threads` pool thread, with `deliver`, the example runs in this thread: past its deadline the
     watchdog hands its timeout record to `deliver` and another thread takes the pool's next questions; this
-    call then returns None whenever the example ends (its late result is dropped)."""
+    call then returns None whenever the example ends (its late result is dropped), and the LM calls that
+    returned after the deadline, paid but in no record, go to `late` (`late_usage`: the run's EXTRA_USAGE_FILE)."""
     import contextvars
 
     from ragzoo.tracing import trace_example
@@ -666,6 +702,7 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         from ragzoo.endpoints import start_question_deadline
 
         ended = threading.Lock()  # held by whichever comes first: the example's end or its deadline
+        recorded: list[int] = []  # the LM calls its timeout record counted
 
         def expire() -> None:
             if not ended.acquire(blocking=False):
@@ -673,8 +710,10 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
             try:
                 timeout = ExampleTimeout(f"the example did not finish within its {deadline:g} s deadline "
                                          f"(--deadline)")
-                deliver(_example_record(program, example, position, metrics, None, _error_record(timeout), trace,
-                                        started))
+                record = _example_record(program, example, position, metrics, None, _error_record(timeout), trace,
+                                         started)
+                recorded.append(record["lm_calls"])
+                deliver(record)
             finally:
                 slot.leave()
 
@@ -687,17 +726,27 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
             if isinstance(exc, BudgetExceeded):  # not run: not recorded (unless its deadline came first)
                 if ended.acquire(blocking=False):
                     raise
+                _late_calls(example_id(example, position), trace, recorded, late)
                 return None
             error = _error_record(exc)
         except BaseException:  # not a failure of the example: no record, as without a deadline
             if ended.acquire(blocking=False):
                 raise
+            _late_calls(example_id(example, position), trace, recorded, late)
             return None
         finally:
             _WATCHDOG.cancel(watched)
-        if not ended.acquire(blocking=False):
-            return None  # past its deadline: the watchdog recorded it
+        if not ended.acquire(blocking=False):  # past its deadline: the watchdog recorded it
+            _late_calls(example_id(example, position), trace, recorded, late)
+            return None
         return _example_record(program, example, position, metrics, prediction, error, trace, started)
+
+
+def _late_calls(identifier: str, trace, recorded: list[int], late: Callable[[dict], Any] | None) -> None:
+    """The calls of a question that ended past its deadline, beyond those its timeout record counted, to `late`."""
+    calls = list(trace.lm_calls)
+    if late is not None and recorded and len(calls) > recorded[0]:
+        late(late_usage(identifier, calls[recorded[0]:]))
 
 
 def _example_record(program, example, position: int, metrics, prediction, error: dict | None, trace,
@@ -885,7 +934,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             if stop or closing.is_set():
                 return None
             try:
-                record = run_example(program, example, position, resolved, deadline=deadline, deliver=accept)
+                record = run_example(program, example, position, resolved, deadline=deadline, deliver=accept,
+                                     late=note_late)
             except BudgetExceeded as error:
                 with lock:
                     if not stop:
@@ -902,6 +952,22 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             if record is None:  # past its deadline: the watchdog handed its record to accept
                 return None
             return accept(record)  # which keeps nothing once the run is closing
+
+        late_lines: list[dict] = []
+        unfinished: list[int] = []  # questions past their deadline still at the LM when the run ended
+
+        def note_late(line: dict) -> None:
+            """LM calls of a question past its deadline that returned after its timeout record: paid, so kept
+            in the run's EXTRA_USAGE_FILE (while the run is open; a call returning after the run ended is not)."""
+            if closing.is_set():
+                return
+            with lock:
+                late_lines.append(line)
+                if out is not None:
+                    try:
+                        _append_extra_usage(out / EXTRA_USAGE_FILE, [line])
+                    except OSError as error:
+                        logger.warning("evaluate: the usage of a late LM call was not kept: %s", error)
 
         def accept(record: dict, line: bytes | None = None) -> bool | None:
             """Keep one finished record (from this process's threads), or a worker process's `line` (as
@@ -949,11 +1015,13 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     metering(max_calls, max_cost), _collector_set_aside():
                 if todo and processes > 1:
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
-                                                    max_calls, max_cost, accept, stop, out)
+                                                    max_calls, max_cost, accept, stop, out, late=note_late,
+                                                    unfinished=unfinished)
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
-                    run_threads(work, todo, threads, pooled=deadline is not None)
+                    unfinished.append(run_threads(work, todo, threads, pooled=deadline is not None,
+                                                  late_grace=LATE_GRACE if deadline is not None else 0.0))
         finally:
             closing.set()
             if writer is not None:
@@ -973,8 +1041,11 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         records.sort(key=lambda r: order.get(r["id"], len(order)))
         extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads, "processes": processes,
                  "stopped": stop[0] if stop and not aborted else None, "aborted": aborted[0] if aborted else None,
-                 "resumed_from": len(previous), "adapter": run_config["adapter"]}
-        summary = summarize(records, metric_names, total=len(examples), extra=extra, retried=retried_usage(out))
+                 "resumed_from": len(previous), "adapter": run_config["adapter"],
+                 # their calls still in flight were paid or will be, and are in no figure here
+                 "still_at_lm_at_end": sum(unfinished)}
+        unrecorded = extra_usage(out) if out is not None else summed_extra_usage(late_lines)
+        summary = summarize(records, metric_names, total=len(examples), extra=extra, unrecorded=unrecorded)
         summary["compiled_on"] = leaked
         summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
         for key in ("method", "program", "dataset", "split", "lm"):
@@ -1028,7 +1099,11 @@ def stop_when(event: threading.Event) -> Iterator[None]:
         _STOP_WHEN.reset(token)
 
 
-def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False) -> None:
+LATE_GRACE = 3.0  # seconds a run waits at its end for questions past their deadline, so their paid calls count
+
+
+def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False,
+                late_grace: float = 0.0) -> int:
     """`work(item)` for every item on `threads` threads, each under the caller's DSPy settings (as DSPy's
     `ParallelExecutor` copies them). Not that executor: its main thread waits on every pending future at each
     completion and scans every result, O(questions) per question, which made the CPU of a question grow with
@@ -1036,16 +1111,20 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled
     (the threads then take no new item once `work` sees the run closing). `pooled`: one thread runs in a pool
     too (not in the caller's thread), so that its questions under a deadline run in it (`run_example`). Under
     `stop_when(event)` the questions always run in the pool, and the caller's wait ends with KeyboardInterrupt
-    once the event is set."""
+    once the event is set. `late_grace`: at the end, wait up to that many seconds for the threads left behind by
+    questions past their deadline (their LM calls are paid: `run_example`'s `late`); returns how many were still
+    running then."""
     import copy
 
     from dspy.dsp.utils.settings import thread_local_overrides
 
     stopping = _STOP_WHEN.get()
-    if stopping is None and ((threads <= 1 and not pooled) or len(items) <= 1):
+    if not items:
+        return 0
+    if stopping is None and not pooled and (threads <= 1 or len(items) <= 1):
         for item in items:
             work(item)
-        return
+        return 0
     parent = thread_local_overrides.get().copy()
     queue = iter(items)
     take = threading.Lock()
@@ -1082,10 +1161,19 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled
         with pool_lock:
             running = next((thread for thread, slot in pool if not slot.left and thread.is_alive()), None)
         if running is None:
-            return
+            break
         running.join(0.5)  # a timed wait: Ctrl-C is raised here, in the main thread
         if stopping is not None and stopping.is_set():
             raise KeyboardInterrupt  # a run in another thread, stopped from outside (`stop_when`)
+    ends = time.monotonic() + late_grace
+    while True:
+        with pool_lock:
+            left = [thread for thread, slot in pool if slot.left and thread.is_alive()]
+        if not left or time.monotonic() >= ends:
+            return len(left)
+        left[0].join(min(0.5, max(0.0, ends - time.monotonic())))
+        if stopping is not None and stopping.is_set():
+            raise KeyboardInterrupt
 
 
 _DONE = object()
@@ -1201,7 +1289,8 @@ def _remove_slot_files(folder: Path) -> None:
 
 
 def _run_in_processes(todo: list, processes: int, threads: int, program, metrics, deadline, max_calls, max_cost,
-                      accept: Callable[..., Any], stop: list, out: Path | None = None) -> str | None:
+                      accept: Callable[..., Any], stop: list, out: Path | None = None,
+                      late: Callable[[dict], Any] | None = None, unfinished: list | None = None) -> str | None:
     """Run `todo` in `processes` forked workers of `threads` threads each; hand every record to `accept` here.
 
     Fork, not spawn: a worker gets the program, retriever, LM and DSPy settings as they are (nothing to pickle or
@@ -1260,6 +1349,10 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
                     accept(record, line)
                 elif message.get("budget"):
                     budget.append(message["budget"])
+                elif message.get("late") and late is not None:  # a worker's calls past a question's deadline
+                    late(message["late"])
+                elif message.get("unfinished") and unfinished is not None:
+                    unfinished.append(int(message["unfinished"]))
             if stop:
                 halt.value = 1  # nothing more started; the questions in flight finish and are kept
         for worker in workers:
@@ -1328,7 +1421,7 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
             return None
         try:
             record = run_example(program, example, position, metrics, deadline=deadline,
-                                 deliver=send_record)
+                                 deliver=send_record, late=lambda line: send({"late": line}))
         except BudgetExceeded as error:
             halt_self.append(str(error))
             send({"budget": str(error)})
@@ -1345,7 +1438,10 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
 
     def run_all() -> None:
         with metering(max_calls, max_cost):
-            run_threads(work, items, threads, pooled=deadline is not None)
+            unfinished = run_threads(work, items, threads, pooled=deadline is not None,
+                                     late_grace=LATE_GRACE if deadline is not None else 0.0)
+        if unfinished:
+            send({"unfinished": unfinished})
 
     # off the main thread: a Ctrl-C is the parent's to handle, never this process's
     import contextvars
@@ -1407,5 +1503,5 @@ def load_run(run_dir: str | os.PathLike) -> tuple[dict, dict, list[dict]]:
             summary = None
     if summary is None:
         summary = summarize(records, list(config.get("metrics") or ["em"]), total=config.get("n"),
-                            retried=retried_usage(run))
+                            unrecorded=extra_usage(run))
     return config, summary, records

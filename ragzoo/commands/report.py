@@ -273,7 +273,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
 
     from ragzoo.errors import ConfigError
     from ragzoo.metrics.rates import is_unknown
-    from ragzoo.runs import retried_usage
+    from ragzoo.runs import extra_usage
 
     runs = [_load(run_dir) for run_dir in run_dirs]
     names, left_out = _metric_names(runs, metric)
@@ -299,7 +299,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             if ci and values and not dry_run:
                 interval = stats.bootstrap_ci(values, seed=seed)
                 intervals[name] = [interval.low, interval.high]
-        retried = retried_usage(run["dir"], ids={r["id"] for r in records})
+        retried = extra_usage(run["dir"], ids={r["id"] for r in records})
 
         def used(key: str, records=records, retried=retried) -> float:
             return sum(float(r.get(key) or 0) for r in records) + float(retried.get(key) or 0)
@@ -321,7 +321,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             "setup": setup,
             "optimizer": _optimizer(config), "n": n, "n_done": len(run["records"]),
             "n_asked": run["n_asked"], "dry_run": dry_run, "metrics": metrics, "ci": intervals,
-            # what was paid for these questions: their records, and the failed attempts --retry-failed ran again
+            # what was paid for these questions: their records, and what no record holds (`runs.extra_usage`)
             "lm_calls_per_question": used("lm_calls") / n if n else 0.0,
             # spent: cache hits cost nothing; uncached: the same calls as if none had been served from the cache
             "tokens_per_question": (used("prompt_tokens") + used("completion_tokens")) / n if n else 0.0,

@@ -39,7 +39,7 @@ def _dry(config: dict) -> bool:
 
 
 def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
-    from ragzoo.runs import retried_usage
+    from ragzoo.runs import extra_usage
 
     out = Path(out)
     several_opt = len(grid.optimizers) > 1
@@ -74,7 +74,7 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
         config, summary, records = loaded
         n_done, n_asked = len(records), int(config.get("n") or summary.get("n_expected") or len(records))
         failures = sum(1 for r in records if r.get("error"))
-        retried = retried_usage(cell_dir(out, cell) / "run")  # failed attempts a --retry-failed ran again: paid
+        retried = extra_usage(cell_dir(out, cell) / "run")  # paid, in no record: retried attempts, late calls
 
         def used(key: str, records=records, retried=retried) -> float:
             return sum(float(r.get(key) or 0) for r in records) + float(retried.get(key) or 0)

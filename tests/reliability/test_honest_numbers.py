@@ -51,7 +51,7 @@ def test_report_says_failures_are_scored_zero_without_abstentions(tmp_path, ques
 def test_retry_failed_keeps_the_spend_of_the_attempts_it_ran_again(tmp_path, questions_file, capsys):
     """`--retry-failed` replaces a failed question's record: what the failed attempt cost stays in the run's usage
     (found by review: 45 requests served, the summary said 30 calls and two thirds of the cost)."""
-    from ragzoo.runs import keep_retried, read_predictions, retried_usage
+    from ragzoo.runs import extra_usage, keep_retried, read_predictions
 
     data = questions_file(6)
     run = tmp_path / "run"
@@ -74,4 +74,28 @@ def test_retry_failed_keeps_the_spend_of_the_attempts_it_ran_again(tmp_path, que
     assert main(["report", str(run)]) == 0
     assert f"{paid:.4f}" in capsys.readouterr().out  # the report's spent $ too
     keep_retried(run, failed)  # a retry killed between its two writes keeps them again: counted once
-    assert retried_usage(run)["lm_calls"] == len(failed)
+    assert extra_usage(run)["lm_calls"] == len(failed)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_lm_calls_that_return_past_a_question_s_deadline_are_counted(tmp_path, questions_file, processes):
+    """A question past its --deadline is recorded as a timeout at once; its LM call, answered later, was paid all
+    the same (found by review: 29 calls answered, 16 counted). It goes to the run's extra_usage.jsonl ("late") and
+    into every usage figure, from a worker process too."""
+    from ragzoo.runs import extra_usage, read_predictions
+
+    data = questions_file(2)
+    run = tmp_path / "run"
+    with StubLMServer(latency=2.0) as server:  # every answer comes 2 s after the question's 1 s deadline
+        main(["evaluate", "--method", "direct", "--data", str(data), "--lm", "openai/stub", "--api-base",
+              server.base_url + "/v1", "--no-cache", "--price", "1,2", "--deadline", "1", "--timeout", "10",
+              "--threads", "1", "--processes", processes, "--allow-failures", "--out", str(run)])
+        served = server.requests
+    records = read_predictions(run / "predictions.jsonl")
+    assert [r["error"]["kind"] for r in records] == ["timeout", "timeout"] and sum(r["lm_calls"] for r in records) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["usage"]["lm_calls"] == served == 2 and summary["usage"]["late_calls"] == 2
+    assert summary["usage"]["cost"] > 0 and extra_usage(run)["late_cost"] == pytest.approx(summary["usage"]["cost"])
