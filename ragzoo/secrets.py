@@ -386,12 +386,11 @@ def strip_endpoint(endpoint: str) -> str:
     which `strip_url` leaves alone as not a URL. Every removed part is registered for redaction."""
     if not isinstance(endpoint, str):
         return endpoint
-    scheme, sep, rest = endpoint.partition("://")
-    if sep and scheme in ("http", "https"):
+    if "://" in endpoint:  # any scheme, a misspelt one too: strip_url reads its authority
         return strip_url(endpoint)
-    # any other scheme (misspelt) or none: what follows it read as the authority and path of an http URL
-    shown = strip_url("http://" + (rest if sep else endpoint))
-    return shown if shown == MASK else f"{scheme}{sep}{shown[len('http://'):]}" if sep else shown[len("http://"):]
+    # none: what is there read as the authority and path of an http URL
+    shown = strip_url("http://" + endpoint)
+    return shown if shown == MASK else shown[len("http://"):]
 
 
 def strip_spec(spec: Any) -> Any:

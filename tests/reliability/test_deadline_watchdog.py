@@ -110,3 +110,32 @@ def test_only_the_calls_after_the_timeout_record_are_counted_late(tmp_path):
     assert record["error"]["kind"] == "timeout" and record["lm_calls"] == 1
     assert extra_usage(tmp_path / "run")["late_calls"] == 1
     assert summary["usage"]["lm_calls"] == 2 and summary["usage"]["late_calls"] == 1
+
+
+def test_a_run_in_another_thread_stops_when_told_even_on_one_thread_without_a_deadline():
+    """`runs.stop_when(event)`: a run no signal reaches (a grid's cell under --parallel) ends its wait with
+    KeyboardInterrupt once the event is set, also where it would run its questions inline (one thread, no
+    deadline), which nothing could interrupt."""
+    from ragzoo.runs import run_threads, stop_when
+
+    event, done, seen = threading.Event(), [], []
+
+    def work(item):
+        if item == 0:
+            event.set()  # told to stop while the first question is still at a hung LM
+            time.sleep(30)
+        done.append(item)
+
+    def run():
+        with stop_when(event):
+            try:
+                run_threads(work, [0, 1, 2], 1)
+            except KeyboardInterrupt:
+                seen.append(time.monotonic())
+
+    started = time.monotonic()
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(10)
+    assert seen and seen[0] - started < 5 and done == []
+

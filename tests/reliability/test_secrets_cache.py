@@ -104,6 +104,8 @@ def test_a_reply_is_scrubbed_of_known_secrets_only_down_to_its_tool_calls(monkey
     monkeypatch.setenv("OPENAI_API_KEY", key)
     answers = ["risk-adjusted-returns", {"text": "task-oriented-dialogue systems", "reasoning_content": None}]
     assert scrub_reply(answers) is answers and redact(answers[0]) == answers[0]
+    shaped = ["the example key in its docs is sk-abcdefghijklmnop1234"]  # a key's shape, no known key's value
+    assert scrub_reply(shaped) is shaped and redact(shaped[0]).endswith("is ***")  # masked where it is written
     assert redact(answers[1]["text"]) == answers[1]["text"] and redact("key: sk-adjusted-returns1") == "key: ***"
     call = SimpleNamespace(id="c1", function=SimpleNamespace(name="search", arguments=f'{{"q": "{key}"}}'))
     outputs = [{"text": "risk-adjusted-returns", "tool_calls": [call]}]
