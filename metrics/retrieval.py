@@ -102,6 +102,28 @@ def gold_titles(example: Any) -> list[str]:
                     f"that has them, e.g. hotpotqa dev_distractor")
 
 
+# the metrics that score retrieved titles against the gold ones: a question set without gold titles cannot have them
+TITLE_METRICS = ("recall", "precision", "s_precision", "all_gold")
+
+
+def check_gold_titles(metric_names: list[str], examples: list) -> None:
+    """Before a run: a title metric asked of questions that have no gold titles would score 0 on every one (its
+    error is a metric failure, which scores 0), so it is refused in one line, naming how many lack them."""
+    asked = [name for name in metric_names if name in TITLE_METRICS]
+    if not asked or not examples:
+        return
+    lacking = 0
+    for example in examples:
+        try:
+            gold_titles(example)
+        except DataError:
+            lacking += 1
+    if lacking:
+        raise DataError(f"--metric {','.join(asked)} scores retrieved titles against gold titles, which {lacking} of "
+                        f"these {len(examples)} questions lack (supporting_titles); use a split that has them, e.g. "
+                        f"hotpotqa dev_distractor, or drop {'it' if len(asked) == 1 else 'them'}")
+
+
 def predicted_passages(pred: Any) -> list:
     """`pred.passages`, else `pred.context` (DSPy's list of "Title | text"); [] for a failed prediction."""
     for name in ("passages", "context"):

@@ -547,14 +547,31 @@ def _load_checked(path: Path, manifest: dict, *, retriever, retriever_spec, meth
     return program, manifest
 
 
+# what DSPy's Predict.dump_state writes (3.4), each key of a predictor's state DSPy's load_state then sets on it
+PREDICTOR_STATE_KEYS = {"demos", "lm", "signature", "traces", "train", "fields"}
+
+
 def _check_state(state: dict, program_file: Path) -> None:
-    """Each predictor's state is an object, and its demos a list of at most MAX_DEMOS_PER_PREDICTOR objects (every
-    demo goes into every prompt: an edited file must not make each call pay for a million of them)."""
+    """Each predictor's state is an object of the keys DSPy writes, and its demos a list of at most
+    MAX_DEMOS_PER_PREDICTOR objects (every demo goes into every prompt: an edited file must not make each call pay
+    for a million of them). Its `lm` is null, as ragzoo saves it: an LM in the file would answer that predictor
+    instead of the one the command was given (--lm, --api-base), with the user's key, past every budget and
+    meter; and a key DSPy does not write would be set on the predictor as it stands (`forward`, `config`)."""
     for name, value in state.items():
         if name == "metadata":
             continue
         if not isinstance(value, dict):
             raise ArtifactError(f"{program_file}: the state of {name!r} is not an object; recompile the program")
+        unknown = sorted(set(value) - PREDICTOR_STATE_KEYS)
+        if unknown:
+            raise ArtifactError(f"{program_file}: the state of {name!r} has keys DSPy does not save ({unknown}); the "
+                                f"file was edited, recompile the program")
+        if value.get("lm") is not None:
+            raise ArtifactError(f"{program_file}: {name!r} names an LM of its own; ragzoo saves none (a program runs "
+                                f"with the LM its command is given), so the file was edited: recompile the program")
+        for key in ("traces", "train"):
+            if not isinstance(value.get(key, []), list):
+                raise ArtifactError(f"{program_file}: the {key} of {name!r} are not a list; recompile the program")
         demos = value.get("demos", [])
         if not isinstance(demos, list) or not all(isinstance(demo, dict) for demo in demos):
             raise ArtifactError(f"{program_file}: the demos of {name!r} are not a list of objects; recompile the "

@@ -846,6 +846,9 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         adapter = dspy.settings.adapter  # None: DSPy's default ChatAdapter (the CLI always passes --adapter)
     resolved = [(name, safe_metric(fn)) for name, fn in resolve_metrics(metrics)]
     metric_names = [name for name, _ in resolved]
+    from ragzoo.metrics.retrieval import check_gold_titles
+
+    check_gold_titles(metric_names, examples)  # before the run folder is touched
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise RunError(f"--threads must be a positive integer, got {threads!r}")
     if processes is not None:

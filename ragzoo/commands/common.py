@@ -114,6 +114,8 @@ def check_question_source(config: dict, required: bool = True) -> None:
         raise ConfigError("pass --dataset NAME or --data FILE, not both")
     if config.get("data") and config.get("split"):
         raise ConfigError("--split names a split of --dataset; a --data file has none")
+    if config.get("dataset") and config.get("field_map"):
+        raise ConfigError("--field-map names the fields of a --data file; a --dataset is read by its own schema")
     if required and not config.get("data") and not config.get("dataset"):
         raise ConfigError("no questions given; pass --dataset NAME (see ragzoo datasets) or --data FILE")
 

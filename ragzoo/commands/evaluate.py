@@ -109,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
         with dspy.context(lm=lm):  # against the LM's --max-concurrency, before the program builds its index
             check_processes(config["processes"])
     examples = load_examples(config)  # before the program: a `fixed` retriever replays their passages
+    from ragzoo.metrics.retrieval import check_gold_titles
+
+    # before the program builds its retriever's index (minutes on a real corpus)
+    check_gold_titles([name.strip() for name in str(config["metric"]).split(",")], examples)
     program, description = program_from_config(config, examples)
     say_adapter_mismatch("evaluate", config, adapter)
     from ragzoo.secrets import storable

@@ -91,11 +91,19 @@ def hotpotqa_fields(item: dict) -> dict:
     if "answer" in item:
         out["answers"] = [item["answer"]] if isinstance(item["answer"], str) else item["answer"]
     facts = item.get("supporting_facts")
-    if isinstance(facts, list):
+    if facts is not None:
+        if not isinstance(facts, (list, tuple)) or not all(isinstance(fact, (list, tuple)) and len(fact) == 2
+                                                           and isinstance(fact[0], str) for fact in facts):
+            raise ValueError("'supporting_facts' is not HotPotQA's [[title, sentence index], ...]")
         out["supporting_facts"] = [list(fact) for fact in facts]
-        out["supporting_titles"] = list(dict.fromkeys(fact[0] for fact in facts if fact))
+        out["supporting_titles"] = list(dict.fromkeys(fact[0] for fact in facts))
     context = item.get("context")
-    if isinstance(context, list):
+    if context is not None:
+        if not isinstance(context, (list, tuple)) or not all(
+                isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], str)
+                and isinstance(entry[1], (list, tuple)) and all(isinstance(sentence, str) for sentence in entry[1])
+                for entry in context):
+            raise ValueError("'context' is not HotPotQA's [[title, [sentences]], ...]")
         supporting_titles = set(out.get("supporting_titles", []))
         out["contexts"] = [
             {"title": title, "text": "".join(sentences), "sentences": list(sentences),
@@ -106,8 +114,15 @@ def hotpotqa_fields(item: dict) -> dict:
 
 
 def iter_hotpotqa(path: str | os.PathLike) -> Iterator[Located]:
+    """HotPotQA's JSON (chosen for a .json file whose records look like it: `_id`, `supporting_facts`): a record
+    whose fields are not in its shape is one line naming it, never mangled into gold titles of one letter."""
     for item in iter_json_array(path):
-        yield Located(hotpotqa_fields(item.data), item.where)
+        try:
+            fields = hotpotqa_fields(item.data)
+        except ValueError as error:
+            raise DataError(f"{item.where}: read as HotPotQA's format (it has {sorted(item.data)[:6]}): {error}; "
+                            f"give the file in ragzoo's JSONL (question, answers, ...)") from None
+        yield Located(fields, item.where)
 
 
 def strategyqa_fields(item: dict) -> dict:

@@ -40,6 +40,9 @@ def check_file(path: str | os.PathLike) -> Path:
         raise DataError(f"{path}: file not found")
     if path.is_dir():
         raise DataError(f"{path}: is a folder, expected a file")
+    if not path.is_file():  # a pipe (<(...), a FIFO) or a device: its size says nothing, and it reads only once
+        raise DataError(f"{path}: not a regular file (a pipe or a device); ragzoo reads a data file more than once "
+                        f"(its format, its questions, a resume's check), so save it to a file first")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: file is empty")
     if not os.access(path, os.R_OK):

@@ -60,12 +60,13 @@ def _passages(path: str | os.PathLike, with_meta: bool) -> Iterator[Passage]:
     seen_ids: set[str] = set()
     yielded = 0
     for where, index, pid, title, text, meta in rows:
-        if pid is None:
-            pid = str(index)
-        else:
-            if pid in seen_ids:
-                raise DataError(f"{where}: duplicate id {pid!r}; passage ids must be unique")
-            seen_ids.add(pid)
+        implicit = pid is None
+        if implicit:
+            pid = str(index)  # its position: which another passage's explicit id may already be
+        if pid in seen_ids:
+            raise DataError(f"{where}: duplicate id {pid!r}" + (" (this passage has no id: its position is its id)"
+                                                                if implicit else "") + "; passage ids must be unique")
+        seen_ids.add(pid)
         yielded += 1
         yield Passage(pid=pid, title=title.strip(), text=text.strip(), meta=meta)
     if yielded == 0:
@@ -96,6 +97,8 @@ def _json_rows(path: Path, with_meta: bool):
             if not raw.strip():
                 continue
             where = f"{path}:{index + 1}"
+            if index == 0 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as question files allow
+                raw = raw[3:]
             try:
                 data = ujson.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as error:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Iterable, Mapping, Sequence
 
-from ragzoo.errors import ConfigError, RetrieverError
+from ragzoo.errors import ConfigError, DataError, RetrieverError
 from ragzoo.retrieval.base import BaseRetriever, Passage
 
 
@@ -53,6 +53,9 @@ class FixedRetriever(BaseRetriever):
             question, recorded = get(question_field), get(field)
             if question is None or recorded is None:
                 continue
+            if isinstance(recorded, (str, bytes, dict)) or not hasattr(recorded, "__iter__"):
+                raise DataError(f"the fixed retriever's {field!r} of question {str(question)[:80]!r} must be a list of "
+                                f"passages, got {type(recorded).__name__}")
             by_question[question] = list(recorded)
         if not by_question:
             raise ConfigError(f"the fixed retriever found no examples with both {question_field!r} and "

@@ -32,17 +32,36 @@ SPEC_FORMS = ("bm25:<corpus.jsonl>", "dense:<corpus.jsonl>[?model=NAME]", "hybri
 
 def _split_options(rest: str) -> tuple[str, dict[str, str]]:
     target, sep, query = rest.partition("?")
-    return target, dict(parse_qsl(query, keep_blank_values=True)) if sep else {}
+    if not sep:
+        return target, {}
+    pairs = parse_qsl(query, keep_blank_values=True)
+    repeated = sorted({name for name, _ in pairs if sum(1 for other, _ in pairs if other == name) > 1})
+    if repeated:  # which one was meant? not the last one silently
+        raise ConfigError(f"retriever spec option(s) {repeated} given twice in {rest!r}; give each once")
+    return target, dict(pairs)
+
+
+# the range of each numeric option of a spec: BM25's k1 >= 0 (term-frequency saturation), b in [0, 1] (length
+# normalisation); a value outside it gives scores that rank nothing (k1=-1, b=5: every score inf)
+_OPTION_RANGES = {"k1": (0.0, None), "b": (0.0, 1.0)}
 
 
 def _float_options(options: dict[str, str], names: tuple[str, ...], spec: str) -> dict[str, float]:
+    import math
+
     unknown = set(options) - set(names)
     if unknown:
         raise ConfigError(f"unknown option(s) {sorted(unknown)} in retriever spec {spec!r}; known: {list(names)}")
     try:
-        return {name: float(value) for name, value in options.items()}
+        values = {name: float(value) for name, value in options.items()}
     except ValueError:
-        raise ConfigError(f"retriever spec {spec!r}: options must be numbers")
+        raise ConfigError(f"retriever spec {spec!r}: options must be numbers") from None
+    for name, value in values.items():
+        low, high = _OPTION_RANGES.get(name, (None, None))
+        if not math.isfinite(value) or (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}" if low is not None else "finite"
+            raise ConfigError(f"retriever spec {spec!r}: {name}={options[name]} must be a finite number {bounds}")
+    return values
 
 
 def make_retriever(spec: str, **kwargs) -> Retriever:

@@ -120,3 +120,25 @@ def test_a_complete_copy_left_by_a_killed_swap_is_not_loaded(artifact, tiny_retr
     load(artifact, retriever=tiny_retriever)  # the original loads
     with pytest.raises(ArtifactError, match="unfinished build or the backup"):
         load(copy, retriever=tiny_retriever)
+
+
+@pytest.mark.parametrize("edit, says", [
+    ({"lm": {"model": "openai/other-model", "model_type": "chat", "temperature": 1.7}}, "names an LM of its own"),
+    ({"forward": "x"}, "keys DSPy does not save"),
+    ({"config": {"n": 5, "temperature": 2.0}}, "keys DSPy does not save"),
+    ({"traces": "x"}, "traces of"),
+])
+def test_an_edited_predictor_state_is_refused(artifact, tiny_retriever, edit, says):
+    """The program file, edited with its manifest's sha256 redone: an `lm` of its own would answer instead of the
+    command's --lm, with the user's key and past every budget (found by review: a question sent to
+    api.openai.com under --lm dry-run); any other key would be set on the predictor as it stands."""
+    import hashlib
+
+    state = json.loads((artifact / "program.json").read_text())
+    name = next(key for key in state if key != "metadata")
+    state[name].update(edit)
+    data = json.dumps(state).encode()
+    (artifact / "program.json").write_bytes(data)
+    _edit_manifest(artifact, program_sha256=hashlib.sha256(data).hexdigest())
+    with pytest.raises(ArtifactError, match=says):
+        load(artifact, retriever=tiny_retriever)
