@@ -273,13 +273,17 @@ def follow_recorded_adapter(args: argparse.Namespace, config: dict) -> None:
     from ragzoo.config import load_config_file
 
     in_file = set(load_config_file(args.config)) if getattr(args, "config", None) else set()
-    if getattr(args, "adapter", None) is not None or "adapter" in in_file:
-        return
     try:
-        adapter, reasks = recorded_adapter(read_manifest(config["program"]))
+        manifest = read_manifest(config["program"])
+        adapter, reasks = recorded_adapter(manifest)
     except Exception:  # noqa: BLE001 - the loader says what is wrong with the artifact
         return
-    if adapter not in (*ADAPTERS, *EXTRA_ADAPTERS):  # none recorded, or a name the loader reports
+    if manifest.get("adapter") is not None and adapter not in (*ADAPTERS, *EXTRA_ADAPTERS):  # as `load` refuses it
+        from ragzoo.errors import ArtifactError
+
+        raise ArtifactError(f"{config['program']} records an adapter this ragzoo cannot build "
+                            f"({manifest.get('adapter')!r}); recompile the program")
+    if getattr(args, "adapter", None) is not None or "adapter" in in_file or adapter is None:
         return
     config["adapter"] = adapter
     if reasks is not None and getattr(args, "max_reasks", None) is None and "max_reasks" not in in_file:

@@ -66,3 +66,19 @@ def test_an_adapter_from_a_config_file_is_explicit_too(json_artifact, tmp_path, 
     assert code == 0, err
     assert styles and set(styles) == {"xml"}, styles
     assert "compiled under the json adapter" in err, err
+
+
+@pytest.mark.parametrize("recorded", ["zzz", 5])
+@pytest.mark.parametrize("explicit", [[], ["--adapter", "chat"]])
+def test_an_adapter_this_ragzoo_cannot_build_is_refused_as_load_refuses_it(json_artifact, tmp_path, capsys,
+                                                                          recorded, explicit):
+    """An edited manifest's adapter: `ragzoo.load` refused it, the CLI ran the program anyway and advised
+    `--adapter zzz`, a value the flag does not take (found by review); now one line, before any question."""
+    manifest = json.loads((json_artifact / "manifest.json").read_text())
+    manifest["adapter"] = recorded
+    (json_artifact / "manifest.json").write_text(json.dumps(manifest))
+    code = main(["evaluate", "--dataset", "hotpotqa", "-n", "1", "--lm", "dry-run", "--program", str(json_artifact),
+                 "--out", str(tmp_path / "run"), *explicit])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "records an adapter this ragzoo cannot build" in err, err
+    assert not (tmp_path / "run").exists()
