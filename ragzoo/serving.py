@@ -645,6 +645,9 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         n = body.get("n", 1)
         if n not in (None, 1):
             return openai_error(400, "only n=1 is supported")
+        for key, kind, what in (("stream", bool, "true or false"), ("model", str, "a string")):
+            if body.get(key) is not None and not isinstance(body[key], kind):  # "yes" is not true
+                return openai_error(400, f"'{key}' must be {what}, got {body[key]!r}")
         question, problem_text = _chat_question(body)
         if question is None:
             return openai_error(400, problem_text)

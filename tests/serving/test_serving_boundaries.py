@@ -270,3 +270,20 @@ def test_a_key_echoed_by_the_upstream_never_reaches_the_client(program, monkeypa
     assert "your key is ***" in chat.json()["choices"][0]["message"]["content"]
     for reply in (asked, chat):
         assert KEY not in reply.text
+
+
+def test_stream_and_model_of_the_wrong_type_are_a_400(program, monkeypatch):
+    """`"stream": "yes"` was taken for true and `"model": 5` passed unremarked (found by review): OpenAI's API
+    refuses both; so does this server, before asking the LM anything."""
+    from ragzoo.serving import create_app
+
+    with StubLMServer() as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            replies = {key: httpx.post(server.url + "/v1/chat/completions",
+                                       json={"messages": [{"role": "user", "content": "hi"}], key: value})
+                       for key, value in (("stream", "yes"), ("model", 5))}
+            requests = lm_server.requests
+    assert replies["stream"].status_code == 400 and "'stream' must be true or false" in replies["stream"].text
+    assert replies["model"].status_code == 400 and "'model' must be a string" in replies["model"].text
+    assert requests == 0
