@@ -6,6 +6,7 @@ A *record* is a plain dict `{"id", "question", "answers": [str, ...], ...extras}
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -118,6 +119,9 @@ def _as_answer_list(value: Any, where: str, field: str) -> list[str]:
     if any(isinstance(item, (list, tuple, dict)) for item in value):
         raise DataError(f"{where}: field '{field}' must be a string or a list of strings, got a nested "
                         f"{type(next(i for i in value if isinstance(i, (list, tuple, dict)))).__name__} inside")
+    if any(isinstance(item, float) and not math.isfinite(item) for item in value):  # NaN in JSON: not an answer
+        raise DataError(f"{where}: field '{field}' holds a number that is not finite (NaN or infinity), not an "
+                        f"answer")
     answers = [str(item).strip() for item in value if item is not None and str(item).strip()]
     if not answers:
         raise DataError(f"{where}: field '{field}' has no non-empty answer")
@@ -188,12 +192,14 @@ def select(records: Iterable[dict], *, n: int | None, seed: int | None, ordered:
             taken.append(record)
             if len(taken) == n:
                 return taken
-        raise DataError(f"{label} has only {len(taken)} examples, {n} asked; lower n")
+        raise DataError(f"{label} has only {len(taken)} examples, {n} asked; ask for fewer (-n; a compile: "
+                        f"--train-n and --dev-n)")
     records = list(records)
     if n is None:
         return records
     if n > len(records):
-        raise DataError(f"{label} has only {len(records)} examples, {n} asked; lower n")
+        raise DataError(f"{label} has only {len(records)} examples, {n} asked; ask for fewer (-n; a compile: "
+                        f"--train-n and --dev-n)")
     chosen = sorted(random.Random(seed).sample(range(len(records)), n))
     return [records[index] for index in chosen]
 

@@ -92,7 +92,10 @@ def load_model(model: str = DEFAULT_MODEL):
             try:
                 _models[identity] = SentenceTransformer(location, device="cpu")
             except Exception as error:  # an unknown name offline, a broken folder...
-                raise ConfigError(f"cannot load sentence-transformers model {model!r}: {error}")
+                from ragzoo.errors import error_line
+
+                # the library's message runs over several lines: one, as every refusal
+                raise ConfigError(f"cannot load sentence-transformers model {model!r}: {error_line(error)}") from None
             from ragzoo.machine import cap_native_threads
 
             cap_native_threads()  # torch's pool counts the host's cores, not a container's CPU quota

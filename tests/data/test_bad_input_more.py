@@ -102,3 +102,33 @@ def test_a_pipe_as_data_is_refused_for_what_it_is(tmp_path, capsys):
     os.mkfifo(fifo)
     _refused(["evaluate", "--method", "direct", "--data", str(fifo), "--lm", "dry-run", "--out",
               str(tmp_path / "run")], capsys, "not a regular file (a pipe or a device)")
+
+
+def test_a_non_finite_answer_is_refused_and_too_few_questions_name_the_flags(tmp_path, capsys):
+    data = tmp_path / "questions.jsonl"
+    data.write_text('{"id": "a", "question": "Who?", "answers": NaN}\n')
+    _refused(["evaluate", "--method", "direct", "--data", str(data), "--lm", "dry-run", "--out",
+              str(tmp_path / "run")], capsys, "holds a number that is not finite (NaN or infinity)")
+    data.write_text(json.dumps({"id": "a", "question": "Who?", "answers": ["x"]}) + "\n")
+    _refused(["evaluate", "--method", "direct", "--data", str(data), "-n", "5", "--lm", "dry-run", "--out",
+              str(tmp_path / "run")], capsys, "ask for fewer (-n; a compile: --train-n and --dev-n)")
+
+
+def test_a_model_that_does_not_load_is_one_line(monkeypatch):
+    """sentence-transformers' message for an unknown model runs over several lines; the refusal is one."""
+    import sys
+    import types
+
+    from ragzoo.retrieval import dense
+
+    fake = types.ModuleType("sentence_transformers")
+
+    def refuses(location, device=None):
+        raise OSError("not-a-model is not a local folder\nand is not a valid model identifier\nlisted on the hub")
+
+    fake.SentenceTransformer = refuses
+    monkeypatch.setitem(sys.modules, "sentence_transformers", fake)
+    with pytest.raises(ConfigError) as refused:
+        dense.load_model("not-a-model")
+    assert "\n" not in str(refused.value) and "cannot load sentence-transformers model 'not-a-model'" in str(
+        refused.value)
