@@ -36,7 +36,11 @@ def test_a_bad_grid_deadline_is_one_line_before_any_cell(tmp_path, capsys):
     assert err.count("\n") == 1 and "[grid] deadline -1: expected a finite number with deadline > 0" in err, err
 
 
-def test_sweep_deadline_records_timeouts_at_a_hung_lm_within_seconds(tmp_path, stub_server, grid_env, capsys):
+def test_sweep_deadline_records_timeouts_at_a_hung_lm_within_seconds(tmp_path, stub_server, grid_env, capsys,
+                                                                   monkeypatch):
+    import ragzoo.runs
+
+    monkeypatch.setattr(ragzoo.runs, "LATE_GRACE", 0.2)  # the hung calls never return within the test
     grid_file = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
     stub_server.latency = 600.0  # an LM that stopped answering
     out = tmp_path / "g"

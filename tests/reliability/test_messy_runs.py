@@ -33,7 +33,10 @@ def _stub_args(server):
 
 def test_a_hung_request_is_a_timeout_failure_and_retry_failed_reruns_only_it(tmp_path, cli, questions_file,
                                                                                monkeypatch):
+    import ragzoo.runs
+
     monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    monkeypatch.setattr(ragzoo.runs, "LATE_GRACE", 0.2)  # its hung request never returns: no use waiting 3 s
     data = questions_file(50)
     hang_on = "what is item 17?"
 
