@@ -630,4 +630,7 @@ def _check_versions(path: Path, manifest: dict) -> None:
     if saved.split(".")[0] != current.split(".")[0]:
         raise ArtifactError(f"{path} was compiled with DSPy {saved}, this environment has DSPy {current} (another "
                             f"major version, whose saved state differs); install dspy=={saved} or recompile")
-    warnings.warn(f"{path} was compiled with DSPy {saved}; this environment has {current}", stacklevel=3)
+    from ragzoo.errors import RagzooWarning
+
+    warnings.warn(f"{path} was compiled with DSPy {saved}; this environment has {current} (a minor version "
+                  f"apart: it loads; recompile if its answers look off)", RagzooWarning, stacklevel=3)

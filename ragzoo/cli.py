@@ -155,11 +155,35 @@ def _sigterm_as_interrupt(module):
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str):
+    """While a command runs, a warning of ragzoo's own (`errors.RagzooWarning`) is one line on stderr, as its errors
+    are; any other warning is shown as before."""
+    import warnings
+
+    from ragzoo.errors import RagzooWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if isinstance(category, type) and issubclass(category, RagzooWarning):
+            print(f"ragzoo {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def _run(module, args) -> int:
     from ragzoo.errors import Terminated
 
     owns_sigterm: list[bool] = []
-    code = _run_command(module, args, owns_sigterm)
+    with _one_line_warnings(args.command):
+        code = _run_command(module, args, owns_sigterm)
     if code == Terminated.exit_code and any(owns_sigterm):
         sys.stderr.flush()
         raise SystemExit(code)  # the process ends on SIGTERM, as it would have without ragzoo's cleanup first

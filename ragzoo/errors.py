@@ -49,6 +49,11 @@ class BudgetExceeded(RagzooError):
     """A --max-calls / --max-cost budget was reached."""
 
 
+class RagzooWarning(UserWarning):
+    """A warning of ragzoo's own (an artifact compiled under another DSPy minor version): the CLI says it in one line,
+    `ragzoo COMMAND: warning: ...`, not as Python's two lines with the source line that warned."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a scheduler, `kill`, a container's stop): the command stops as on Ctrl-C (every `except
     KeyboardInterrupt` path runs: what finished is kept, said in one line), and exits 143 rather than 130."""

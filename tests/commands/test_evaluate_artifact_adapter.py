@@ -82,3 +82,21 @@ def test_an_adapter_this_ragzoo_cannot_build_is_refused_as_load_refuses_it(json_
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "records an adapter this ragzoo cannot build" in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_dspy_minor_version_apart_is_one_warning_line(json_artifact, tmp_path, capsys):
+    """An artifact compiled under another DSPy minor version loads, and the CLI says so in one line (it was
+    Python's two lines, the second the source line that warned)."""
+    from ragzoo.artifacts import package_versions
+
+    current = package_versions()["dspy"]
+    major, minor = current.split(".")[:2]
+    older = f"{major}.{int(minor) + 1}.0"
+    manifest = json.loads((json_artifact / "manifest.json").read_text())
+    manifest["package_versions"]["dspy"] = older
+    (json_artifact / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["ask", "--program", str(json_artifact), "--lm", "dry-run", "who directed Ed Wood?"]) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if f"compiled with DSPy {older}" in line]
+    assert len(said) == 1 and said[0].startswith("ragzoo ask: warning: ") and "warnings.warn" not in err, err
