@@ -289,6 +289,9 @@ def read_predictions(path: Path, repair: bool = False) -> list[dict]:
         try:
             record = json.loads(line.decode("utf-8")) if complete else None
         except (UnicodeDecodeError, json.JSONDecodeError):
+            if not repair:  # a whole line, newline and all, that is not JSON: not a write cut short
+                raise RunError(f"{path}: line {index + 1} is not valid JSON; the run file was edited or is corrupt: "
+                               f"rerun with --resume to repair it") from None
             record = None
         identifier = record.get("id") if isinstance(record, dict) else None
         if not isinstance(identifier, (str, int)) or isinstance(identifier, bool) or identifier in seen:

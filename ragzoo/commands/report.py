@@ -149,6 +149,9 @@ def _load(run_dir: str) -> dict:
         raise RunError(f"{run_dir} holds a corrupt run file ({type(error).__name__}: {str(error)[:120]}); rerun "
                        f"the evaluation or remove the run") from None
     config, summary, records = _checked_run(run_dir, *loaded)
+    if not records:  # no figure of it would mean anything: not 0.000, which reads as a score
+        raise RunError(f"{run_dir} has no finished question yet (its predictions.jsonl is empty), so there is "
+                       f"nothing to report; run or resume the evaluation first")
     n_asked = config.get("n") or summary.get("n_expected") or len(records)
     killed = not (Path(run_dir) / SUMMARY_FILE).is_file()
     return {"dir": str(run_dir), "config": config, "summary": summary, "records": records,
@@ -511,6 +514,27 @@ def format_compare(found: dict) -> str:
     return "\n".join(lines)
 
 
+def check_plot_path(path: str) -> None:
+    """`--plot PATH`, checked before any work: a format matplotlib writes (by the suffix), and a file ragzoo may
+    write (`ownership.check_file`). An unknown suffix failed after the whole report was printed."""
+    from pathlib import Path
+
+    from ragzoo.errors import ConfigError
+    from ragzoo.ownership import PLOT_MARK, check_file
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    check_file(path, PLOT_MARK, "plot", flag="--plot")  # a folder, a missing folder, a file not ragzoo's: said first
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise ConfigError(f"--plot {path}: {('.' + suffix) if suffix else 'no suffix'} is not an image format "
+                          f"matplotlib writes; end the name in one of {', '.join('.' + f for f in sorted(formats))}")
+
+
 def plot(table: list[dict], path: str, metric: str | None = None) -> str:
     import matplotlib
 
@@ -725,6 +749,8 @@ def run(args: argparse.Namespace) -> int:
     from ragzoo.errors import ConfigError
 
     check_numbers(vars(args))  # --show, --seed: whole numbers in range, as every command's numeric flags
+    if getattr(args, "plot", None):
+        check_plot_path(args.plot)  # before any table is printed, a run's or a grid's
     if getattr(args, "html", None) and not args.compare:
         return write_html(args)
     if len(args.runs) == 1 and _is_grid_folder(args.runs[0]) and not args.compare:

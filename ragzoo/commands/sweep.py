@@ -194,9 +194,9 @@ def run_grid(grid, args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out or Path("runs") / "grids" / grid.name)
     if args.plot:  # before any cell is paid for: a plot that could not be written is known now
-        from ragzoo.ownership import PLOT_MARK, check_file
+        from ragzoo.commands.report import check_plot_path
 
-        check_file(args.plot, PLOT_MARK, "plot", flag="--plot")
+        check_plot_path(args.plot)
     from ragzoo import tracking
 
     track = tracking.from_args(args, "sweep")

@@ -1,0 +1,46 @@
+"""report on odd run folders (found by review): an empty run, a corrupt line in the middle of predictions.jsonl,
+and a --plot name matplotlib cannot write, each one line and exit 2 before anything is printed."""
+
+from __future__ import annotations
+
+from ragzoo.cli import main
+
+
+def _run(tmp_path, questions_file, name="run") -> str:
+    out = tmp_path / name
+    assert main(["evaluate", "--method", "direct", "--data", str(questions_file(3)), "--lm", "dry-run", "--out",
+                 str(out)]) == 0
+    return str(out)
+
+
+def _refused(argv, capsys, says):
+    capsys.readouterr()
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.count("\n") == 1 and says in captured.err, (code, captured.err)
+    assert captured.out == "", captured.out  # nothing printed before the refusal
+    return captured.err
+
+
+def test_an_empty_run_is_refused_not_scored_zero(tmp_path, questions_file, capsys):
+    source = _run(tmp_path, questions_file)
+    run = tmp_path / "empty"
+    run.mkdir()
+    (run / "config.json").write_text(open(source + "/config.json").read())  # a run with no question finished yet
+    (run / "predictions.jsonl").write_text("")
+    for extra in ([], ["--html", str(tmp_path / "e.html")]):
+        _refused(["report", str(run), *extra], capsys, "has no finished question yet")
+    assert not (tmp_path / "e.html").exists()
+
+
+def test_a_corrupt_line_in_the_middle_is_refused(tmp_path, questions_file, capsys):
+    run = _run(tmp_path, questions_file)
+    lines = open(run + "/predictions.jsonl").read().splitlines()
+    with open(run + "/predictions.jsonl", "w") as handle:
+        handle.write("\n".join([lines[0], '{"id": broken', *lines[1:]]) + "\n")
+    _refused(["report", run], capsys, "line 2 is not valid JSON")
+
+
+def test_a_plot_name_matplotlib_cannot_write_is_refused_before_the_table(tmp_path, questions_file, capsys):
+    run = _run(tmp_path, questions_file)
+    _refused(["report", run, "--plot", str(tmp_path / "out.txt2")], capsys, ".txt2 is not an image format")
