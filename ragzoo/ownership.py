@@ -347,24 +347,33 @@ def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str, mark
 _OPTUNA_TABLES = {"studies", "version_info", "alembic_version", "trials", "study_directions"}
 
 
+def sqlite_file(url: str) -> str | None:
+    """The database file of an `sqlite:///PATH[?options]` URL as written (Optuna's storage, MLflow's tracking
+    store; "" for an in-memory one); None for any other URL."""
+    if not url.startswith("sqlite:///"):
+        return None
+    return url[len("sqlite:///"):].partition("?")[0]
+
+
 def check_storage(url: str, *, flag: str = "--storage") -> None:
     """An Optuna storage on this machine's disk (`journal:PATH`, `sqlite:///PATH`) is written only where it is new
     (missing or empty; a missing folder is the opener's to create or refuse) or already an Optuna storage: a
-    journal whose first line is one of Optuna's log records, an SQLite database holding Optuna's tables. Several workers and machines share one on purpose, so an Optuna
-    storage is not claimed for one command; a user's file (a log, a database of their own tables) is refused in one
-    line before Optuna appends to it. A database server's URL (postgresql://, mysql://) is the user's to give."""
-    if url.startswith("journal:"):
-        path, what = Path(url[len("journal:"):]), "an Optuna journal"
-    elif url.startswith("sqlite:///"):
-        path, what = Path(url[len("sqlite:///"):].partition("?")[0]), "an Optuna SQLite storage"
-    else:
+    journal whose first line is one of Optuna's log records, an SQLite database holding Optuna's tables. Several
+    workers and machines share one on purpose, so an Optuna storage is not claimed for one command; a user's file
+    (a log, a database of their own tables) is refused in one line before Optuna appends to it. A database server's
+    URL (postgresql://, mysql://) is the user's to give."""
+    journal = url.startswith("journal:")
+    name = url[len("journal:"):] if journal else sqlite_file(url)
+    if name is None:
         return
+    path = Path(name)
+    what = "an Optuna journal" if journal else "an Optuna SQLite storage"
     if path.is_dir():
         raise ConfigError(f"{flag} {url}: {path} is a folder; give a file name")
     try:
         if not path.exists() or path.stat().st_size == 0:
             return
-        if what == "an Optuna journal":
+        if journal:
             with open(path, "rb") as handle:
                 head = handle.read(64)
             # Optuna's log records are JSON objects starting with their op_code (read as a prefix: another

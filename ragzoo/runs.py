@@ -216,16 +216,27 @@ def keep_retried(out: Path, failed: list[dict]) -> None:
     _append_extra_usage(path, lines)
 
 
-def late_usage(identifier: str, calls: list) -> dict:
-    """The ledger line of LM calls (`ragzoo.tracing.LMCallRecord`s) that returned after question `identifier`'s
-    deadline, when its timeout record was already written."""
-    return {"why": "late", "id": identifier, "lm_calls": len(calls),
-            "prompt_tokens": sum(c.prompt_tokens for c in calls),
+def calls_usage(calls: list) -> dict:
+    """The usage (USAGE_KEYS) of LM calls (`ragzoo.tracing.LMCallRecord`s), as a record or a ledger line holds it."""
+    return {"lm_calls": len(calls), "prompt_tokens": sum(c.prompt_tokens for c in calls),
             "completion_tokens": sum(c.completion_tokens for c in calls),
             "cost": round(sum(c.cost for c in calls), 8), "cached_calls": sum(1 for c in calls if c.cached),
             "cached_prompt_tokens": sum(c.cached_prompt_tokens for c in calls),
             "cached_completion_tokens": sum(c.cached_completion_tokens for c in calls),
             "cached_cost": round(sum(c.cached_cost for c in calls), 8)}
+
+
+def late_usage(identifier: str, calls: list) -> dict:
+    """The ledger line of LM calls that returned after question `identifier`'s deadline, when its timeout record
+    was already written."""
+    return {"why": "late", "id": identifier, **calls_usage(calls)}
+
+
+def usage_totals(records: list[dict], unrecorded: dict | None = None) -> dict[str, float]:
+    """Each of USAGE_KEYS summed over `records`, plus what no record holds (`extra_usage`): what was paid for them."""
+    unrecorded = unrecorded or {}
+    return {key: sum(float(r.get(key) or 0) for r in records) + float(unrecorded.get(key) or 0)
+            for key in USAGE_KEYS}
 
 
 def _append_extra_usage(path: Path, lines: list[dict]) -> None:
@@ -759,12 +770,7 @@ def _example_record(program, example, position: int, metrics, prediction, error:
     scores = {}
     for name, metric in metrics:
         scores[name] = metric(example, prediction) if prediction is not None else 0.0
-    usage = {"lm_calls": len(calls), "prompt_tokens": sum(c.prompt_tokens for c in calls),
-             "completion_tokens": sum(c.completion_tokens for c in calls),
-             "cost": round(sum(c.cost for c in calls), 8), "cached_calls": sum(1 for c in calls if c.cached),
-             "cached_prompt_tokens": sum(c.cached_prompt_tokens for c in calls),
-             "cached_completion_tokens": sum(c.cached_completion_tokens for c in calls),
-             "cached_cost": round(sum(c.cached_cost for c in calls), 8)}
+    usage = calls_usage(calls)
     degradations = list(trace.degradations)
     if prediction is not None:  # a method may also return what it degraded on its prediction
         for item in prediction.get("degradations") or []:
@@ -1026,8 +1032,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
-                    unfinished.append(run_threads(work, todo, threads, pooled=deadline is not None,
-                                                  late_grace=LATE_GRACE if deadline is not None else 0.0))
+                    unfinished.append(run_threads(work, todo, threads, pooled=deadline is not None))
         finally:
             closing.set()
             if writer is not None:
@@ -1108,8 +1113,7 @@ def stop_when(event: threading.Event) -> Iterator[None]:
 LATE_GRACE = 3.0  # seconds a run waits at its end for questions past their deadline, so their paid calls count
 
 
-def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False,
-                late_grace: float = 0.0) -> int:
+def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False) -> int:
     """`work(item)` for every item on `threads` threads, each under the caller's DSPy settings (as DSPy's
     `ParallelExecutor` copies them). Not that executor: its main thread waits on every pending future at each
     completion and scans every result, O(questions) per question, which made the CPU of a question grow with
@@ -1117,9 +1121,9 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled
     (the threads then take no new item once `work` sees the run closing). `pooled`: one thread runs in a pool
     too (not in the caller's thread), so that its questions under a deadline run in it (`run_example`). Under
     `stop_when(event)` the questions always run in the pool, and the caller's wait ends with KeyboardInterrupt
-    once the event is set. `late_grace`: at the end, wait up to that many seconds for the threads left behind by
-    questions past their deadline (their LM calls are paid: `run_example`'s `late`); returns how many were still
-    running then."""
+    once the event is set. At the end, it waits up to LATE_GRACE seconds for the threads left behind by questions
+    past their deadline (their LM calls are paid: `run_example`'s `late`; without a deadline there are none), and
+    returns how many were still running then."""
     import copy
 
     from dspy.dsp.utils.settings import thread_local_overrides
@@ -1171,7 +1175,7 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled
         running.join(0.5)  # a timed wait: Ctrl-C is raised here, in the main thread
         if stopping is not None and stopping.is_set():
             raise KeyboardInterrupt  # a run in another thread, stopped from outside (`stop_when`)
-    ends = time.monotonic() + late_grace
+    ends = time.monotonic() + LATE_GRACE
     while True:
         with pool_lock:
             left = [thread for thread, slot in pool if slot.left and thread.is_alive()]
@@ -1444,8 +1448,7 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
 
     def run_all() -> None:
         with metering(max_calls, max_cost):
-            unfinished = run_threads(work, items, threads, pooled=deadline is not None,
-                                     late_grace=LATE_GRACE if deadline is not None else 0.0)
+            unfinished = run_threads(work, items, threads, pooled=deadline is not None)
         if unfinished:
             send({"unfinished": unfinished})
 

@@ -203,11 +203,7 @@ def scrub_reply(outputs: Any) -> Any:
     Only known values: a text merely shaped like a key ("risk-adjusted-returns" ends in "sk-...") is an answer,
     which the record writers mask as they write, after it was scored."""
     known = _redaction()[2]
-    if known is None or not isinstance(outputs, list):
-        return outputs
-    texts: list[str] = []
-    _texts(outputs, texts)
-    if known.search("\x00".join(texts)) is None:
+    if known is None or not isinstance(outputs, list) or not _holds(outputs, known):
         return outputs
     return redacted_copy(outputs, known)
 
@@ -248,12 +244,16 @@ def _redact_strings(value: Any, seen: set, pattern: re.Pattern) -> Any:
 def holds_secret(value: Any) -> bool:
     """Whether `scrub(value)` would hide anything: every text of `value` (keys and values, and the `str` of a value
     JSON cannot hold) is searched at once, joined by NUL. A match inside one text is a match of the joined texts
-    (the patterns look neither behind nor at word boundaries), so False means `scrub` changes no text and the
-    value may be written as it is: a clean record (nearly all) is not copied string by string. (An endpoint's
-    userinfo is matched only after a character that does not continue it, and NUL does not: it holds as well.)"""
+    (the patterns look behind only for a character that continues a word or a userinfo, which NUL never does, so
+    a text's start after NUL is a start as it is alone), so False means `scrub` changes no text and the value may
+    be written as it is: a clean record (nearly all) is not copied string by string."""
+    return _holds(value, _redaction_pattern())
+
+
+def _holds(value: Any, pattern: re.Pattern) -> bool:
     texts: list[str] = []
     _texts(value, texts)
-    return _redaction_pattern().search("\x00".join(texts)) is not None
+    return pattern.search("\x00".join(texts)) is not None
 
 
 def _texts(value: Any, texts: list[str]) -> None:
@@ -311,7 +311,8 @@ def _userinfo(url: str) -> str | None:
 
 def url_credentials(url: str, *, paths: bool = True) -> list[str]:
     """The credential parts of a URL (with or without its scheme): userinfo (user, password, and the two as they
-    stand together, each also %-decoded, and as Basic auth sends them), query values, token-like path segments (unless not `paths`)."""
+    stand together, each also %-decoded, and as Basic auth sends them), query values, token-like path segments
+    (unless not `paths`)."""
     from urllib.parse import parse_qsl, unquote, urlsplit
 
     url = _authority_url(url)

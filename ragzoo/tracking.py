@@ -263,12 +263,12 @@ def artifact_root(uri: str, *, create: bool = True) -> str | None:
     own default there is `./mlruns` in the current folder, which ragzoo never writes into. None for a tracking
     server or a file store, which decide it themselves. `create=False`: only the refusal (`from_args`, before
     MLflow creates the database)."""
-    if not uri.startswith("sqlite:///"):
+    from ragzoo.ownership import claim, mark, sqlite_file
+
+    name = sqlite_file(uri)
+    database = Path(name).expanduser() if name is not None else None
+    if database is None or not database.name or database.name == ":memory:":
         return None
-    database = Path(uri[len("sqlite:///"):].partition("?")[0]).expanduser()
-    if not database.name or database.name == ":memory:":
-        return None
-    from ragzoo.ownership import claim, mark
 
     folder = claim(database.with_name(database.name + "-artifacts"), "mlflow-artifacts", flag="--mlflow",
                    remedy="move it away, or give --mlflow another database").path

@@ -276,7 +276,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
 
     from ragzoo.errors import ConfigError
     from ragzoo.metrics.rates import is_unknown
-    from ragzoo.runs import extra_usage
+    from ragzoo.runs import extra_usage, usage_totals
 
     runs = [_load(run_dir) for run_dir in run_dirs]
     names, left_out = _metric_names(runs, metric)
@@ -302,10 +302,8 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             if ci and values and not dry_run:
                 interval = stats.bootstrap_ci(values, seed=seed)
                 intervals[name] = [interval.low, interval.high]
-        retried = extra_usage(run["dir"], ids={r["id"] for r in records})
-
-        def used(key: str, records=records, retried=retried) -> float:
-            return sum(float(r.get(key) or 0) for r in records) + float(retried.get(key) or 0)
+        # what was paid for these questions: their records, and what no record holds (`runs.extra_usage`)
+        used = usage_totals(records, extra_usage(run["dir"], ids={r["id"] for r in records}))
 
         status = []
         partial = len(run["records"]) < run["n_asked"] or bool(summary.get("stopped"))
@@ -324,16 +322,15 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             "setup": setup,
             "optimizer": _optimizer(config), "n": n, "n_done": len(run["records"]),
             "n_asked": run["n_asked"], "dry_run": dry_run, "metrics": metrics, "ci": intervals,
-            # what was paid for these questions: their records, and what no record holds (`runs.extra_usage`)
-            "lm_calls_per_question": used("lm_calls") / n if n else 0.0,
+            "lm_calls_per_question": used["lm_calls"] / n if n else 0.0,
             # spent: cache hits cost nothing; uncached: the same calls as if none had been served from the cache
-            "tokens_per_question": (used("prompt_tokens") + used("completion_tokens")) / n if n else 0.0,
-            "uncached_tokens_per_question": (used("prompt_tokens") + used("completion_tokens")
-                                             + used("cached_prompt_tokens") + used("cached_completion_tokens")) / n
+            "tokens_per_question": (used["prompt_tokens"] + used["completion_tokens"]) / n if n else 0.0,
+            "uncached_tokens_per_question": (used["prompt_tokens"] + used["completion_tokens"]
+                                             + used["cached_prompt_tokens"] + used["cached_completion_tokens"]) / n
             if n else 0.0,
-            "cached_calls": int(used("cached_calls")),
-            "cost": used("cost"),
-            "cost_uncached": used("cost") + used("cached_cost"),
+            "cached_calls": int(used["cached_calls"]),
+            "cost": used["cost"],
+            "cost_uncached": used["cost"] + used["cached_cost"],
             "latency_mean": sum(float(r.get("latency") or 0) for r in records) / n if n else 0.0,
             "failures": failures, "abstained": abstained, "complete": not partial,
             "mostly_failed": bool(n and failures / n > MOSTLY_FAILED),
@@ -522,12 +519,12 @@ def check_plot_path(path: str) -> None:
     from ragzoo.errors import ConfigError
     from ragzoo.ownership import PLOT_MARK, check_file
 
+    check_file(path, PLOT_MARK, "plot", flag="--plot")  # a folder, a missing folder, a file not ragzoo's: said first
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    check_file(path, PLOT_MARK, "plot", flag="--plot")  # a folder, a missing folder, a file not ragzoo's: said first
     formats = FigureCanvasAgg.get_supported_filetypes()
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in formats:

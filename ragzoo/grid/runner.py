@@ -338,12 +338,15 @@ class LocalClaims:
 def _file_lock(url: str):
     """For a SQLite storage, workers on this machine create its schema and the grid's study one at a time (a
     kernel lock beside the database file); other databases handle that themselves (we retry)."""
-    if not url.startswith("sqlite:///"):
+    from ragzoo.ownership import sqlite_file
+
+    database = sqlite_file(url)
+    if database is None:
         yield
         return
     import fcntl
 
-    path = Path(url[len("sqlite:///"):].partition("?")[0] + ".ragzoo-lock")
+    path = Path(database + ".ragzoo-lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)

@@ -237,9 +237,9 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
                 title=str(head.get("title") or head.get("name") or "grid"), methods=methods, datasets=datasets,
                 optimizers=optimizers, lms=_lms(_as_list(head.get("lms"), [])), n=head.get("n"),
                 seed=int(head.get("seed", 0)), threads=int(head.get("threads", 1)), retriever=head.get("retriever"),
-                max_concurrency=_positive(head, "max_concurrency", None, where),
-                processes=_positive(head, "processes", 1, where),
-                deadline=_seconds(head, "deadline", where), timeout=_seconds(head, "timeout", where),
+                max_concurrency=_number(head, "max_concurrency", None, where),
+                processes=_number(head, "processes", 1, where),
+                deadline=_number(head, "deadline", None, where), timeout=_number(head, "timeout", None, where),
                 train_n=int(compile_section.get("train_n", 50)), dev_n=int(compile_section.get("dev_n", 50)),
                 scale=float(head.get("scale", 1.0)), main=head.get("main"), paper=dict(data.get("paper") or {}),
                 source=source)
@@ -248,20 +248,12 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
     return grid
 
 
-def _positive(head: dict, key: str, default, where: str):
-    """A whole number >= 1 from [grid] (`default` when absent), by the rule its command-line flag follows: the
-    one table of numeric options (`ragzoo.config.check_number`)."""
+def _number(head: dict, key: str, default, where: str):
+    """A number from [grid] (`default` when absent), by the rule its command-line flag follows: the one table of
+    numeric options (`ragzoo.config.check_number`)."""
     from ragzoo.config import check_number
 
     return check_number(key, head.get(key, default), f"{where}: [grid] ")
-
-
-def _seconds(head: dict, key: str, where: str) -> float | None:
-    """A positive number of seconds from [grid] (None when absent), by its command-line flag's rule."""
-    from ragzoo.config import check_number
-
-    value = check_number(key, head.get(key), f"{where}: [grid] ")
-    return None if value is None else float(value)
 
 
 def load_grid(path: str | Path) -> Grid:

@@ -39,7 +39,7 @@ def _dry(config: dict) -> bool:
 
 
 def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
-    from ragzoo.runs import extra_usage
+    from ragzoo.runs import extra_usage, usage_totals
 
     out = Path(out)
     several_opt = len(grid.optimizers) > 1
@@ -74,16 +74,13 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
         config, summary, records = loaded
         n_done, n_asked = len(records), int(config.get("n") or summary.get("n_expected") or len(records))
         failures = sum(1 for r in records if r.get("error"))
-        retried = extra_usage(cell_dir(out, cell) / "run")  # paid, in no record: retried attempts, late calls
-
-        def used(key: str, records=records, retried=retried) -> float:
-            return sum(float(r.get(key) or 0) for r in records) + float(retried.get(key) or 0)
-
+        # what was paid: the records, and what no record holds (retried attempts, late calls)
+        used = usage_totals(records, extra_usage(cell_dir(out, cell) / "run"))
         entry.update(n=n_done, n_asked=n_asked, failures=failures, dry_run=_dry(config),
-                     lm_calls_per_question=used("lm_calls") / max(1, n_done),
-                     cost_per_question=used("cost") / max(1, n_done),
+                     lm_calls_per_question=used["lm_calls"] / max(1, n_done),
+                     cost_per_question=used["cost"] / max(1, n_done),
                      # the same calls as if none had been served from the cache (which costs nothing)
-                     cost_per_question_uncached=(used("cost") + used("cached_cost")) / max(1, n_done),
+                     cost_per_question_uncached=(used["cost"] + used["cached_cost"]) / max(1, n_done),
                      latency_mean=sum(float(r.get("latency") or 0) for r in records) / max(1, n_done))
         flags = []
         if n_done < n_asked:
