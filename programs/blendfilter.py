@@ -156,8 +156,10 @@ def answer_from_reasoning(reasoning: str, answer_mode: str = "short") -> str:
 
     from ragzoo.programs.base import read_yes_no
 
-    found = re.findall(r"the answer is[:\s]*(.+?)\s*\.?\s*$", (reasoning or "").strip(), flags=re.I | re.S)
-    answer = (found[-1] if found else (reasoning or "")).strip()
+    text = (reasoning or "").strip()
+    # the reasoning's last statement of its answer: an earlier "the answer is ..." may be one it then rejects
+    stated = [match.end() for match in re.finditer(r"the answer is[:\s]*", text, flags=re.I)]
+    answer = re.sub(r"\s*\.?\s*$", "", text[stated[-1]:]) if stated else text
     if answer_mode == "yes_no":
         return read_yes_no(answer) or answer
     return answer

@@ -81,7 +81,6 @@ _YES = {"yes", "true", "y", "correct", "relevant", "supported", "helpful", "yep"
 _NO = {"no", "false", "n", "incorrect", "irrelevant", "not", "unsupported", "unhelpful", "none", "nope"}
 _NUMBERS = {word: i for i, word in enumerate(("zero", "one", "two", "three", "four", "five", "six", "seven",
                                                "eight", "nine", "ten", "eleven", "twelve"))}
-_NUMBER_WORD = r"\b(" + "|".join(_NUMBERS) + r")\b"
 
 
 def _clean(text: str) -> str:
@@ -92,17 +91,27 @@ def _clean(text: str) -> str:
     return text
 
 
-def _integers(text: str) -> list[int]:
-    found = []
-    for match in re.finditer(r"-?\d+(?:\.\d+)?|" + _NUMBER_WORD, text.lower()):
-        token = match.group(0)
-        if token in _NUMBERS:
-            found.append(_NUMBERS[token])
-        elif "." in token:
-            raise ValueError(f"{token!r} is not an integer")
-        else:
-            found.append(int(token))
-    return found
+_NEGATORS = {"not", "no", "never", "nor", "neither", "hardly"}
+_DEGREES = {"very", "really", "quite", "particularly", "directly", "entirely", "fully", "at", "all", "so", "too",
+            "especially", "that", "much", "be", "been", "being", "is", "are", "was", "were", "seem", "seems"}
+
+# a reply that keeps nothing: "None.", "No.", "Nothing", "There is no relevant one.", "None of the three passages",
+# "not any of them", "no passage is helpful"
+_KEPT_NONE = re.compile(
+    r"^\W*(?:no|none|nothing|empty|n/a)\W*$|^\W*not\s+(?:\w+\s+)?(?:relevant|helpful|useful)\W*$"
+    r"|\b(?:none|nothing)\b"
+    r"|\bnot\s+any\b"
+    r"|\bno\s+(?:\w+\s+){0,2}?(?:passages?|sentences?|ids?|index|indices|documents?|docs?|ones?|knowledge"
+    r"|evidence|contexts?|results?)\b")
+
+
+def _governed(words: list[str], position: int) -> bool:
+    """Whether a negator governs `words[position]`: it stands right before it, or before words of degree and
+    being only ("not relevant", "is not very helpful", "not at all relevant")."""
+    index = position - 1
+    while index >= 0 and words[index] in _DEGREES and position - index <= 3:
+        index -= 1
+    return index >= 0 and index != position and words[index] in _NEGATORS
 
 
 def lenient_value(text: Any, annotation: Any) -> Any:
@@ -128,12 +137,16 @@ def lenient_value(text: Any, annotation: Any) -> Any:
                 continue
         raise ValueError(f"cannot read {text[:80]!r} as {annotation}")
     lowered = text.lower()
-    words = re.findall(r"[a-z]+", lowered)
+    words = re.findall(r"[a-z]+", re.sub(r"n['’]t\b", " not", lowered))  # "isn't relevant": "is not relevant"
     if annotation is bool:
         if not words:
             raise ValueError("no yes/no word")
-        yes, no = any(w in _YES for w in words), any(w in _NO for w in words)
-        if yes != no:  # only one side is named ("Yes.", "No, it does not.", "It is relevant")
+        # a yes-word a negator governs is a no ("Not relevant.", "is not helpful"); a governed no-word ("not
+        # irrelevant") a yes, so that the negator's own no leaves such a reply unreadable
+        governed = {i for i, word in enumerate(words) if _governed(words, i)}
+        yes = any((w in _YES) != (i in governed) for i, w in enumerate(words) if w in _YES or w in _NO)
+        no = any((w in _NO) != (i in governed) for i, w in enumerate(words) if w in _YES or w in _NO)
+        if yes != no:  # only one side is named ("Yes.", "No, it does not.", "It is relevant", "Not relevant.")
             return yes
         raise ValueError(f"cannot read {text[:80]!r} as yes or no")
     if annotation in (int, float):
@@ -155,11 +168,19 @@ def lenient_value(text: Any, annotation: Any) -> Any:
         args = get_args(annotation)
         item = args[0] if args else str
         if item is int:
-            numbers = _integers(text)
+            if re.search(r"\d[ \t]*(?:-|–|to)[ \t]*\d", lowered):  # "0-4": all five, or 0 and -4? Neither is sure
+                raise ValueError(f"a range of ids in {text[:80]!r}")
+            kept_none = text in ("[]", "") or _KEPT_NONE.search(lowered) is not None
+            digits = [int(token) for token in re.findall(r"-?\d+", lowered)]
+            if kept_none and digits:  # "None of 1 and 2 is relevant" / "2 is; none of the others": not sure
+                raise ValueError(f"both ids and none in {text[:80]!r}")
+            if kept_none:
+                return []
+            if re.search(r"\d\.\d", lowered):
+                raise ValueError(f"a number that is not an integer in {text[:80]!r}")
+            # number words are ids only where no digit is ("passages one and three")
+            numbers = digits or [_NUMBERS[w] for w in words if w in _NUMBERS]
             if not numbers:
-                if text in ("[]", "") or "none" in words or "empty" in words or re.match(
-                        r"^(no|not any)\s+(relevant\s+|helpful\s+)?(passage|sentence|id|index|indice|document)(s|es)?\b", lowered):
-                    return []
                 raise ValueError(f"no integers in {text[:80]!r}")
             return list(dict.fromkeys(numbers))
         if item is str:

@@ -127,6 +127,14 @@ def test_reasks_are_bounded_and_end_in_a_typed_error_programs_can_catch():
     ("0 and 2", list[int], [0, 2]), ("Passages 1, 3 and 4.", list[int], [1, 3, 4]), ("None of them.", list[int], []),
     ("two", int, 2), ("I would say it is unsure.", Literal["true", "false", "unsure"], "unsure"),
     ("- a\n- b", list[str], ["a", "b"]),
+    # a negated yes-word is a no (review: "Not relevant." was unreadable, and a gate then kept what it rejected)
+    ("Not relevant.", bool, False), ("The passage is not relevant to the question.", bool, False),
+    ("It isn't helpful", bool, False), ("is not at all helpful", bool, False), ("It is relevant", bool, True),
+    # a reply that keeps nothing is [] before any number word is read as an id (review: "...no relevant one" was [1])
+    ("There is no relevant one.", list[int], []), ("None of the three passages is relevant.", list[int], []),
+    ("No.", list[int], []), ("There is no helpful sentence.", list[int], []), ("Not relevant", list[int], []),
+    ("passages one and three", list[int], [1, 3]), ("- 0\n- 2", list[int], [0, 2]),
+    ("Passage 2 is the one.", list[int], [2]), ("Not any of them.", list[int], []),
 ])
 def test_typed_values_in_words_are_read_when_unambiguous(text, annotation, value):
     assert lenient_value(text, annotation) == value
@@ -135,6 +143,8 @@ def test_typed_values_in_words_are_read_when_unambiguous(text, annotation, value
 @pytest.mark.parametrize("text, annotation", [
     ("yes and no", bool), ("maybe", bool), ("true or false", Literal["true", "false", "unsure"]),
     ("no idea", list[int]), ("2 or 3", int),
+    ("not irrelevant", bool), ("0-4", list[int]), ("1 to 3", list[int]), ("2 is; none of the others", list[int]),
+    ("2.5", list[int]),
 ])
 def test_ambiguous_values_stay_unreadable(text, annotation):
     with pytest.raises(ValueError):

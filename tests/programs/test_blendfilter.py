@@ -396,6 +396,11 @@ def test_answer_read_from_a_reasoning_without_a_final_sentence_is_the_whole_reas
     assert answer_from_reasoning("Doc 0 names Paris ") == "Doc 0 names Paris"
     assert answer_from_reasoning("Doc 0 names Paris. So the answer is Paris.") == "Paris"
     assert answer_from_reasoning(None) == "" and answer_from_reasoning(None, "yes_no") == ""
+    # the last conclusion, not an earlier one the reasoning rejects (review: the first was read through to the end)
+    assert answer_from_reasoning("One might think the answer is Paris. But doc 1 says Lyon. So the answer is "
+                                 "Lyon.") == "Lyon"
+    assert answer_from_reasoning("Knowledge 0 suggests the answer is no, since it is old. So the answer is yes.",
+                                 "yes_no") == "yes"
 
 
 def test_knobs_are_kept_as_given_and_filter_empty_only_when_nothing_was_kept(retriever):

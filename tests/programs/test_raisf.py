@@ -478,3 +478,17 @@ def test_gate_agreement_metrics_score_agreement_and_disagreement():
     assert joint_relevance_agreement(ex(relevant_ids=[1, 2]), dspy.Prediction(relevant_ids=[2, 1])) == 1.0
     assert joint_relevance_agreement(ex(relevant_ids=[1, 2]), dspy.Prediction(relevant_ids=[1])) == 0.0
     assert joint_relevance_agreement(ex(relevant_ids=[]), dspy.Prediction(relevant_ids=None)) == 1.0
+
+
+@pytest.mark.parametrize("reply", ["No.", "None of the passages is relevant."])
+def test_a_joint_judge_that_says_no_in_words_sends_the_question_to_decomposition(retriever, reply):
+    """Alg. 1: no relevant passage -> decompose. The paper's joint prompt asks for "No." in that case; the lenient
+    reader once read it as unreadable (every passage then kept) or, for "None of the three ...", as id 3."""
+    from ragzoo.adapters import make_adapter
+
+    raw = f"[[ ## relevant_ids ## ]]\n{reply}\n\n[[ ## completed ## ]]"
+    lm = World(decompositions={ROOT: []}).lm(relevance_joint=raw)
+    with dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=0)):
+        pred = RAISF(retriever, relevance="joint")(question=ROOT)
+    assert lm.call_names[:3] == ["self_knowledge", "relevance_joint", "decompose"]
+    assert pred.relevant_ids == []
