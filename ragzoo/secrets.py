@@ -22,12 +22,24 @@ SECRET_NAME = re.compile(r"(api[_-]?key|(^|[_-])key|secret|password|passwd|crede
 _KEY_SHAPES = (r"sk-[A-Za-z0-9_\-]{12,}|sk-ant-[A-Za-z0-9_\-]{8,}|gsk_[A-Za-z0-9]{12,}|hf_[A-Za-z0-9]{12,}|"
                r"xai-[A-Za-z0-9]{12,}|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+")
 # a key starts a word: "sk-..." inside "risk-adjusted-returns" or "task-oriented-dialogue" is prose
-_KEY_START = r"(?<![A-Za-z0-9])"
+_WORD_CHARACTER = "[A-Za-z0-9]"
+_KEY_START = f"(?<!{_WORD_CHARACTER})"
 _SECRET_VALUE = re.compile(f"{_KEY_START}({_KEY_SHAPES})")
 # what redaction hides by shape: the key shapes, but a Bearer token only with a digit in it (prose such as
 # "the Torch Bearer in Young Chef Olympiad" or "Water Bearer Films" is a model's answer, not a credential)
-_REDACTED_SHAPES = _KEY_START + "(?:" + _KEY_SHAPES.replace(
-    r"Bearer\s+\S+", r"Bearer\s+(?=[^\s]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*") + ")"
+def _starting_a_word(shapes: str) -> str:
+    """`_KEY_START` + `shapes`, with each alternative's literal first and the character before it checked after
+    ("sk-(?<![A-Za-z0-9]sk-)..."): the same matches, but a pattern whose alternatives all open with a literal is
+    scanned by those first characters, not tried at every position (5x faster on a record's ~3 KB of text)."""
+    alternatives = []
+    for alternative in shapes.split("|"):
+        literal = re.match(r"[A-Za-z_-]+", alternative).group(0)
+        alternatives.append(f"{literal}(?<!{_WORD_CHARACTER}{re.escape(literal)}){alternative[len(literal):]}")
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+_REDACTED_SHAPES = _starting_a_word(_KEY_SHAPES.replace(
+    r"Bearer\s+\S+", r"Bearer\s+(?=[^\s]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*"))
 _SECRET_VALUE_STRICT = re.compile(f"{_KEY_START}({_KEY_SHAPES})|([A-Za-z0-9_\\-]{{40,}})")
 SECRET_HINT = "keys are read from the environment only (e.g. export OPENAI_API_KEY=...)"
 MASK = "***"
@@ -256,20 +268,32 @@ def _holds(value: Any, pattern: re.Pattern) -> bool:
     return pattern.search("\x00".join(texts)) is not None
 
 
+_SCALARS = (type(None), bool, int, float)
+
+
 def _texts(value: Any, texts: list[str]) -> None:
-    if isinstance(value, str):
+    # exact types first (a record is plain dicts, lists and strings; this walk runs on every record written), then
+    # their subclasses as before
+    kind = type(value)
+    if kind is str:
         texts.append(value)
-    elif value is None or isinstance(value, (bool, int, float)):
-        return
-    elif isinstance(value, dict):
+    elif kind is dict or (kind is not list and isinstance(value, dict)):
         for key, item in value.items():
             if isinstance(key, str):
                 texts.append(key)
-            _texts(item, texts)
-    elif isinstance(value, (list, tuple)):
+            if type(item) is str:
+                texts.append(item)
+            elif type(item) not in _SCALARS:
+                _texts(item, texts)
+    elif kind is list or isinstance(value, (list, tuple)):
         for item in value:
-            _texts(item, texts)
-    else:
+            if type(item) is str:
+                texts.append(item)
+            elif type(item) not in _SCALARS:
+                _texts(item, texts)
+    elif isinstance(value, str):
+        texts.append(value)
+    elif not isinstance(value, _SCALARS):
         texts.append(str(value))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import OrderedDict
 
 from ragzoo import secrets
 from ragzoo.runs import storable_record
@@ -37,7 +38,17 @@ def build(rng: random.Random, leaves: list, depth: int = 0):
         return [build(rng, leaves, depth + 1) for _ in range(rng.randrange(4))]
     if kind == 4:
         return tuple(build(rng, leaves, depth + 1) for _ in range(rng.randrange(3)))
+    if rng.random() < 0.5:  # subclasses of what a record holds (the walk takes exact types first)
+        return rng.choice([OrderedDict(a=rng.choice(leaves)), Text(rng.choice(leaves)), Items([rng.choice(leaves)])])
     return Shown(rng.choice(leaves))
+
+
+class Text(str):
+    pass
+
+
+class Items(list):
+    pass
 
 
 def written(value) -> str:
