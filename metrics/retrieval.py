@@ -91,6 +91,15 @@ def all_gold_retrieved(passages: Sequence[Any], gold_titles: Iterable[str], k: i
 def gold_titles(example: Any) -> list[str]:
     """`supporting_titles`, else `gold_titles`, else the titles of `supporting_facts`; a `DataError` when the
     example has none (retrieval metrics need a split with gold titles, e.g. hotpotqa dev_distractor)."""
+    titles = gold_titles_if_any(example)
+    if titles is None:
+        raise DataError(f"example {field(example, 'id', '?')!r} has no gold titles (supporting_titles); use a "
+                        f"split that has them, e.g. hotpotqa dev_distractor")
+    return titles
+
+
+def gold_titles_if_any(example: Any) -> list[str] | None:
+    """`gold_titles`, or None where it would raise (stage diagnostics ask it of every question of a run)."""
     for name in ("supporting_titles", "gold_titles"):
         value = field(example, name)
         if value:
@@ -98,8 +107,7 @@ def gold_titles(example: Any) -> list[str]:
     facts = field(example, "supporting_facts")
     if facts:
         return list(dict.fromkeys(str(fact[0]) for fact in facts if fact))
-    raise DataError(f"example {field(example, 'id', '?')!r} has no gold titles (supporting_titles); use a split "
-                    f"that has them, e.g. hotpotqa dev_distractor")
+    return None
 
 
 # the metrics that score retrieved titles against the gold ones: a question set without gold titles cannot have them

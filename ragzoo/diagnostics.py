@@ -72,14 +72,11 @@ def _evidence_judge(example: Any):
     from ragzoo.errors import DataError
     from ragzoo.metrics.answer import contains_normalized, normalize_answer
     from ragzoo.metrics.fields import gold_answers
-    from ragzoo.metrics.retrieval import gold_titles, normalize_title, passage_title
+    from ragzoo.metrics.retrieval import gold_titles_if_any, normalize_title, passage_title
 
     if example is None:
         return None, None
-    try:
-        titles = {normalize_title(t) for t in gold_titles(example)}
-    except DataError:
-        titles = set()
+    titles = {normalize_title(t) for t in gold_titles_if_any(example) or ()}
     if titles:
         return "titles", lambda p: normalize_title(passage_title(p)) in titles
     try:
