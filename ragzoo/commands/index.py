@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ragzoo.retrieval.index_cache import check_replaceable, resolve_corpus
 
+    _check_backend_options(args)
     corpus = resolve_corpus(args.corpus)
     if corpus.is_dir():
         from ragzoo.errors import DataError
@@ -75,3 +76,16 @@ def run(args: argparse.Namespace) -> int:
     packed = "?format=packed" if args.backend == "bm25" and args.index_format == "packed" and not args.out else ""
     print(f"  use it with: --retriever {args.backend}:{folder if args.out else args.corpus}{packed}")
     return 0
+
+
+# the flags each backend reads; given to another, a flag would be dropped without a word
+_BACKEND_FLAGS = {"--model": ("model", None, ("dense",)), "--checkpoint": ("checkpoint", None, ("colbert",)),
+                  "--format": ("index_format", "csc", ("bm25",))}
+
+
+def _check_backend_options(args: argparse.Namespace) -> None:
+    from ragzoo.errors import ConfigError
+
+    for flag, (name, default, backends) in _BACKEND_FLAGS.items():
+        if getattr(args, name, default) != default and args.backend not in backends:
+            raise ConfigError(f"{flag} applies to --backend {' or '.join(backends)} only, not {args.backend}")

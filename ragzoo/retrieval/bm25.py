@@ -422,9 +422,13 @@ class BM25Retriever(BaseRetriever):
 
     @classmethod
     def from_corpus(cls, corpus: str | Path, settings: BM25Settings = BM25Settings(), spec: str = "",
-                    show_progress: bool = True, **kwargs) -> "BM25Retriever":
+                    show_progress: bool = True, asked: Iterable[str] = (), **kwargs) -> "BM25Retriever":
+        """`asked`: the settings the spec named (k1, b); over an index folder, one its build did not use is
+        refused, not dropped (the folder's settings are what a search scores with)."""
         path = index_cache.resolve_corpus(corpus)
         if index_cache.is_index_dir(path):
+            built = index_cache.read_meta(path, BACKEND).get("settings") or {}
+            index_cache.check_asked_settings(path, {name: getattr(settings, name) for name in asked}, built)
             return cls(path, spec=spec, **kwargs)
         if path.is_dir():
             raise RetrieverError(f"{path} is a folder but not a ragzoo index; pass a corpus JSONL file")

@@ -105,7 +105,19 @@ def _json_rows(path: Path, with_meta: bool):
                 raise DataError(f"{where}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
             except ValueError as error:
                 raise DataError(f"{where}: malformed JSON ({error})") from None
+            if b"\\ud" in raw or b"\\uD" in raw:  # a surrogate escape: valid JSON, but alone not valid Unicode
+                _check_unicode(data, where)
             yield _json_row(data, where, index, with_meta)
+
+
+def _check_unicode(data, where: str) -> None:
+    import json
+
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise DataError(f"{where}: holds an unpaired surrogate ({error.object[error.start]!r}), which is not valid "
+                        f"Unicode; fix or drop that line") from None
 
 
 def _json_row(data, where: str, index: int, with_meta: bool):

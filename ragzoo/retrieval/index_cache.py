@@ -108,6 +108,18 @@ def is_index_dir(path: Path) -> bool:
     return path.is_dir() and (path / META_FILE).exists()
 
 
+def check_asked_settings(folder: Path, asked: dict, built: dict) -> None:
+    """A retriever spec over an index folder searches with the settings the folder was built with: one the spec
+    names that differs from them is refused in one line, never dropped (a k1 sweep over a folder scored every
+    point with the folder's k1)."""
+    differing = {name: value for name, value in asked.items() if built.get(name) != value}
+    if differing:
+        wanted = ", ".join(f"{name}={value}" for name, value in differing.items())
+        has = ", ".join(f"{name}={built.get(name)}" for name in differing)
+        raise ConfigError(f"the index {folder} was built with {has}; the retriever spec asks {wanted}: search the "
+                          f"corpus file with those options (its index is built for them), or drop them from the spec")
+
+
 def read_meta(folder: Path, backend: str | None = None) -> dict:
     meta_path = Path(folder) / META_FILE
     if not meta_path.exists():
@@ -158,7 +170,7 @@ def _leftovers(final: Path) -> list[tuple[Path, int, str]]:
     folders (`.NAME.building-PID-...`, and the older `NAME.building-PID-...`) and swap backups
     (`.NAME.old-PID-...`)."""
     found = []
-    prefixes = ((f".{final.name}{STAGING_MARK}", "staging"), (f"{final.name}.building-", "staging"),
+    prefixes = ((f".{final.name}{STAGING_MARK}", "staging"), (f"{final.name}.building-", "legacy staging"),
                 (f".{final.name}{BACKUP_MARK}", "backup"))
     try:
         siblings = list(final.parent.iterdir())
@@ -196,8 +208,10 @@ def clean_stale_builds(final: Path) -> list[Path]:
     for path, pid, kind in _leftovers(final):
         if pid == os.getpid() or _pid_alive(pid) or not path.is_dir() or path.is_symlink():
             continue
-        if kind == "backup" and ownership.foreign_entries(path, "index"):
-            continue  # a swap cut before it carried the user's files over: never delete them
+        if kind in ("backup", "legacy staging") and ownership.foreign_entries(path, "index"):
+            # a swap cut before it carried the user's files over, or a folder of the user's that merely has an
+            # older build's name (NAME.building-...): never delete what ragzoo did not write
+            continue
         if kind == "backup" and not final.exists() and not final.is_symlink():
             os.replace(path, final)  # the swap was cut between its two renames: the old index goes back
             continue

@@ -93,8 +93,9 @@ def make_retriever(spec: str, **kwargs) -> Retriever:
             if not threads.isdigit() or not 1 <= int(threads) <= 64:
                 raise ConfigError(f"retriever spec {spec!r}: threads must be a whole number from 1 to 64")
             kwargs.setdefault("n_threads", int(threads))
-        settings = replace(BM25Settings(), **_float_options(options, ("k1", "b"), spec))
-        return BM25Retriever.from_corpus(target, settings=settings, spec=spec, backend=backend, **kwargs)
+        asked = _float_options(options, ("k1", "b"), spec)
+        return BM25Retriever.from_corpus(target, settings=replace(BM25Settings(), **asked), spec=spec,
+                                         backend=backend, asked=tuple(asked), **kwargs)
     if scheme == "dense":
         from ragzoo.retrieval.dense import DenseRetriever
 

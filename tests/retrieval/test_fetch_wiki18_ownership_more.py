@@ -67,3 +67,23 @@ def test_a_users_file_that_appears_during_the_download_is_never_overwritten(onli
     assert code == 2 and f"refusing to overwrite {target}" in err, err
     assert target.read_text(encoding="utf-8") == USERS
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
+
+
+def test_a_users_file_where_the_corpus_needs_a_folder_is_refused_before_any_request(online, monkeypatch, capsys):
+    """Review: a file at RAGZOO_CORPORA/<name> was found by the unpack, after the whole archive had downloaded.
+    The hub here is dead: a refusal that came after a request would say it could not download."""
+    from ragzoo.retrieval import fetch
+
+    monkeypatch.setenv("RAGZOO_CORPORA", str(online / "my-corpora"))
+    monkeypatch.setenv("HF_ENDPOINT", _dead_endpoint())
+    target = fetch.corpus_path(NAME)
+    blocking = target.parent
+    while blocking.parent != online / "my-corpora":
+        blocking = blocking.parent
+    blocking.parent.mkdir(parents=True)
+    blocking.write_text(USERS, encoding="utf-8")
+    code, out, err = fetch_cli(capsys, NAME, "--quiet")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert f"{blocking} is a file, where the corpus needs a folder" in err and err.rstrip().endswith(REMEDY), err
+    assert blocking.read_text(encoding="utf-8") == USERS

@@ -149,3 +149,18 @@ def test_data_never_imports_retrieval():
     import ragzoo.data
 
     assert not hasattr(ragzoo.data, "iter_corpus")
+
+
+def test_an_unpaired_surrogate_is_refused_with_its_line(tmp_path):
+    """JSON may escape a lone surrogate ("\\ud800"); it is not Unicode, and failed later as an internal
+    UnicodeEncodeError with no line (review). A pair (an emoji) is fine."""
+    from ragzoo.errors import DataError
+    from ragzoo.retrieval.corpus import iter_corpus
+
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "title": "", "text": "fine \\ud83d\\ude00 pair"}\n'
+                    '{"id": "b", "title": "", "text": "hello \\ud800 world"}\n')
+    with pytest.raises(DataError, match=r"c.jsonl:2: holds an unpaired surrogate"):
+        list(iter_corpus(path))
+    path.write_text('{"id": "a", "title": "", "text": "fine \\ud83d\\ude00 pair"}\n')
+    assert [p.text for p in iter_corpus(path)] == ["fine \U0001F600 pair"]

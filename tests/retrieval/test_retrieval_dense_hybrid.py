@@ -109,3 +109,33 @@ def test_dense_truncate_query_cuts_where_the_encoder_cuts(corpus):
     assert np.allclose(full, same, atol=1e-5) and not np.allclose(full, shorter, atol=1e-3)
     hybrid_like = make_retriever(f"bm25:{corpus}", show_progress=False)
     assert hybrid_like.truncate_query(long_query) is None  # bm25 reads every term: never cut
+
+
+def test_a_spec_over_an_index_folder_may_not_name_another_model(corpus):
+    """An index folder's queries are embedded by the model its passages were: a spec naming another is refused
+    (review: `dense:DIR?model=X` searched with the folder's model, exit 0)."""
+    from ragzoo.errors import ConfigError
+
+    folder = make_retriever(f"dense:{corpus}", show_progress=False).index_dir
+    assert make_retriever(f"dense:{folder}").num_docs == len(DOCS)
+    assert make_retriever(f"dense:{folder}?model=all-MiniLM-L6-v2").num_docs == len(DOCS)  # the folder's own
+    with pytest.raises(ConfigError, match="built with model=.*the retriever spec asks model=name:nosuch/model"):
+        make_retriever(f"dense:{folder}?model=nosuch/model")
+
+
+def test_a_model_at_a_path_is_known_by_its_files_too(tmp_path):
+    """New weights written where the old ones were (a fine-tune's output folder) key another index (review: the
+    index embedded by the old weights was reused, "up to date (cached)")."""
+    import os
+
+    from ragzoo.retrieval.dense import _settings
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"old weights")
+    (model / "config.json").write_text("{}")
+    before = _settings(str(model))["model"]
+    assert before.startswith(f"path:{model.resolve()}#") and _settings(str(model))["model"] == before
+    (model / "model.safetensors").write_bytes(b"new weights")  # same size
+    os.utime(model / "model.safetensors", ns=(1, 1))
+    assert _settings(str(model))["model"] != before

@@ -120,9 +120,14 @@ def test_stale_staging_of_dead_builds_is_cleaned(tmp_path, corpus):
     alive.mkdir()
     other = tmp_path / f".other.building-{gone}-4-ghi"  # another target's staging: not ours to judge now
     other.mkdir()
+    # a folder of the user's with the old naming's shape (review: it was removed with its notes)
+    users = tmp_path / f"idx.building-{gone}-draft"
+    users.mkdir()
+    (users / "NOTES.md").write_text("my notes")
     assert build(corpus, out) == 0
     assert not any(folder.exists() for folder in stale)
     assert alive.exists() and other.exists()
+    assert (users / "NOTES.md").read_text() == "my notes"
 
 
 def test_sigterm_during_build_removes_staging_and_keeps_the_old_index(tmp_path, corpus, monkeypatch, capsys):
@@ -173,3 +178,14 @@ def test_build_releases_the_pages_of_its_memory_maps(tmp_path):
     _release_pages(array)
     assert touched - process.memory_info().rss > 48 * 2**20
     assert float(array[::4096].sum()) == 4096.0  # the data is intact: mapped back in from the page cache
+
+
+@pytest.mark.parametrize("extra, says", [
+    (("--backend", "dense", "--format", "packed"), "--format applies to --backend bm25 only, not dense"),
+    (("--model", "some/model"), "--model applies to --backend dense only, not bm25"),
+    (("--checkpoint", "/nonexistent"), "--checkpoint applies to --backend colbert only, not bm25"),
+])
+def test_a_flag_the_backend_does_not_read_is_refused(tmp_path, corpus, capsys, extra, says):
+    """Review: `--backend dense --format packed` built a dense index, and bm25 dropped --model, without a word."""
+    assert build(corpus, tmp_path / "idx", *extra) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "idx").exists()

@@ -95,3 +95,25 @@ def test_cli_index_search_and_errors(tmp_path, capsys):
     errors = capsys.readouterr().err
     assert "k must be in 1..100" in errors and "unknown retriever spec" in errors and "corpus not found" in errors
     assert "Traceback" not in errors
+
+
+def test_bm25_options_over_an_index_folder_must_be_the_folders_own(tmp_path):
+    """A spec over an index folder scores with the folder's k1 and b: asking others is refused in one line, not
+    dropped (review: `bm25:DIR?k1=3.0&b=1.0` scored as `bm25:DIR`)."""
+    import json
+
+    from ragzoo.errors import ConfigError
+    from ragzoo.retrieval import make_retriever
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": f"T{i}", "text": f"word{i} shared text"}) + "\n"
+                              for i in range(20)))
+    folder = make_retriever(f"bm25:{corpus}", show_progress=False).index_dir
+    assert make_retriever(f"bm25:{folder}").settings.k1 == 0.9
+    assert make_retriever(f"bm25:{folder}?k1=0.9&b=0.4").num_docs == 20  # the folder's own values
+    with pytest.raises(ConfigError, match=r"built with k1=0.9; the retriever spec asks k1=3.0"):
+        make_retriever(f"bm25:{folder}?k1=3.0")
+    with pytest.raises(ConfigError, match=r"built with k1=0.9, b=0.4; the retriever spec asks k1=3.0, b=1.0"):
+        make_retriever(f"bm25:{folder}?k1=3.0&b=1.0")
+    rebuilt = make_retriever(f"bm25:{corpus}?k1=3.0", show_progress=False)  # the corpus: an index for k1=3.0
+    assert rebuilt.settings.k1 == 3.0
