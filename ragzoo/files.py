@@ -121,13 +121,87 @@ def is_transient_dir(path: str | os.PathLike) -> bool:
 
 
 def staging_dir(final: str | os.PathLike) -> Path:
-    """A fresh, empty sibling folder of `final` to build into; `replace_dir` moves it into place."""
+    """A fresh, empty sibling folder of `final` to build into; `replace_dir` moves it into place (`discard_dir`
+    drops it). This process holds a lock on it until then (`in_use`): its PID in the name says nothing to a
+    process in another PID namespace (a second container sharing the folder), which removed a live build's."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}{STAGING_MARK}{os.getpid()}-{time.time_ns()}-",
                                     dir=final.parent))
     os.chmod(staging, dir_mode())
+    _hold(staging)
     return staging
+
+
+_HELD: dict[str, int] = {}  # staging folder -> the descriptor whose lock says a build is writing it
+
+
+def _hold(path: Path) -> None:
+    import fcntl
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # a folder that cannot be opened cannot be locked: the PID in its name is all there is
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return
+    _HELD[str(path)] = descriptor
+
+
+def _let_go(path: str | os.PathLike) -> None:
+    descriptor = _HELD.pop(str(path), None)
+    if descriptor is not None:
+        os.close(descriptor)
+
+
+def _forget_held() -> None:  # a forked child: the parent's builds are the parent's to hold
+    for descriptor in _HELD.values():
+        try:
+            os.close(descriptor)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_held)
+
+
+def lock_while_open(handle) -> None:
+    """Lock the file `handle` writes (a partial download) until it is closed, for `in_use` (best effort: a file
+    system without locks leaves the PID in its name as all there is)."""
+    import fcntl
+
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass
+
+
+def in_use(path: str | os.PathLike) -> bool | None:
+    """Whether a live process holds the lock of `path` (a staging folder, a partial download): True, False, or
+    None where that cannot be told (no such lock on this file system, or the path cannot be opened). The kernel
+    drops the lock when its process dies, in whatever namespace it ran."""
+    import fcntl
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(descriptor)
 
 
 def replace_dir(staging: str | os.PathLike, final: str | os.PathLike,
@@ -150,6 +224,7 @@ def replace_dir(staging: str | os.PathLike, final: str | os.PathLike,
         if backup is not None:
             os.replace(backup, final)
         raise
+    _let_go(staging)
     carried: list[tuple[str, str]] = []
     intact = True
     if backup is not None and keep and backup.is_dir() and not backup.is_symlink():
@@ -175,5 +250,6 @@ def replace_dir(staging: str | os.PathLike, final: str | os.PathLike,
 
 
 def discard_dir(staging: str | os.PathLike) -> None:
+    _let_go(staging)
     shutil.rmtree(staging, ignore_errors=True)
 

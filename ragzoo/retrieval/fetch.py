@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ragzoo import files
 from ragzoo.errors import ConfigError, DataError, error_line
 from ragzoo.paths import cache_root, writable_cache_root
 
@@ -276,7 +277,8 @@ def clean_partials(path: Path) -> list[Path]:
     for sibling in path.parent.iterdir():
         if sibling.name.startswith(prefix):
             pid_text = sibling.name[len(prefix):].split("-", 1)[0]
-            if pid_text.isdigit() and (int(pid_text) == os.getpid() or not _pid_alive(int(pid_text))):
+            if pid_text.isdigit() and (int(pid_text) == os.getpid() or not _pid_alive(int(pid_text))) \
+                    and not files.in_use(sibling):  # locked while written: a fetch in another PID namespace
                 sibling.unlink(missing_ok=True)
                 removed.append(sibling)
     return removed
@@ -512,6 +514,7 @@ def unpack(archive: Path, member: str, target: Path, expected_sha256: str | None
                             raise BadArchive(too_big(cap))
                         source_file = tar.extractfile(info)
                         with open(partial, "wb") as sink:
+                            files.lock_while_open(sink)
                             while block := source_file.read(1 << 22):
                                 sink.write(block)
                                 bar.n = reader.read_bytes
@@ -673,6 +676,7 @@ def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], targ
         with open(partial, "wb") as sink, \
                 tqdm(total=rows, unit=" passages", unit_scale=True, desc=f"convert -> {target.name}",
                      disable=not progress) as bar:
+            files.lock_while_open(sink)
             for name, path, _, _ in shards:
                 table = pq.ParquetFile(path)
                 missing = [column for column in PSGS_COLUMNS if column not in table.schema_arrow.names]

@@ -208,6 +208,8 @@ def clean_stale_builds(final: Path) -> list[Path]:
     for path, pid, kind in _leftovers(final):
         if pid == os.getpid() or _pid_alive(pid) or not path.is_dir() or path.is_symlink():
             continue
+        if files.in_use(path):  # its PID is gone here, but its lock is held: a build in another namespace
+            continue
         if kind in ("backup", "legacy staging") and ownership.foreign_entries(path, "index"):
             # a swap cut before it carried the user's files over, or a folder of the user's that merely has an
             # older build's name (NAME.building-...): never delete what ragzoo did not write

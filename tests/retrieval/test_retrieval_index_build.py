@@ -189,3 +189,42 @@ def test_a_flag_the_backend_does_not_read_is_refused(tmp_path, corpus, capsys, e
     """Review: `--backend dense --format packed` built a dense index, and bm25 dropped --model, without a word."""
     assert build(corpus, tmp_path / "idx", *extra) == 2
     assert says in capsys.readouterr().err and not (tmp_path / "idx").exists()
+
+
+def test_a_staging_folder_whose_lock_is_held_is_left_alone_whatever_its_pid(tmp_path, corpus):
+    """A build in another PID namespace (a second container sharing the folder): its PID is not a process here,
+    but the lock it holds on its staging folder is (review: such a live build's folder was removed, and the
+    build failed after all its work). Once the holder is gone, the folder is stale and goes."""
+    out = tmp_path / "idx"
+    staging = tmp_path / f".idx.building-{dead_pid()}-5-jkl"
+    staging.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(staging)!r}, os.O_RDONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert build(corpus, out) == 0
+        assert staging.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert build(corpus, out, "--rebuild") == 0
+    assert not staging.exists()
+
+
+def test_a_build_holds_its_staging_folder_until_it_is_published(tmp_path, corpus, monkeypatch):
+    from ragzoo import files, ownership
+
+    seen = []
+    real_publish = ownership.replace_dir
+
+    def publish(staging, final, keep=()):
+        seen.append(files.in_use(staging))  # asked from here, as any other process would
+        return real_publish(staging, final, keep)
+
+    monkeypatch.setattr(ownership, "replace_dir", publish)
+    assert build(corpus, tmp_path / "idx") == 0
+    assert seen == [True] and files._HELD == {}, files._HELD
