@@ -90,6 +90,7 @@ def _chosen_command(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_given = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _chosen_command(argv)
     parser, _ = build_parser(command)
@@ -104,9 +105,45 @@ def main(argv: list[str] | None = None) -> int:
     streams = (sys.stdout, sys.stderr)
     sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     try:
-        return _run(module, args)
+        code = _run(module, args)
+    except SystemExit as ending:  # SIGTERM's: the process ends, as it would have without ragzoo's cleanup first
+        if argv_given is None:
+            _leave_stuck_threads(ending.code)
+        raise
     finally:
         sys.stdout, sys.stderr = streams
+    if argv_given is None:  # the `ragzoo` process itself (not a caller's `main([...])`): it ends once stopped
+        _leave_stuck_threads(code)
+    return code
+
+
+STUCK_GRACE = 2.0  # seconds a stopped command's other threads get to end before the process leaves them
+
+
+def _leave_stuck_threads(code: int) -> None:
+    """A stopped command (Ctrl-C, SIGTERM) ends its process even where a thread it could not interrupt is still
+    inside a call to a hung LM: the interpreter's exit would join such a non-daemon thread (a DSPy optimizer's
+    pool, a thread pool's worker) until the LM's own timeout, minutes after the command said it stopped. Its other
+    threads have `STUCK_GRACE` seconds; then the process exits with the command's status, its streams flushed."""
+    import threading
+    import time
+
+    from ragzoo.errors import STOPPING, Terminated
+
+    if code not in (130, Terminated.exit_code) or not STOPPING.is_set():
+        return
+    ends = time.monotonic() + STUCK_GRACE
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, ends - time.monotonic()))
+    if any(thread.is_alive() and not thread.daemon and thread is not threading.current_thread()
+           for thread in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 class RedactingStream:
@@ -191,8 +228,9 @@ def _run(module, args) -> int:
 
 
 def _run_command(module, args, owns_sigterm: list[bool]) -> int:
-    from ragzoo.errors import RagzooError, Terminated
+    from ragzoo.errors import STOPPING, RagzooError, Terminated
 
+    STOPPING.clear()  # a command starts (a library caller may run several in one process)
     try:
         with _sigterm_as_interrupt(module) as owned:
             owns_sigterm.append(owned)
@@ -201,6 +239,7 @@ def _run_command(module, args, owns_sigterm: list[bool]) -> int:
         print(f"ragzoo {args.command}: error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt as stop:
+        STOPPING.set()  # also where the signal came through a handler of the command's own (a grid's)
         kept = getattr(module, "INTERRUPTED", "nothing was written")
         code = getattr(stop, "exit_code", 130)  # `Terminated`: SIGTERM
         print(f"ragzoo {args.command}: {'stopped (SIGTERM)' if code == Terminated.exit_code else 'interrupted'}; "

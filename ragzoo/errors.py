@@ -1,6 +1,8 @@
 """Typed exceptions. Every user mistake raises a subclass of `RagzooError`; the CLI turns it into one
 line on stderr and a non-zero exit, never a traceback."""
 
+import threading
+
 
 def one_line(text, limit: int | None = 300) -> str:
     """A message as one short line: a library's may run over several (a hub's HTTP error, numba's), and a run
@@ -65,3 +67,15 @@ def raise_terminated(signum, frame) -> None:
     """The SIGTERM handler of a command the CLI runs (`ragzoo.cli`): stop as on Ctrl-C. A grid takes SIGTERM over
     for its cells only where this handler is on (the CLI's choice), not in a library caller's process."""
     raise Terminated
+
+
+class Stopping(KeyboardInterrupt):
+    """An LM call refused because the command the CLI runs is stopping (`STOPPING`): a KeyboardInterrupt, so that
+    no question or compile step records it as its failure."""
+
+
+# Set by the CLI once a command it runs was stopped (Ctrl-C, SIGTERM; cleared when the next starts): from then on every
+# metered LM call refuses (`usage.BudgetedCalls`). A thread a signal cannot reach (a DSPy optimizer's pool, a
+# compile's scoring threads) thus sends nothing more and ends at its next call, instead of working through its
+# queue at the LM after the command said it stopped.
+STOPPING = threading.Event()

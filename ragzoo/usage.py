@@ -718,6 +718,13 @@ def _settle(reserved: list[tuple[Budget, float]]) -> None:
         budget.settle(held)
 
 
+def _refuse_when_stopping() -> None:
+    from ragzoo.errors import STOPPING, Stopping
+
+    if STOPPING.is_set():
+        raise Stopping("the command is stopping: no new LM call is sent")
+
+
 class BudgetedCalls:
     """Mixin for `dspy.LM` classes: every call reserves itself (and what it could cost) on the open budgets
     before it is sent, and gives the reservation back once its real cost is counted. What it returns is
@@ -727,6 +734,7 @@ class BudgetedCalls:
     def __call__(self, *args, **kwargs):
         from ragzoo.secrets import scrub_reply
 
+        _refuse_when_stopping()
         reserved = _reserve_open_budgets(self, args, kwargs)
         try:
             return scrub_reply(super().__call__(*args, **kwargs))
@@ -737,6 +745,7 @@ class BudgetedCalls:
         import asyncio
 
         while True:  # an async caller must not block its loop (the calls it waits for may run on it)
+            _refuse_when_stopping()
             try:
                 reserved = _reserve_open_budgets(self, args, kwargs, wait=False)
                 break

@@ -1,0 +1,58 @@
+"""A stopped compile stops (the guide's "a stop that does not stop", found again by review): Ctrl-C or SIGTERM
+while a compile's scoring threads wait on a hung LM printed "stopped" at once, then the process kept taking its
+queued questions to the LM (32 new requests) and exited only after the LM timeout (75-200 s). The rule is in the
+CLI: from the stop on, no metered LM call is sent (`errors.STOPPING`), and the `ragzoo` process leaves the threads
+still inside a hung call after `cli.STUCK_GRACE` seconds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ragzoo.errors import STOPPING, Stopping
+from ragzoo.stubserver import StubLMServer
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_threaded_compile_at_a_hung_lm_stops_at_once_and_sends_nothing_more(tmp_path, signum):
+    with StubLMServer(faults=lambda index, body: "hang") as server:
+        command = [sys.executable, "-m", "ragzoo", "compile", "--method", "rag", "--dataset", "hotpotqa",
+                   "--train-n", "3", "--dev-n", "12", "--no-cache", "--lm", "openai/stub-model", "--api-base",
+                   server.base_url + "/v1", "--timeout", "60", "--optimizer", "none", "--threads", "4",
+                   "--out", str(tmp_path / "c")]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "OPENAI_API_KEY": "sk-test"})
+        deadline = time.monotonic() + 60
+        while server.requests < 4 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert server.requests == 4, process.communicate(timeout=5)
+        process.send_signal(signum)
+        signalled = time.monotonic()
+        out, err = process.communicate(timeout=30)
+        took = time.monotonic() - signalled
+        after = server.requests
+    assert process.returncode == 128 + signum and took < 8, (process.returncode, took, err)
+    assert after == 4, f"{after - 4} requests were sent after the stop"
+    said = [line for line in err.splitlines() if line.startswith("ragzoo compile:")]
+    assert len(said) == 1 and ("stopped (SIGTERM)" in said[0] or "interrupted" in said[0]), err
+    assert "Traceback" not in err
+
+
+def test_a_metered_call_is_refused_while_a_command_stops_and_not_after():
+    from ragzoo.lm import make_lm
+
+    with StubLMServer() as server:
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False, num_retries=0)
+        STOPPING.set()
+        try:
+            with pytest.raises(Stopping):
+                lm("a question")
+        finally:
+            STOPPING.clear()
+        assert server.requests == 0
+        assert lm("a question") and server.requests == 1
