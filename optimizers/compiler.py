@@ -166,7 +166,14 @@ class CompileCheckpoint:
         path = self.path / name
         if not path.is_file():
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise self.damaged(name, error) from None
+
+    def damaged(self, name: str, error: Exception) -> ConfigError:
+        return ConfigError(f"--resume: {self.path / name} cannot be read ({' '.join(str(error).split())[:160]}); "
+                           f"run without --resume and with --force to start over")
 
     def write(self, name: str, value: Any) -> None:
         from ragzoo.files import atomic_write_json
@@ -193,9 +200,12 @@ class CompileCheckpoint:
 
     def kept(self) -> str:
         """What the checkpoint holds, in words (for Ctrl-C and budget stops)."""
-        state = self.read(_BOOTSTRAP_FILE) if self.path.is_dir() else None
+        try:
+            state = self.read(_BOOTSTRAP_FILE) if self.path.is_dir() else None
+            demos = sum(len(v) for v in state.get("name2traces", {}).values()) if state else 0
+        except (ConfigError, AttributeError, TypeError):
+            return f"a damaged bootstrap checkpoint in {self.path}"
         if state:
-            demos = sum(len(v) for v in state.get("name2traces", {}).values())
             return (f"bootstrap progress in {self.path} ({state.get('next_index', 0)} training example(s) tried, "
                     f"{demos} demo(s) kept)")
         if (self.path / "gepa").is_dir() and any((self.path / "gepa").iterdir()):
@@ -249,14 +259,20 @@ def _checkpointed_bootstrap_class():
             attempts, start = 0, 0
             state = self.checkpoint.read(_BOOTSTRAP_FILE)
             if state:
-                if state.get("trainset_size") != len(self.trainset) or set(state["name2traces"]) - set(self.name2traces):
+                try:
+                    fits = state.get("trainset_size") == len(self.trainset) and not (
+                        set(state["name2traces"]) - set(self.name2traces))
+                    if fits:
+                        start, attempts = int(state["next_index"]), int(state["attempts"])
+                        bootstrapped = {int(index): True for index in state["bootstrapped"]}
+                        self.error_count = int(state.get("error_count", 0))
+                        for name, demos in state["name2traces"].items():
+                            self.name2traces[name] = [dspy.Example(**demo) for demo in demos]
+                except (AttributeError, KeyError, TypeError, ValueError) as error:  # edited or damaged
+                    raise self.checkpoint.damaged(_BOOTSTRAP_FILE, error) from None
+                if not fits:
                     raise ConfigError(f"the bootstrap checkpoint in {self.checkpoint.path} does not fit this compile "
                                       f"(other training questions or predictors); start over with --force")
-                start, attempts = int(state["next_index"]), int(state["attempts"])
-                bootstrapped = {int(index): True for index in state["bootstrapped"]}
-                self.error_count = int(state.get("error_count", 0))
-                for name, demos in state["name2traces"].items():
-                    self.name2traces[name] = [dspy.Example(**demo) for demo in demos]
                 self.resumed_at = start
             for example_idx, example in enumerate(self.trainset):
                 if example_idx < start:
@@ -317,16 +333,77 @@ def score_examples(program, examples: list, metric: SafeMetric, threads: int = 1
     return [float(s or 0.0) for s in scores]
 
 
-def _check_settings(preset_name: str, teleprompter_class, settings: dict, own: set[str]) -> None:
-    """Unknown optimizer settings fail with the valid names, before any LM call."""
+# settings whose least value is not 0 (DSPy's random search tries num_candidate_programs + 3 programs: seeds -3..)
+_LEAST = {"num_candidate_programs": -2, "size": 1, "k": 1, "bsize": 1}
+
+
+def _check_settings(preset_name: str, teleprompter_class, settings: dict, own: dict[str, Any]) -> None:
+    """Unknown optimizer settings fail with the valid names, and a value of the wrong type or range (the type of
+    the teleprompter's default or annotation: DSPy 3.4.1) with what it takes, before any LM call: `size=abc` had
+    failed after every ensemble candidate was compiled and paid for."""
     import inspect
 
-    accepted = {name for name in inspect.signature(teleprompter_class.__init__).parameters if name != "self"}
-    accepted = (accepted | own) - {"metric", "num_threads", "seed"}
+    parameters = {name: parameter for name, parameter in inspect.signature(teleprompter_class.__init__).parameters
+                  .items() if name != "self"}
+    accepted = (set(parameters) | set(own)) - {"metric", "num_threads", "seed"}
     unknown = sorted(set(settings) - accepted)
     if unknown:
         raise ConfigError(f"optimizer {preset_name!r} has no setting {', '.join(map(repr, unknown))}; "
                           f"its settings: {', '.join(sorted(accepted))}")
+    for name, value in settings.items():
+        parameter = parameters.get(name)
+        default = own[name] if name in own else parameter.default
+        annotation = parameter.annotation if parameter is not None else inspect.Parameter.empty
+        problem = _setting_problem(name, value, None if default is inspect.Parameter.empty else default, annotation)
+        if problem:
+            raise ConfigError(f"optimizer {preset_name!r}: setting {name}={value!r} {problem}")
+
+
+def _setting_problem(name: str, value: Any, default: Any, annotation: Any) -> str | None:
+    """Why `value` cannot be setting `name` (None: it can, or nothing is known of the type)."""
+    import typing
+
+    options = [arg for arm in (typing.get_args(annotation) or (annotation,))
+               for arg in (typing.get_args(arm) if typing.get_origin(arm) is typing.Literal else ())]
+    if options:
+        if value in options or (value is None and type(None) in typing.get_args(annotation)):
+            return None
+        return f"must be one of {', '.join(map(repr, options))}"
+    names = {getattr(arm, "__name__", str(arm)) for arm in (typing.get_args(annotation) or (annotation,))}
+    kind = type(default) if default is not None else next(
+        (t for t in (bool, int, float, str) if t.__name__ in names or (isinstance(annotation, str)
+                                                                      and annotation.split(" |")[0] == t.__name__)),
+        None)
+    if kind is None or (value is None and default is None):
+        return None
+    if kind is bool:
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be a whole number"
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a number"
+    elif kind is str:
+        return None if isinstance(value, str) else "must be a string"
+    least = _LEAST.get(name, 0)
+    if kind in (int, float) and value < least:
+        return f"must be at least {least}"
+    return None
+
+
+def check_preset_settings(preset: OptimizerPreset, settings: dict) -> None:
+    """`_check_settings` for a preset: its teleprompter's own settings; an ensemble's `size`; KNN's `k` and
+    `embedder` beside the BootstrapFewShot settings it passes on (an unknown one made every question fail)."""
+    import dspy.teleprompt as tp
+
+    name = preset.teleprompter
+    if not name:
+        return
+    own: dict[str, Any] = {"size": 3} if name == "Ensemble" else {"k": 3, "embedder": "minilm"} \
+        if name == "KNNFewShot" else {}
+    target = {"Ensemble": "BootstrapFewShotWithRandomSearch", "KNNFewShot": "BootstrapFewShot"}.get(name, name)
+    _check_settings(preset.name, getattr(tp, target), settings, own)
 
 
 def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetric, threads: int, seed: int,
@@ -336,10 +413,7 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
     import dspy.teleprompt as tp
 
     name = preset.teleprompter
-    if name and name != "KNNFewShot":
-        own = {"size"} if name == "Ensemble" else set()
-        target = "BootstrapFewShotWithRandomSearch" if name == "Ensemble" else name
-        _check_settings(preset.name, getattr(tp, target), settings, own)
+    check_preset_settings(preset, settings)
     if name == "LabeledFewShot":
         return tp.LabeledFewShot(k=settings.get("k", 3))
     if name == "BootstrapFewShot":
@@ -383,6 +457,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
     Budget(max_calls, max_cost)  # a bad budget fails before any work
     preset, preset_settings = get_preset(optimizer)
     preset_settings.update(settings or {})
+    check_preset_settings(preset, preset_settings)  # before any LM call, stages' included
     safe = safe_metric(metric)
     # the optimizer's metric: under the dry-run LM every trace passes, so an estimate counts the demos a capable
     # model would get bootstrapped; the validation score keeps the real metric (placeholders score 0)

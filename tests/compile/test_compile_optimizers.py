@@ -123,3 +123,37 @@ def test_labeled_and_none_need_no_lm(tiny_retriever, make_examples):
     labeled = compile_program(program, trainset=make_examples(5), optimizer="labeled")
     assert len(labeled.program.answer.demos) == 3 and labeled.usage.lm_calls == 0
     assert compile_program(program, trainset=[], optimizer="none").program is program
+
+
+@pytest.mark.parametrize("optimizer, settings, says", [
+    ("ensemble", {"size": "abc"}, "setting size='abc' must be a whole number"),
+    ("ensemble", {"size": 0}, "setting size=0 must be at least 1"),
+    ("bootstrap", {"max_bootstrapped_demos": 2.5}, "must be a whole number"),
+    ("bootstrap", {"max_bootstrapped_demos": -1}, "must be at least 0"),
+    ("labeled", {"k": "abc"}, "setting k='abc' must be a whole number"),
+    ("mipro", {"auto": "superheavy"}, "must be one of 'light', 'medium', 'heavy'"),
+    ("bootstrap-rs", {"num_candidate_programs": -5}, "must be at least -2"),
+    ("gepa", {"use_merge": "yes"}, "must be true or false"),
+    ("simba", {"temperature_for_sampling": "hot"}, "must be a number"),
+    ("knn", {"bogus": 1}, "has no setting 'bogus'"),
+    ("knn", {"k": "three"}, "setting k='three' must be a whole number"),
+])
+def test_an_optimizer_setting_of_the_wrong_type_is_refused_before_any_lm_call(tiny_retriever, echo_lm,
+                                                                               make_examples, optimizer, settings,
+                                                                               says):
+    """Review: `size=abc` failed as an internal error after 46 paid requests; a float or a word where DSPy takes a
+    whole number failed inside DSPy; an unknown KNN setting made every question fail, saved as a 0 score."""
+    lm = echo_lm()
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
+    with dspy.context(lm=lm), pytest.raises(ConfigError, match=f"optimizer {optimizer!r}.*{says}"):
+        compile_program(program, trainset=make_examples(4), valset=make_examples(2, "d"), optimizer=optimizer,
+                        metric=EM, settings=settings)
+    assert not lm.history
+
+
+def test_settings_of_the_right_type_pass_the_check():
+    from ragzoo.optimizers.compiler import check_preset_settings
+
+    check_preset_settings(get_preset("mipro")[0], {"auto": None, "num_candidates": 3, "init_temperature": 1})
+    check_preset_settings(get_preset("bootstrap-rs")[0], {"num_candidate_programs": -2, "stop_at_score": 0.9})
+    check_preset_settings(get_preset("gepa")[0], {"auto": "heavy", "max_metric_calls": 50})

@@ -143,3 +143,25 @@ def test_cli_compile_resume_says_what_was_kept_and_continues(tmp_path, capsys, m
     assert main([*argv, "--resume"]) == 0
     assert len(lms[-1].calls) == 2  # only the 2 examples not tried before Ctrl-C
     assert out.is_dir() and not (tmp_path / "art.checkpoint").exists()  # removed once the artifact is saved
+
+
+@pytest.mark.parametrize("damage", [
+    lambda text: text[: len(text) // 2],  # cut short
+    lambda text: json.dumps({**json.loads(text), "name2traces": {"answer": ["not a demo"]}}),  # wrong types
+    lambda text: json.dumps({**json.loads(text), "next_index": "three"}),
+])
+def test_a_damaged_bootstrap_checkpoint_is_refused_in_one_line(tiny_retriever, tmp_path, make_examples, damage):
+    """Review: a truncated or edited bootstrap.json gave an internal JSONDecodeError/TypeError on --resume."""
+    train = make_examples(8)
+    where = tmp_path / "art.checkpoint"
+    with pytest.raises(KeyboardInterrupt):
+        _compile(picky_lm(interrupt_at=4), train, tiny_retriever, CompileCheckpoint.open(where, FINGERPRINT))
+    state = where / "bootstrap.json"
+    state.write_text(damage(state.read_text()))
+    lm = picky_lm()
+    with pytest.raises(ConfigError, match=r"bootstrap.json cannot be read \(.*\); run without --resume and with "
+                                          r"--force to start over"):
+        _compile(lm, train, tiny_retriever, CompileCheckpoint.open(where, FINGERPRINT, resume=True))
+    assert not lm.calls
+    state.write_text("{")  # what a stop then says it kept: never an internal error on the way out
+    assert CompileCheckpoint(where, FINGERPRINT).kept() == f"a damaged bootstrap checkpoint in {where}"
