@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ragzoo.errors import BudgetExceeded, ConfigError
+from ragzoo.storage import open_storage
 
 _ACTIVE_CLAIMS: set[str] = set()  # claims held by searches running in this process
 
@@ -66,35 +67,6 @@ class KnobSearchResult:
     study_name: str = ""
     recompiled_best: bool = False
     space: dict[str, list] = field(default_factory=dict)  # the knob values tried, typed (k=5 an int)
-
-
-def open_storage(url: str | None):
-    """An Optuna storage for `url`: None (in memory), `journal:PATH`, or an RDB URL (`sqlite:///s.db`, ...)."""
-    import optuna
-
-    if url is None:
-        return optuna.storages.InMemoryStorage()
-    from ragzoo.ownership import check_storage
-
-    check_storage(url)  # never Optuna's records appended to a user's file
-    if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:"):]))
-    if "://" not in url:
-        raise ConfigError(f"--storage {url!r}: give an Optuna storage URL, e.g. sqlite:///search.db or "
-                          f"journal:search.log")
-    from ragzoo.secrets import register_url
-
-    register_url(url, paths=False)  # a database password is hidden from every output and record
-    for attempt in range(5):  # workers started together race to create the schema: the losers retry
-        try:
-            return optuna.storages.RDBStorage(url)
-        except Exception as error:  # "table ... already exists", "database is locked", alembic_version UNIQUE
-            if attempt == 4 or type(error).__module__.split(".")[0] != "sqlalchemy":
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
 
 
 def _storable(record: dict) -> dict:

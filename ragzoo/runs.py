@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ragzoo.config import answer_differences, answer_view
-from ragzoo.errors import BudgetExceeded, RunError, one_line
+from ragzoo.errors import BudgetExceeded, RunError, Stopping, one_line
 from ragzoo.files import atomic_write_bytes, atomic_write_json, jsonable
 from ragzoo.machine import usable_cpus
 
@@ -1154,6 +1154,8 @@ def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled
                 if item is _DONE:
                     return
                 work(item)
+        except Stopping:  # the command is stopping (its LM calls refuse): this thread ends without a word
+            return
         finally:
             _POOL.slot = None
             thread_local_overrides.reset(token)

@@ -33,8 +33,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragzoo.errors import ConfigError
+from ragzoo.errors import ConfigError, RagzooError
 from ragzoo.grid.spec import Cell, Grid
+from ragzoo.storage import schema_lock
 
 GRID_FILE = "grid.json"
 CELLS_DIR = "cells"
@@ -89,6 +90,38 @@ def runnable(cell: Cell) -> str | None:
     if cell.method.id not in programs.methods():
         return f"not yet runnable: method {cell.method.id!r} is not in ragzoo (see ragzoo methods)"
     return None
+
+
+def check_cells(cells: list[Cell]) -> None:
+    """What each runnable cell will need, checked before any cell runs or the grid folder is written (ConfigError
+    or DataError, one line): its knobs, optimizer, metrics, retriever spec, and its dataset split with at least
+    the grid's n questions. A cell found wrong by its own run had failed after the cells before it were paid for."""
+    from ragzoo import programs
+    from ragzoo.grid.price import split_size
+    from ragzoo.metrics.scoring import resolve_metrics
+    from ragzoo.optimizers import get_preset
+    from ragzoo.retrieval.specs import check_spec
+
+    sizes: dict[tuple, int] = {}
+    for cell in cells:
+        if runnable(cell):
+            continue
+        where = f"cell {cell.describe()}: "
+        try:
+            programs.resolve_knobs(cell.method.id, cell.knobs)
+            get_preset(cell.optimizer)
+            if cell.dataset.metrics:
+                resolve_metrics(list(cell.dataset.metrics))
+            if cell.retriever:
+                check_spec(cell.retriever)
+            split = (cell.dataset.name, cell.dataset.split)
+            if split not in sizes:
+                sizes[split] = split_size(*split)
+        except RagzooError as error:
+            raise ConfigError(f"{where}{error}") from None
+        if cell.n is not None and cell.n > sizes[split]:
+            raise ConfigError(f"{where}n = {cell.n}, but {cell.dataset.name}/{cell.dataset.split or 'default'} has "
+                              f"{sizes[split]} questions; lower -n (or n under [grid])")
 
 
 def cell_state(out: Path, cell: Cell) -> dict:
@@ -334,28 +367,6 @@ class LocalClaims:
         pass
 
 
-@contextlib.contextmanager
-def _file_lock(url: str):
-    """For a SQLite storage, workers on this machine create its schema and the grid's study one at a time (a
-    kernel lock beside the database file); other databases handle that themselves (we retry)."""
-    from ragzoo.ownership import sqlite_file
-
-    database = sqlite_file(url)
-    if database is None:
-        yield
-        return
-    import fcntl
-
-    path = Path(database + ".ragzoo-lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -416,7 +427,7 @@ class OptunaClaims:
         self._lock = threading.Lock()
         self.storage = self._storage(url)
         try:
-            with _file_lock(url):
+            with schema_lock(url):
                 self.study = optuna.create_study(storage=self.storage, study_name=study_name)
                 for key in self._keys:
                     self.study.enqueue_trial({"cell": key})
@@ -432,38 +443,12 @@ class OptunaClaims:
             self._requeue_unfinished()
 
     def _storage(self, url: str):
-        from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+        from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-        from ragzoo.ownership import check_storage
+        from ragzoo.storage import open_storage
 
-        check_storage(url)  # never Optuna's records appended to a user's file
-        if url.startswith("journal:"):
-            from optuna.storages.journal import JournalFileBackend
-
-            return JournalStorage(JournalFileBackend(url[len("journal:"):]))
-        from sqlalchemy.exc import SQLAlchemyError
-
-        from ragzoo.secrets import redact, strip_url
-
-        transient = ("already exists", "locked", "UNIQUE constraint", "Duplicate", "duplicate key")
-        for attempt in range(20):  # workers started together race to create the tables: the loser retries
-            try:
-                with _file_lock(url):
-                    return RDBStorage(url, heartbeat_interval=self.HEARTBEAT, grace_period=self.GRACE,
-                                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
-            except ImportError:  # SQLAlchemy found no driver for the URL's database
-                scheme = url.partition(":")[0]
-                fix = ("pip install 'ragzoo[postgres]' (the psycopg driver)" if scheme in ("postgresql",
-                       "postgresql+psycopg") else f"install the Python driver SQLAlchemy uses for {scheme}://")
-                raise ConfigError(f"--storage {strip_url(url)}: no database driver for it here; {fix}") from None
-            except Exception as error:  # noqa: BLE001 - sqlalchemy's errors of a schema created twice at once
-                if attempt == 19 or not any(text in str(error) for text in transient):
-                    if isinstance(error, SQLAlchemyError):  # a server not there, a login refused, a bad URL
-                        cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-                        raise ConfigError(f"--storage {strip_url(url)}: cannot connect or set up the database: "
-                                          f"{redact(cause)}") from None
-                    raise
-                time.sleep(0.1 + 0.05 * attempt)
+        return open_storage(url, heartbeat_interval=self.HEARTBEAT, grace_period=self.GRACE,
+                            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
 
     def _requeue_unfinished(self) -> None:
         """A rerun of the command: enqueue again the cells whose last claim ended (done/failed) while the cell is
@@ -772,10 +757,13 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         raise ConfigError(f"--processes {grid.processes} is more than --max-concurrency {grid.max_concurrency}: each "
                           f"process needs a request slot of its own; lower --processes or raise --max-concurrency")
     cells = grid.cells()
+    check_cells(cells)  # a mistake of the grid file is said now, not by a cell after others were paid for
     if storage:
         from ragzoo.secrets import register_url
+        from ragzoo.storage import open_storage
 
         register_url(storage, paths=False)  # a database password is hidden from every output and record too
+        open_storage(storage)  # a storage that cannot be opened is refused before the grid folder is written
     write_grid_file(grid, out, cells)
     from ragzoo import tracking
 

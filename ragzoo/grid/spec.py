@@ -182,47 +182,125 @@ class Cell:
                 f" | {self.optimizer} | {self.lm.name}")
 
 
-def _lms(raw) -> list[LMEntry]:
+# every key a grid file may hold, table by table: another is refused, never ignored (a `[compil]` typo ran every
+# cell uncompiled; `knob = {...}` ran the method at its default k)
+_KEYS = {
+    "file": {"grid", "compile", "datasets", "methods", "paper"},
+    "[grid]": {"name", "title", "n", "seed", "threads", "max_concurrency", "processes", "retriever", "lms", "scale",
+               "main", "deadline", "timeout"},
+    "[compile]": {"optimizers", "optimizer", "train_n", "dev_n"},
+    "[[datasets]]": {"name", "split", "metrics", "metric", "label", "knobs", "retriever", "n"},
+    "[[methods]]": {"id", "label", "knobs", "paper", "note", "dataset_knobs", "columns"},
+    "an LM": {"spec", "api_base", "label", "cache"},
+}
+
+
+def _table(value: Any, name: str, where: str, *, optional: bool = True) -> dict:
+    """`value` as the table `name` of the grid file, its keys known (`_KEYS`)."""
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {name} must be a table, got {value!r}")
+    unknown = sorted(set(value) - _KEYS[name])
+    if unknown:
+        raise ConfigError(f"{where}: {name} has no key {', '.join(map(repr, unknown))}; its keys: "
+                          f"{', '.join(sorted(_KEYS[name]))}")
+    return value
+
+
+def _text(table: dict, key: str, name: str, where: str, default: str | None = None) -> str | None:
+    value = table.get(key, default)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(f"{where}: {name} {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _mapping(table: dict, key: str, name: str, where: str) -> dict:
+    value = table.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {name} {key} must be a table, got {value!r}")
+    return dict(value)
+
+
+def _strings(table: dict, keys: tuple[str, ...], name: str, where: str, default: list) -> list[str]:
+    """A string or a list of strings under the first of `keys` present."""
+    key = next((k for k in keys if table.get(k) is not None), keys[0])
+    value = table.get(key)
+    items = list(default) if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) and item.strip() for item in items):
+        raise ConfigError(f"{where}: {name} {key} must be a string or a list of strings, got {value!r}")
+    return items
+
+
+def _lms(raw, where: str = "grid") -> list[LMEntry]:
     entries = []
-    for item in raw or []:
-        if isinstance(item, str):
+    for item in [raw] if isinstance(raw, (str, dict)) else raw or []:
+        if isinstance(item, str) and item.strip():
             entries.append(LMEntry(item))
         elif isinstance(item, dict) and item.get("spec"):
-            entries.append(LMEntry(str(item["spec"]), item.get("api_base"), item.get("label"),
-                                   bool(item.get("cache", True))))
+            _table(item, "an LM", where)
+            cache = item.get("cache", True)
+            if not isinstance(cache, bool):  # "false" read as true had turned the cache on
+                raise ConfigError(f"{where}: an LM's cache must be true or false, got {cache!r}")
+            entries.append(LMEntry(_text(item, "spec", "an LM's", where), _text(item, "api_base", "an LM's", where),
+                                   _text(item, "label", "an LM's", where), cache))
         else:
             raise ConfigError(f"an LM of a grid is a spec string or a table with 'spec', got {item!r}")
     return entries
 
 
-def _as_list(value, default):
-    if value is None:
-        return list(default)
-    return [value] if isinstance(value, (str, int, float)) else list(value)
+def _paper_numbers(value: dict, label: str, where: str) -> dict:
+    for column, numbers in value.items():
+        if not isinstance(numbers, dict) or not all(
+                isinstance(number, (int, float)) and not isinstance(number, bool) for number in numbers.values()):
+            raise ConfigError(f"{where}: method {label!r}: paper.{column} must be a table of numbers "
+                              f"(metric = value), got {numbers!r}")
+    return value
 
 
 def parse_grid(data: dict, source: str | None = None) -> Grid:
+    """A grid from its TOML's data: every key known and of its type, refused in one line otherwise, before
+    anything runs."""
     where = source or "grid"
-    head = data.get("grid", {})
-    if not isinstance(head, dict):
-        raise ConfigError(f"{where}: [grid] must be a table")
-    compile_section = data.get("compile", {}) or {}
+    _table(data, "file", where, optional=False)
+    head = _table(data.get("grid"), "[grid]", where)
+    compile_section = _table(data.get("compile"), "[compile]", where)
     datasets = []
-    for raw in data.get("datasets", []):
+    raw_datasets = data.get("datasets", [])
+    if not isinstance(raw_datasets, list):
+        raise ConfigError(f"{where}: datasets must be [[datasets]] tables")
+    for raw in raw_datasets:
         if not isinstance(raw, dict) or not raw.get("name"):
             raise ConfigError(f"{where}: every [[datasets]] entry needs a name")
-        metrics = tuple(_as_list(raw.get("metrics") or raw.get("metric"), []))
-        datasets.append(DatasetEntry(name=str(raw["name"]), split=raw.get("split"), metrics=metrics,
-                                     label=str(raw.get("label") or raw["name"]), knobs=dict(raw.get("knobs") or {}),
-                                     retriever=raw.get("retriever"), n=raw.get("n")))
+        _table(raw, "[[datasets]]", where)
+        name = _text(raw, "name", "[[datasets]]", where)
+        datasets.append(DatasetEntry(name=name, split=_text(raw, "split", f"dataset {name!r}:", where),
+                                     metrics=tuple(_strings(raw, ("metrics", "metric"), f"dataset {name!r}:", where,
+                                                            [])),
+                                     label=_text(raw, "label", f"dataset {name!r}:", where, name),
+                                     knobs=_mapping(raw, "knobs", f"dataset {name!r}:", where),
+                                     retriever=_text(raw, "retriever", f"dataset {name!r}:", where),
+                                     n=_number(raw, "n", None, where, f"dataset {name!r}:")))
     methods = []
-    for raw in data.get("methods", []):
+    raw_methods = data.get("methods", [])
+    if not isinstance(raw_methods, list):
+        raise ConfigError(f"{where}: methods must be [[methods]] tables")
+    for raw in raw_methods:
         if not isinstance(raw, dict) or not raw.get("id"):
             raise ConfigError(f"{where}: every [[methods]] entry needs an id")
-        methods.append(MethodEntry(id=str(raw["id"]), label=str(raw.get("label") or raw["id"]),
-                                   knobs=dict(raw.get("knobs") or {}), paper=dict(raw.get("paper") or {}),
-                                   note=raw.get("note"), dataset_knobs=dict(raw.get("dataset_knobs") or {}),
-                                   columns=tuple(raw.get("columns") or ())))
+        _table(raw, "[[methods]]", where)
+        identifier = _text(raw, "id", "[[methods]]", where)
+        label = _text(raw, "label", f"method {identifier!r}:", where, identifier)
+        dataset_knobs = _mapping(raw, "dataset_knobs", f"method {label!r}:", where)
+        if not all(isinstance(knobs, dict) for knobs in dataset_knobs.values()):
+            raise ConfigError(f"{where}: method {label!r}: dataset_knobs must map column labels to tables of knobs")
+        methods.append(MethodEntry(id=identifier, label=label, knobs=_mapping(raw, "knobs", f"method {label!r}:", where),
+                                   paper=_paper_numbers(_mapping(raw, "paper", f"method {label!r}:", where), label,
+                                                        where),
+                                   note=_text(raw, "note", f"method {label!r}:", where), dataset_knobs=dataset_knobs,
+                                   columns=tuple(_strings(raw, ("columns",), f"method {label!r}:", where, []))))
     if not datasets or not methods:
         raise ConfigError(f"{where}: a grid needs at least one [[datasets]] and one [[methods]] entry")
     labels = [m.label for m in methods]
@@ -231,29 +309,44 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
     dlabels = [d.label for d in datasets]
     if len(set(dlabels)) != len(dlabels):
         raise ConfigError(f"{where}: dataset labels must be unique: {dlabels}")
-    optimizers = [str(o) for o in _as_list(compile_section.get("optimizers") or compile_section.get("optimizer"),
-                                           ["none"])]
-    grid = Grid(name=str(head.get("name") or (Path(source).stem if source else "grid")),
-                title=str(head.get("title") or head.get("name") or "grid"), methods=methods, datasets=datasets,
-                optimizers=optimizers, lms=_lms(_as_list(head.get("lms"), [])), n=head.get("n"),
-                seed=int(head.get("seed", 0)), threads=int(head.get("threads", 1)), retriever=head.get("retriever"),
+    for method in methods:  # a label of no column had dropped the method's row without a word
+        for label in [*method.columns, *method.dataset_knobs, *method.paper]:
+            if label not in dlabels:
+                raise ConfigError(f"{where}: method {method.label!r} names column {label!r}, which is none of the "
+                                  f"datasets' labels: {', '.join(dlabels)}")
+    optimizers = _strings(compile_section, ("optimizers", "optimizer"), "[compile]", where, ["none"])
+    if len(set(optimizers)) != len(optimizers):
+        raise ConfigError(f"{where}: [compile] optimizers lists one twice: {optimizers}")
+    scale = head.get("scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ConfigError(f"{where}: [grid] scale must be a positive number (100 for percent), got {scale!r}")
+    lms = _lms(head.get("lms"), where)
+    names = [lm.name for lm in lms]
+    if len(set(names)) != len(names):  # one cell folder and one row for two LMs: give each a label
+        raise ConfigError(f"{where}: [grid] lms names one LM twice ({', '.join(names)}); give each a distinct label")
+    grid = Grid(name=_text(head, "name", "[grid]", where) or (Path(source).stem if source else "grid"),
+                title=_text(head, "title", "[grid]", where) or _text(head, "name", "[grid]", where) or "grid",
+                methods=methods, datasets=datasets, optimizers=optimizers, lms=lms,
+                n=_number(head, "n", None, where), seed=_number(head, "seed", 0, where),
+                threads=_number(head, "threads", 1, where), retriever=_text(head, "retriever", "[grid]", where),
                 max_concurrency=_number(head, "max_concurrency", None, where),
                 processes=_number(head, "processes", 1, where),
                 deadline=_number(head, "deadline", None, where), timeout=_number(head, "timeout", None, where),
-                train_n=int(compile_section.get("train_n", 50)), dev_n=int(compile_section.get("dev_n", 50)),
-                scale=float(head.get("scale", 1.0)), main=head.get("main"), paper=dict(data.get("paper") or {}),
+                train_n=_number(compile_section, "train_n", 50, where, "[compile]"),
+                dev_n=_number(compile_section, "dev_n", 50, where, "[compile]"),
+                scale=float(scale), main=_text(head, "main", "[grid]", where), paper=_mapping(data, "paper", "", where),
                 source=source)
     if grid.main and grid.main not in labels and grid.main not in [m.id for m in methods]:
         raise ConfigError(f"{where}: main = {grid.main!r} is not one of the methods")
     return grid
 
 
-def _number(head: dict, key: str, default, where: str):
-    """A number from [grid] (`default` when absent), by the rule its command-line flag follows: the one table of
-    numeric options (`ragzoo.config.check_number`)."""
+def _number(head: dict, key: str, default, where: str, table: str = "[grid]"):
+    """A number from a table of the grid file (`default` when absent), by the rule its command-line flag follows:
+    the one table of numeric options (`ragzoo.config.check_number`)."""
     from ragzoo.config import check_number
 
-    return check_number(key, head.get(key, default), f"{where}: [grid] ")
+    return check_number(key, head.get(key, default), f"{where}: {table} " if table else f"{where} ")
 
 
 def load_grid(path: str | Path) -> Grid:

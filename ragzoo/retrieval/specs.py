@@ -67,6 +67,43 @@ def _float_options(options: dict[str, str], names: tuple[str, ...], spec: str) -
 def make_retriever(spec: str, **kwargs) -> Retriever:
     """Build a retriever from `spec`; keyword arguments go to the backend (e.g. `show_progress=False`,
     `post=True` for colbertv2, `examples=`/`by_question=` for fixed)."""
+    scheme, target, options = _plan(spec, kwargs)
+    if scheme == "fixed":
+        return _make_fixed(target, kwargs)
+    if scheme == "bm25":
+        from ragzoo.retrieval.bm25 import BM25Retriever
+
+        return BM25Retriever.from_corpus(target, spec=spec.strip(), **options, **kwargs)
+    if scheme == "dense":
+        from ragzoo.retrieval.dense import DenseRetriever
+
+        return DenseRetriever.from_corpus(target, spec=spec.strip(), **options, **kwargs)
+    if scheme == "hybrid":
+        from ragzoo.retrieval.hybrid import HybridRetriever
+
+        return HybridRetriever.from_corpus(target, spec=spec.strip(), **options, **kwargs)
+    if scheme == "colbertv2":
+        from ragzoo.retrieval.colbertv2 import ColBERTv2Client
+
+        return ColBERTv2Client(target, spec=spec.strip(), **kwargs)
+    from ragzoo.retrieval.colbert_local import ColBERTLocalRetriever
+
+    return ColBERTLocalRetriever(target, spec=spec.strip(), **kwargs)
+
+
+def check_spec(spec: str) -> None:
+    """What `make_retriever` refuses before it reads or builds anything (the spec's form, scheme and options),
+    and a corpus that is not there: a grid checks every cell's retriever before any cell runs."""
+    from ragzoo.retrieval.index_cache import resolve_corpus
+
+    scheme, target, _options = _plan(spec, {})
+    if scheme in ("bm25", "dense", "hybrid"):
+        resolve_corpus(target)
+
+
+def _plan(spec: str, kwargs: dict) -> tuple[str, str, dict]:
+    """(scheme, target, the backend's options) of `spec`, every option checked; `kwargs` takes the options that
+    are build arguments (a bm25 index's format and threads)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"empty retriever spec; valid forms: {', '.join(SPEC_FORMS)}")
     from ragzoo.secrets import strip_spec
@@ -76,47 +113,30 @@ def make_retriever(spec: str, **kwargs) -> Retriever:
     scheme, sep, rest = spec.partition(":")
     scheme = scheme.lower()
     if scheme == "fixed":
-        return _make_fixed(rest, kwargs)
-    if not sep or not rest:
-        raise ConfigError(f"unknown retriever spec {shown!r}; valid forms: {', '.join(SPEC_FORMS)}")
-    if scheme == "bm25":
-        from dataclasses import replace
-
-        from ragzoo.retrieval.bm25 import BM25Retriever, BM25Settings
-
-        target, options = _split_options(rest)
-        backend = options.pop("backend", "auto")
-        if "format" in options:
-            kwargs.setdefault("index_format", options.pop("format"))
-        threads = options.pop("threads", None)
-        if threads is not None:
-            if not threads.isdigit() or not 1 <= int(threads) <= 64:
-                raise ConfigError(f"retriever spec {spec!r}: threads must be a whole number from 1 to 64")
-            kwargs.setdefault("n_threads", int(threads))
-        asked = _float_options(options, ("k1", "b"), spec)
-        return BM25Retriever.from_corpus(target, settings=replace(BM25Settings(), **asked), spec=spec,
-                                         backend=backend, asked=tuple(asked), **kwargs)
-    if scheme == "dense":
-        from ragzoo.retrieval.dense import DenseRetriever
-
-        target, options = _split_options(rest)
-        return DenseRetriever.from_corpus(target, spec=spec, **_model_option(options, spec), **kwargs)
-    if scheme == "hybrid":
-        from ragzoo.retrieval.hybrid import HybridRetriever
-
-        target, options = _split_options(rest)
-        return HybridRetriever.from_corpus(target, spec=spec, **_model_option(options, spec), **kwargs)
-    if scheme == "colbertv2":
-        from ragzoo.retrieval.colbertv2 import ColBERTv2Client
-
-        return ColBERTv2Client(rest, spec=spec, **kwargs)
-    if scheme in ("http", "https"):
+        return scheme, rest, {}
+    if scheme in ("http", "https") and sep and rest:
         raise ConfigError(f"a URL needs the colbertv2: prefix: use 'colbertv2:{shown}'")
-    if scheme == "colbert":
-        from ragzoo.retrieval.colbert_local import ColBERTLocalRetriever
+    if not sep or not rest or scheme not in ("bm25", "dense", "hybrid", "colbertv2", "colbert"):
+        raise ConfigError(f"unknown retriever spec {shown!r}; valid forms: {', '.join(SPEC_FORMS)}")
+    if scheme in ("colbertv2", "colbert"):
+        return scheme, rest, {}
+    target, options = _split_options(rest)
+    if scheme != "bm25":
+        return scheme, target, _model_option(options, spec)
+    from dataclasses import replace
 
-        return ColBERTLocalRetriever(rest, spec=spec, **kwargs)
-    raise ConfigError(f"unknown retriever spec {shown!r}; valid forms: {', '.join(SPEC_FORMS)}")
+    from ragzoo.retrieval.bm25 import BM25Settings
+
+    backend = options.pop("backend", "auto")
+    if "format" in options:
+        kwargs.setdefault("index_format", options.pop("format"))
+    threads = options.pop("threads", None)
+    if threads is not None:
+        if not threads.isdigit() or not 1 <= int(threads) <= 64:
+            raise ConfigError(f"retriever spec {spec!r}: threads must be a whole number from 1 to 64")
+        kwargs.setdefault("n_threads", int(threads))
+    asked = _float_options(options, ("k1", "b"), spec)
+    return scheme, target, {"settings": replace(BM25Settings(), **asked), "backend": backend, "asked": tuple(asked)}
 
 
 def _model_option(options: dict[str, str], spec: str) -> dict[str, str]:

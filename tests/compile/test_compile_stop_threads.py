@@ -56,3 +56,22 @@ def test_a_metered_call_is_refused_while_a_command_stops_and_not_after():
             STOPPING.clear()
         assert server.requests == 0
         assert lm("a question") and server.requests == 1
+
+
+def test_a_pool_thread_whose_call_is_refused_by_a_stop_ends_without_a_traceback(monkeypatch):
+    """The grid's stop test printed an evaluate thread's traceback: a refused call (`Stopping`) ended the pool
+    thread through threading's excepthook."""
+    import threading
+
+    from ragzoo.runs import run_threads
+
+    reported, done = [], []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: reported.append(hook.exc_type))
+
+    def work(item):
+        if item == 1:
+            raise Stopping("the command is stopping")
+        done.append(item)
+
+    assert run_threads(work, [0, 1, 2, 3], threads=2) == 0
+    assert reported == [] and 0 in done and 1 not in done

@@ -1,0 +1,45 @@
+"""`--storage` (a grid's shared cells, a knob search's trials) opens through one routine, `ragzoo.storage`: a bad
+URL, a scheme with no driver, a server that is not there or a missing folder is refused in one line (review: an
+"internal error" of SQLAlchemy's, over several lines, for a compile's search), before anything is written."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from ragzoo.errors import ConfigError
+from ragzoo.storage import open_storage
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("url, says", [
+    ("bogus://x", "cannot connect or set up the database: Can't load plugin: sqlalchemy.dialects:bogus"),
+    ("notaurl", "give an Optuna storage URL"),
+    ("sqlite:///{tmp}/no/such/dir/s.db", "the folder {tmp}/no/such/dir does not exist"),
+    ("postgresql://u:secretpw@127.0.0.1:{port}/db", "cannot connect or set up the database"),
+])
+def test_a_storage_that_cannot_be_opened_is_refused_in_one_line(tmp_path, url, says):
+    url = url.format(tmp=tmp_path, port=_closed_port())
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        if url.startswith("postgresql"):
+            says = "no database driver for it here"
+    with pytest.raises(ConfigError) as refused:
+        open_storage(url)
+    message = str(refused.value)
+    assert says.format(tmp=tmp_path) in message and "\n" not in message and "secretpw" not in message
+
+
+def test_a_sqlite_storage_in_an_existing_folder_opens_and_reopens(tmp_path):
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    optuna.create_study(storage=open_storage(url), study_name="s")
+    assert [study.study_name for study in optuna.get_all_study_summaries(open_storage(url))] == ["s"]

@@ -1,0 +1,109 @@
+"""A grid file says what it means or is refused (grid review): every key known and of its type, in one line,
+before the grid folder is written or any cell runs. Before: an unknown key was ignored (`[compil]` ran every cell
+uncompiled), `cache = "false"` turned the cache on, a misspelt column dropped a row, a string where a number goes
+was an internal error, and an unknown dataset, knob or metric failed its cells one by one after the others were
+paid for."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from ragzoo.cli import main
+from ragzoo.errors import ConfigError
+from ragzoo.grid import parse_grid
+
+BASE = {"grid": {"name": "g", "n": 2, "lms": ["dry-run"]},
+        "datasets": [{"name": "hotpotqa", "split": "dev_first500", "metrics": ["em"], "label": "HotPotQA"}],
+        "methods": [{"id": "direct"}, {"id": "rag", "knobs": {"k": 2}, "paper": {"HotPotQA": {"em": 41.2}}}]}
+
+
+def _toml(value) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+def _file(data: dict) -> str:
+    lines = []
+    for table in ("grid", "compile"):
+        if table in data:
+            lines += [f"[{table}]", *(f"{key} = {_toml(item)}" for key, item in data[table].items())]
+    for array in ("datasets", "methods"):
+        for entry in data.get(array, []):
+            lines += [f"[[{array}]]", *(f"{key} = {_toml(item)}" for key, item in entry.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _with(path: str, value):
+    data = copy.deepcopy(BASE)
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[last] = value
+    return data
+
+
+@pytest.mark.parametrize("path, value, says", [
+    ("compil", {"optimizers": ["bootstrap"]}, "has no key 'compil'"),
+    ("methods.1.knob", {"k": 3}, "[[methods]] has no key 'knob'"),
+    ("grid.nn", 10, "[grid] has no key 'nn'"),
+    ("grid.lms", [{"spec": "openai/x", "api_base": "http://127.0.0.1:1/v1", "cache": "false"}],
+     "cache must be true or false"),
+    ("methods.1.columns", ["HotpotQA"], "names column 'HotpotQA', which is none of the datasets' labels"),
+    ("grid.seed", "x", "[grid] seed 'x': expected"),
+    ("grid.threads", "many", "[grid] threads 'many': expected"),
+    ("grid.n", 2.5, "[grid] n 2.5: expected"),
+    ("grid.n", 0, "[grid] n 0: expected"),
+    ("grid.scale", "pct", "scale must be a positive number"),
+    ("methods.1.knobs", 5, "knobs must be a table"),
+    ("methods.1.paper", {"HotPotQA": {"em": "41.2"}}, "paper.HotPotQA must be a table of numbers"),
+    ("methods.1.dataset_knobs", "x", "dataset_knobs must be a table"),
+    ("datasets.0.metrics", 5, "metrics must be a string or a list of strings"),
+    ("datasets.0.split", 5, "split must be a non-empty string"),
+    ("grid.lms", ["dry-run", "dry-run"], "names one LM twice"),
+])
+def test_a_grid_file_mistake_is_refused_in_one_line(path, value, says):
+    with pytest.raises(ConfigError) as refused:
+        parse_grid(_with(path, value), "g.toml")
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_grid_file_as_written_parses():
+    grid = parse_grid(copy.deepcopy(BASE), "g.toml")
+    assert [c.method.id for c in grid.cells()] == ["direct", "rag"] and grid.lms[0].cache is True
+    # one column given as a string is that column (it was read as its letters, and the row vanished)
+    one = parse_grid(_with("methods.1.columns", "HotPotQA"), "g.toml")
+    assert [c.method.id for c in one.cells()] == ["direct", "rag"]
+
+
+@pytest.mark.parametrize("path, value, says", [
+    ("datasets.0.name", "hotpotqaa", "hotpotqaa"),
+    ("datasets.0.metrics", ["emm"], "emm"),
+    ("methods.1.knobs", {"kk": 2}, "kk"),
+    ("grid.n", 501, "n = 501, but hotpotqa/dev_first500 has 500 questions"),
+    ("grid.retriever", "bm26:x.jsonl", "unknown retriever spec 'bm26:x.jsonl'"),
+])
+def test_a_cell_that_cannot_run_is_refused_before_the_grid_folder_is_written(tmp_path, capsys, path, value, says):
+    grid_file = tmp_path / "g.toml"
+    grid_file.write_text(_file(_with(path, value)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["sweep", str(grid_file), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len([line for line in err.splitlines() if line.strip()]) == 1, err
+    assert not out.exists()
+
+
+def test_a_storage_that_cannot_be_opened_is_refused_before_the_grid_folder_is_written(tmp_path, capsys):
+    grid_file = tmp_path / "g.toml"
+    grid_file.write_text(_file(BASE), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["sweep", str(grid_file), "--out", str(out), "--storage", "bogus://x"]) == 2
+    assert "--storage bogus://x: cannot connect" in capsys.readouterr().err and not out.exists()
