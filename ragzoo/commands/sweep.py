@@ -43,6 +43,9 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, help="worker processes of each cell's evaluation (evaluate "
                                                       "--processes; default: the grid's, else 1): past ~32 requests "
                                                       "in flight one interpreter is the limit")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="ask again the questions that failed in cells run before (an LM outage, timeouts): "
+                             "each such cell resumes with evaluate --retry-failed")
     parser.add_argument("--dry-run", action="store_true", help="price every cell and the total; run nothing")
     parser.add_argument("--price-as", metavar="MODEL", help="price the dry run as this model (default: each cell's "
                                                             "LM; openai/gpt-4o-mini for dry-run LMs)")
@@ -209,7 +212,7 @@ def run_grid(grid, args: argparse.Namespace) -> int:
     try:
         result = sweep(grid, out, parallel=args.parallel, max_cost=args.max_cost, storage=args.storage,
                        progress=view, max_calls=args.max_calls, price=args.price, price_per_hour=args.price_per_hour,
-                       say=say, track=track)
+                       say=say, track=track, retry_failed=args.retry_failed)
     finally:
         view.close()
     if result.interrupted:
@@ -231,10 +234,25 @@ def run_grid(grid, args: argparse.Namespace) -> int:
             print(f"no plot: {error}", file=sys.stderr)
     for key, reason in sorted(result.failed.items()):
         print(f"cell {key} failed: {reason} (log: {out / 'cells' / key / 'log.txt'})", file=sys.stderr)
+    failing = {key: state["failures"] for key, state in result.states.items() if state.get("failures")}
+    if failing:  # scored 0 in the table: said, and the exit says it too (as evaluate's does)
+        print(f"grid: {sum(failing.values())} question(s) failed in {len(failing)} cell(s) (an LM error or a "
+              f"timeout each; they score 0 above): rerun with --retry-failed to ask them again", file=sys.stderr)
     if result.stopped:
-        print(f"stopped: {result.stopped}; rerun the same command to continue", file=sys.stderr)
+        print(f"stopped: {result.stopped}; {_continue_advice(result.stopped)}", file=sys.stderr)
         return 3
-    return 1 if result.failed else 0
+    if result.failed:
+        return 1
+    from ragzoo.commands.evaluate import EXIT_FAILURES
+
+    return EXIT_FAILURES if failing else 0
+
+
+def _continue_advice(stopped: str) -> str:
+    """A grid's budget counts what its cells on disk used: the same command stops again at once (review)."""
+    if "--max-calls" in stopped or "--max-cost" in stopped or "budget" in stopped:
+        return "raise --max-calls/--max-cost to continue (the budget counts what the grid's cells already used)"
+    return "rerun the same command to continue"
 
 
 def kept_line(result) -> str:

@@ -144,6 +144,7 @@ def cell_state(out: Path, cell: Cell) -> dict:
     if (run / CONFIG_FILE).is_file():
         records = read_predictions(run / PREDICTIONS_FILE)
         state["done"] = len(records)
+        state["failures"] = sum(1 for r in records if r.get("error"))  # scored 0; `--retry-failed` asks them again
         state["cost"] += sum(float(r.get("cost") or 0) for r in records)
         state["lm_calls"] += sum(int(r.get("lm_calls") or 0) for r in records)
         state["cached_calls"] += sum(int(r.get("cached_calls") or 0) for r in records)
@@ -289,7 +290,7 @@ def compile_argv(cell: Cell, out: Path, max_cost: float | None = None, *, max_ca
 
 def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, resume: bool,
                   max_cost: float | None = None, *, max_calls: int | None = None, price: str | None = None,
-                  price_per_hour: float | None = None) -> list[str]:
+                  price_per_hour: float | None = None, retry_failed: bool = False) -> list[str]:
     dataset = cell.dataset
     argv = ["evaluate", "--dataset", dataset.name, "--out", str(run), "--threads", str(cell.grid.threads),
             *_common_args(cell, cell.lm.spec, cell.lm.api_base)]
@@ -307,12 +308,13 @@ def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, r
     if dataset.metrics:
         argv += ["--metric", ",".join(dataset.metrics)]
     if resume:
-        argv.append("--resume")
+        argv.append("--retry-failed" if retry_failed else "--resume")
     return argv + _spend_args(max_cost, max_calls, price, price_per_hour)
 
 
 def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls: int | None = None,
-             price: str | None = None, price_per_hour: float | None = None, meter=None) -> dict:
+             price: str | None = None, price_per_hour: float | None = None, meter=None,
+             retry_failed: bool = False) -> dict:
     """Compile (if the grid compiles and no artifact is there) and evaluate (resuming, extending to a larger n)
     one cell, in process, through the same code paths as `ragzoo compile` / `ragzoo evaluate`. `meter` (a
     `ragzoo.usage.Meter` the caller opened around this call) counts the compile's spend, which the evaluation's
@@ -323,7 +325,7 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
     base = cell_dir(out, cell)
     base.mkdir(parents=True, exist_ok=True)
     state = cell_state(out, cell)
-    if state["status"] == "done":
+    if state["status"] == "done" and not (retry_failed and state.get("failures")):
         return {**state, "exit": 0, "skipped": True}
     prices = {"price": price, "price_per_hour": price_per_hour}
     artifact = None
@@ -344,7 +346,8 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
                 return {**cell_state(out, cell), "exit": 3, "stage": "compile"}  # the compile used the budget
     run = base / "run"
     resume = (run / CONFIG_FILE).is_file()
-    code = ragzoo_main(evaluate_argv(cell, run, artifact, cell.n, resume, max_cost, max_calls=max_calls, **prices))
+    code = ragzoo_main(evaluate_argv(cell, run, artifact, cell.n, resume, max_cost, max_calls=max_calls,
+                                     retry_failed=retry_failed, **prices))
     return {**cell_state(out, cell), "exit": code, "stage": "evaluate"}
 
 
@@ -732,7 +735,7 @@ def _lines_of(path: Path, seen: dict, *, sums: bool = False) -> int:
 def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: float | None = None,
           storage: str | None = None, progress=None, quiet_cells: bool = True, max_calls: int | None = None,
           price: str | None = None, price_per_hour: float | None = None, say=None,
-          tick: float = 0.5, track=None) -> SweepResult:
+          tick: float = 0.5, track=None, retry_failed: bool = False) -> SweepResult:
     """Run the grid's cells (see the module docstring). `progress(snapshot)` is called at the start, every
     `tick` seconds while cells run (the running cells' questions done / total, calls, spend; the grid's ETA) and
     after each cell; `say(line)` gets one-line notices (where a resume starts). Ctrl-C (SIGINT, when run from the
@@ -784,7 +787,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         adopt_legacy_dir(out, cell)
         state = cell_state(out, cell)
         result.states[cell.key] = state
-        if state["status"] != "done":
+        if state["status"] != "done" or (retry_failed and state.get("failures")):
             todo.append(cell)
     by_key = {cell.key: cell for cell in cells}
     counted = [cell for cell in cells if cell.key not in result.skipped]
@@ -902,7 +905,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                                         "base": (seen.get("calls", 0), seen.get("cost", 0.0))}
                     claims.heartbeat(token)
                     state = run_cell(cell, out, price=price, price_per_hour=price_per_hour, meter=meter,
-                                     **cell_budget)
+                                     retry_failed=retry_failed, **cell_budget)
             except KeyboardInterrupt:
                 state = {**cell_state(out, cell), "exit": 130, "stage": "interrupted"}
             except Exception as error:  # noqa: BLE001 - one cell's failure must not end the grid

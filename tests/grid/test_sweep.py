@@ -77,12 +77,14 @@ def test_dry_run_prices_cells_and_total_before_running(tmp_path, capsys):
     assert "evaluation:" in text and "compile:" in text
 
 
-def test_grid_budget_stops_before_spending_more(tmp_path, stub_server, grid_env):
+def test_grid_budget_stops_before_spending_more(tmp_path, stub_server, grid_env, capsys):
     grid = write_tiny(tmp_path / "tiny.toml", n=3, lms=stub_lms(stub_server))
     out = tmp_path / "g"
     # a budget of 0 dollars: nothing may be sent
     code = main(["sweep", str(grid), "--out", str(out), "--quiet", "--max-cost", "0"])
     assert code == 3 and stub_server.requests == 0
+    # the budget counts what the grid's cells used: the same command would stop again (review: it said to rerun it)
+    assert "raise --max-calls/--max-cost to continue" in capsys.readouterr().err
 
 
 def test_parallel_cells_share_one_request_limit_per_endpoint(tmp_path, stub_server, grid_env):
@@ -156,3 +158,25 @@ def test_two_workers_share_one_storage_each_cell_once_same_table(tmp_path, stub_
     shared_table = json.loads((shared / "results.json").read_text())
     assert shared_table["comparisons"] and all("p_value" in c for c in shared_table["comparisons"])
     print(f"two workers {two_workers:.1f}s")
+
+
+def test_questions_an_outage_failed_are_said_and_asked_again_with_retry_failed(tmp_path, grid_env, capsys):
+    """Review: a cell whose every question failed (an LM outage) was "done": the sweep exited 0, said nothing, and a
+    rerun with the LM back sent no request. Now the sweep says how many failed and exits 4 (as evaluate does);
+    the same command keeps them (as evaluate's --resume does), --retry-failed asks them again."""
+    from ragzoo.stubserver import StubLMServer
+
+    failing = True
+    with StubLMServer(faults=lambda index, body: "400" if failing else None) as server:
+        grid = write_tiny(tmp_path / "g.toml", n=2, lms=stub_lms(server))
+        out = tmp_path / "out"
+        argv = ["sweep", str(grid), "--out", str(out), "--quiet", "--methods", "direct"]
+        assert main(argv) == 4
+        assert "grid: 2 question(s) failed in 1 cell(s)" in capsys.readouterr().err
+        failing = False
+        asked = server.requests
+        assert main(argv) == 4 and server.requests == asked  # kept as they are without the flag
+        capsys.readouterr()
+        assert main([*argv, "--retry-failed"]) == 0
+        assert server.requests == asked + 2
+    assert "failed in" not in capsys.readouterr().err
