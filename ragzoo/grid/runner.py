@@ -791,7 +791,9 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             todo.append(cell)
     by_key = {cell.key: cell for cell in cells}
     counted = [cell for cell in cells if cell.key not in result.skipped]
-    resumed = sum(result.states[c.key]["done"] for c in counted)
+    # a cell run before at a larger -n counts as its n now (progress said "resuming from 24/18")
+    resumed = sum(min(result.states[c.key]["done"], result.states[c.key].get("total") or result.states[c.key]["done"])
+                  for c in counted)
     if say is not None and resumed and todo:
         asked = [result.states[c.key].get("total") for c in counted]
         of = f"/{sum(asked)}" if None not in asked else ""

@@ -83,8 +83,11 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
                      cost_per_question_uncached=(used["cost"] + used["cached_cost"]) / max(1, n_done),
                      latency_mean=sum(float(r.get("latency") or 0) for r in records) / max(1, n_done))
         flags = []
-        if n_done < n_asked:
+        partial = n_done < n_asked
+        if partial:
             flags.append(f"partial {n_done}/{n_asked}")
+        if grid.n is not None and n_done > grid.n:  # run before at a larger -n: its mean is over more questions
+            flags.append(f"{n_done} questions, the grid asks {grid.n}")
         if n_done and failures / n_done > MOSTLY_FAILED:
             flags.append(f"mostly failed ({failures}/{n_done})")
         entry["status"] = "; ".join(flags) or "done"
@@ -96,10 +99,14 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
             interval = stats.bootstrap_ci(scores, resamples=resamples, seed=seed)
             paper = entry["paper"].get(metric)
             ours = interval.mean * grid.scale
+            # a partial cell's mean is of the questions it reached: shown with its flag, but set beside neither
+            # the paper (no delta) nor another row (no paired test) as if it were the row's result
             entry["metrics"][metric] = {"ours": ours, "low": interval.low * grid.scale,
                                         "high": interval.high * grid.scale, "paper": paper,
-                                        "delta": None if paper is None else ours - paper}
-            per_row_scores[(row_name, cell.dataset.label, metric)] = {str(r["id"]): s for r, s in zip(records, scores)}
+                                        "delta": None if paper is None or partial else ours - paper}
+            if not partial:
+                per_row_scores[(row_name, cell.dataset.label, metric)] = {str(r["id"]): s
+                                                                          for r, s in zip(records, scores)}
     comparisons = _comparisons(grid, rows, per_row_scores, resamples, seed)
     return {"grid": grid.name, "title": grid.title, "paper": grid.paper, "scale": grid.scale,
             "ci": f"95% {stats.CI_METHOD_NAME} ({resamples} resamples, seed {seed})", "test": stats.PAIRED_TEST_NAME,

@@ -180,3 +180,56 @@ def test_questions_an_outage_failed_are_said_and_asked_again_with_retry_failed(t
         assert main([*argv, "--retry-failed"]) == 0
         assert server.requests == asked + 2
     assert "failed in" not in capsys.readouterr().err
+
+
+PAIR = """
+[grid]
+name = "pair"
+n = {n}
+main = "Direct"
+lms = [{lms}]
+
+[[datasets]]
+name = "hotpotqa"
+split = "dev_first500"
+metrics = ["em"]
+label = "HotPotQA"
+
+[[methods]]
+id = "direct"
+label = "Direct"
+paper = {{ HotPotQA = {{ em = 30.4 }} }}
+
+[[methods]]
+id = "rag"
+label = "RAG"
+knobs = {{ k = 2 }}
+paper = {{ HotPotQA = {{ em = 41.2 }} }}
+"""
+
+
+def test_a_partial_cell_is_set_beside_neither_the_paper_nor_another_row(tmp_path, stub_server, grid_env):
+    """Review: RAG cut at 2 of 6 questions read `100.0 (partial 2/6) | 41.2 | +58.8` and entered the paired test.
+    Its mean is shown with its flag; the delta and the test are withheld. A cell run before at a larger -n is
+    flagged: its mean is over other questions than the grid's n."""
+    from ragzoo.grid import load_grid
+    from ragzoo.grid import table as results
+
+    grid_file = tmp_path / "pair.toml"
+    grid_file.write_text(PAIR.format(n=3, lms=stub_lms(stub_server)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["sweep", str(grid_file), "--out", str(out), "--quiet"]) == 0
+    built = results.build(load_grid(grid_file), out)
+    rag = next(row for row in built["rows"] if row["label"] == "RAG")["cells"]["HotPotQA"]
+    assert rag["status"] == "done" and rag["metrics"]["em"]["delta"] is not None and built["comparisons"]
+    predictions = next((out / "cells").glob("rag__*")) / "run" / "predictions.jsonl"
+    predictions.write_text(predictions.read_text().splitlines(keepends=True)[0])  # as if cut after one question
+    built = results.build(load_grid(grid_file), out)
+    rag = next(row for row in built["rows"] if row["label"] == "RAG")["cells"]["HotPotQA"]
+    assert rag["status"] == "partial 1/3" and rag["metrics"]["em"]["delta"] is None
+    assert rag["metrics"]["em"]["ours"] is not None and built["comparisons"] == []
+    smaller = tmp_path / "smaller.toml"
+    smaller.write_text(PAIR.format(n=2, lms=stub_lms(stub_server)), encoding="utf-8")
+    built = results.build(load_grid(smaller), out)
+    direct = next(row for row in built["rows"] if row["label"] == "Direct")["cells"]["HotPotQA"]
+    assert direct["status"] == "3 questions, the grid asks 2"
