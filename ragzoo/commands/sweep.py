@@ -179,6 +179,7 @@ class ProgressView:
 def run_grid(grid, args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from ragzoo.errors import ConfigError
     from ragzoo.grid import table as results
     from ragzoo.grid.price import format_prices, price_grid
     from ragzoo.grid.runner import runnable, sweep
@@ -188,11 +189,19 @@ def run_grid(grid, args: argparse.Namespace) -> int:
     for label, reason in not_runnable:
         print(f"{label}: {reason}", file=sys.stderr)
     if args.dry_run:
+        if args.price is not None or args.price_per_hour is not None:  # the dry run prices a listed model's tokens
+            raise ConfigError("a dry run prices every cell as a model of LiteLLM's price table: name one with "
+                              "--price-as MODEL (e.g. openai/gpt-4o-mini); --price/--price-per-hour bound a real run")
         if not grid.lms:
             from ragzoo.grid.spec import LMEntry
 
             grid.lms = [LMEntry(f"dry-run:{args.price_as or 'openai/gpt-4o-mini'}")]
-        prices = price_grid(grid, sample=args.price_sample, price_as=args.price_as, paper_n=args.paper_n)
+        try:
+            prices = price_grid(grid, sample=args.price_sample, price_as=args.price_as, paper_n=args.paper_n)
+        except ConfigError as error:
+            if "no price for model" not in str(error) or args.price_as:
+                raise
+            raise ConfigError(f"{error}; or price the dry run as one with --price-as MODEL") from None
         print(format_prices(prices, args.price_as or "each cell's LM"))
         return 0
     out = Path(args.out or Path("runs") / "grids" / grid.name)

@@ -626,7 +626,9 @@ def write_grid_file(grid: Grid, out: Path, cells: list[Cell]) -> None:
     found = claim(out, "grid")  # a grid writes only into a folder ragzoo made for a grid (or a new/empty one)
     out = found.path
     out.mkdir(parents=True, exist_ok=True)
-    record = {"name": grid.name, "title": grid.title, "source": grid.source, "paper": grid.paper,
+    # the grid file as a path from anywhere: `ragzoo report OUT` is run from other folders than the sweep
+    source = str(Path(grid.source).resolve()) if grid.source and Path(grid.source).is_file() else grid.source
+    record = {"name": grid.name, "title": grid.title, "source": source, "paper": grid.paper,
               "n": grid.n, "seed": grid.seed, "optimizers": grid.optimizers,
               "lms": [{"spec": lm.spec, "api_base": strip_url(lm.api_base)} for lm in grid.lms],
               "cells": [{"key": c.key, "method": c.method.id, "label": c.method.label, "knobs": c.knobs,

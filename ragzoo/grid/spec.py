@@ -324,7 +324,12 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
     names = [lm.name for lm in lms]
     if len(set(names)) != len(names):  # one cell folder and one row for two LMs: give each a label
         raise ConfigError(f"{where}: [grid] lms names one LM twice ({', '.join(names)}); give each a distinct label")
-    grid = Grid(name=_text(head, "name", "[grid]", where) or (Path(source).stem if source else "grid"),
+    name = _text(head, "name", "[grid]", where)
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        # it names the default grid folder (runs/grids/NAME): a path there wrote wherever the file said
+        raise ConfigError(f"{where}: [grid] name {name!r} must be letters, digits, '.', '_' or '-' (it names the "
+                          f"grid's folder under runs/grids)")
+    grid = Grid(name=name or (Path(source).stem if source else "grid"),
                 title=_text(head, "title", "[grid]", where) or _text(head, "name", "[grid]", where) or "grid",
                 methods=methods, datasets=datasets, optimizers=optimizers, lms=lms,
                 n=_number(head, "n", None, where), seed=_number(head, "seed", 0, where),

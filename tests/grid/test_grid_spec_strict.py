@@ -69,6 +69,8 @@ def _with(path: str, value):
     ("datasets.0.metrics", 5, "metrics must be a string or a list of strings"),
     ("datasets.0.split", 5, "split must be a non-empty string"),
     ("grid.lms", ["dry-run", "dry-run"], "names one LM twice"),
+    ("grid.name", "../../escaped", "[grid] name '../../escaped' must be letters"),
+    ("grid.name", "/tmp/abs", "[grid] name '/tmp/abs' must be letters"),
 ])
 def test_a_grid_file_mistake_is_refused_in_one_line(path, value, says):
     with pytest.raises(ConfigError) as refused:
@@ -107,3 +109,27 @@ def test_a_storage_that_cannot_be_opened_is_refused_before_the_grid_folder_is_wr
     out = tmp_path / "out"
     assert main(["sweep", str(grid_file), "--out", str(out), "--storage", "bogus://x"]) == 2
     assert "--storage bogus://x: cannot connect" in capsys.readouterr().err and not out.exists()
+
+
+def test_report_finds_the_grid_file_from_another_folder(tmp_path, monkeypatch, capsys):
+    """Review: grid.json kept the grid file's path as given (relative), and `ragzoo report OUT` run from another
+    folder said the grid file was gone."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "g.toml").write_text(_file(BASE), encoding="utf-8")
+    monkeypatch.chdir(work)
+    assert main(["sweep", "g.toml", "--out", "out", "--quiet"]) == 0
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["report", str(work / "out")]) == 0
+    assert "rag k=2 | hotpotqa/dev_first500" in capsys.readouterr().out
+
+
+def test_a_dry_run_says_how_to_price_an_unpriced_model(tmp_path, capsys):
+    """Review: --price was ignored by --dry-run, and the refusal did not name --price-as, the flag that works."""
+    grid_file = tmp_path / "g.toml"
+    grid_file.write_text(_file(_with("grid.lms", ["openai/stub"])), encoding="utf-8")
+    assert main(["sweep", str(grid_file), "--dry-run", "--price", "0.1,0.2"]) == 2
+    assert "name one with --price-as MODEL" in capsys.readouterr().err
+    assert main(["sweep", str(grid_file), "--dry-run", "--price-sample", "1"]) == 2
+    assert "or price the dry run as one with --price-as MODEL" in capsys.readouterr().err
