@@ -396,13 +396,21 @@ def strip_url(url: Any) -> Any:
         port = parts.port
     except ValueError:
         return MASK
-    for value in url_credentials(url):
+    # a database file's or a file's URL (sqlite:///runs/a_long_folder_name_2024/s.db): its path is where it is,
+    # not a token (a long folder name was registered as a secret and masked in every output)
+    paths = parts.scheme.split("+")[0].lower() not in _FILE_SCHEMES
+    for value in url_credentials(url, paths=paths):
         register_secret(value)
+    if not paths:  # as given, less its query and fragment (urlunsplit would make sqlite:////abs a host "abs")
+        return url.split("#", 1)[0].split("?", 1)[0]
     if ":" in host:
         host = f"[{host}]"
     netloc = f"{host}:{port}" if port else host
     path = "/".join(MASK if _is_token_segment(unquote(segment)) else segment for segment in parts.path.split("/"))
     return urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+_FILE_SCHEMES = ("sqlite", "file")
 
 
 def strip_endpoint(endpoint: str) -> str:

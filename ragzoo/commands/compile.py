@@ -261,6 +261,11 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
         print(f"ragzoo compile: {found.pending} trial(s) still running in other workers of this search; the worker "
               f"that finishes last saves {config['out']}", file=sys.stderr)
         return 0
+    if found.best_program is None:  # the best trial ran before, and the budget left none to compile it again
+        print(f"ragzoo compile: stopped: {stopped}; the finished trials are kept in the search's storage: rerun "
+              f"with a larger --max-calls/--max-cost to compile the best one and save {config['out']}",
+              file=sys.stderr)
+        return 3
     if storage and not config["force"] and not claim_once(storage, f"{found.study_name}:saved:"
                                                                    f"{Path(config['out']).resolve()}") \
             and Path(config["out"]).exists():

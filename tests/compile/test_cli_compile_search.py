@@ -55,3 +55,22 @@ def test_search_prints_typed_trials_once_each_and_resumes_from_its_storage(tmp_p
     # the same command again: every trial is in the storage, none is run
     assert main([*args, "--force"]) == 0, capsys.readouterr().err
     assert "0 run here" in capsys.readouterr().out
+
+
+def test_a_budget_stop_after_the_best_trial_ran_before_says_so_and_saves_nothing(tmp_path, capsys):
+    """Review: a search resumed from its storage, stopped by the budget while its best trial had run in an earlier
+    run, crashed (AttributeError 'NoneType' ... named_predictors): no budget was left to compile the best again."""
+    from ragzoo.stubserver import StubLMServer
+
+    with StubLMServer() as server:
+        args = ["compile", "--method", "rag", "--dataset", "hotpotqa", "--train-n", "3", "--dev-n", "3",
+                "--optimizer", "none", "--search", "k=3,5", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                "--lm", "openai/stub-model", "--api-base", server.base_url + "/v1",
+                "--retriever", f"bm25:{_corpus(tmp_path)}"]
+        assert main([*args, "--trials", "1", "--out", str(tmp_path / "ks1")]) == 0, capsys.readouterr().err
+        capsys.readouterr()
+        code = main([*args, "--trials", "2", "--max-calls", "1", "--no-cache", "--out", str(tmp_path / "ks2")])
+    err = capsys.readouterr().err
+    assert code == 3 and "internal error" not in err, err
+    assert "rerun with a larger --max-calls/--max-cost to compile the best one" in err
+    assert not (tmp_path / "ks2").exists()

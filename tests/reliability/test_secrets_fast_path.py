@@ -79,3 +79,16 @@ def test_holds_secret_never_misses_what_scrub_would_hide(monkeypatch):
         elif changed:
             dirty_seen += 1
     assert clean_seen > 500 and dirty_seen > 500
+
+
+def test_a_database_files_folder_is_not_taken_for_a_token():
+    """Review (found through a compile's search): a manifest naming `sqlite:///.../a_long_folder_name_0/s.db`
+    registered the folder name as a secret, and every later output showed the path with `***` in it. A file's
+    URL is where it is; its password (a database server's URL) is still hidden."""
+    folder = "test_a_budget_stop_after_the_b0"
+    assert secrets.strip_url(f"sqlite:////tmp/{folder}/s.db") == f"sqlite:////tmp/{folder}/s.db"
+    assert secrets.redact(f"saved /tmp/{folder}/ks1") == f"saved /tmp/{folder}/ks1"
+    assert secrets.strip_url("postgresql://user:pw9secret@db:5432/grid") == "postgresql://db:5432/grid"
+    assert secrets.redact("login pw9secret refused") == "login *** refused"
+    token = "a1b2c3d4e5f6a1b2c3d4e5f6a1b2c3d4"
+    assert secrets.strip_url(f"https://host/v1/{token}/chat") == "https://host/v1/***/chat"  # an LM URL's token
