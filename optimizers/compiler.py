@@ -61,6 +61,7 @@ class CompileResult:
     staged: list[dict] = field(default_factory=list)  # one record per compile stage of the method
     selection_score: bool = False  # the dev score is also what the optimizer selected on (optimistic)
     val_scores: list[float] = field(default_factory=list)  # per dev question, in valset order (for a CI)
+    val_failures: int = 0  # dev questions that got no answer (an LM or parse error), scored 0
 
     @property
     def usage(self) -> Usage:
@@ -304,9 +305,13 @@ def score_program(program, examples: list, metric: SafeMetric, threads: int = 1)
     return sum(scores) / len(scores) if scores else 0.0
 
 
-def score_examples(program, examples: list, metric: SafeMetric, threads: int = 1) -> list[float]:
-    """The metric of `program` on each of `examples`, in their order; a failing example scores 0."""
+def score_examples(program, examples: list, metric: SafeMetric, threads: int = 1,
+                   failures: list[str] | None = None) -> list[float]:
+    """The metric of `program` on each of `examples`, in their order; a failing example scores 0 (and its error,
+    one line, goes to `failures`)."""
     from dspy.utils.parallelizer import ParallelExecutor
+
+    from ragzoo.errors import error_line
 
     if not examples:
         return []
@@ -322,6 +327,8 @@ def score_examples(program, examples: list, metric: SafeMetric, threads: int = 1
             return 0.0
         except Exception as error:  # parse errors, LM errors: scored 0, the validation goes on
             logger.debug("validation example failed: %s", error)
+            if failures is not None:
+                failures.append(f"{type(error).__name__}: {error_line(error)}")
             return 0.0
         return metric(example, prediction)
 
@@ -500,9 +507,15 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
             result.stopped = "budget reached during compile"
         if validate and valset and result.stopped is None:
             started, before = time.perf_counter(), meter.usage.snapshot()
+            failed: list[str] = []
             try:
-                result.val_scores = score_examples(result.program, valset, safe, threads)
+                result.val_scores = score_examples(result.program, valset, safe, threads, failed)
                 result.score = sum(result.val_scores) / len(result.val_scores)
+                if failed:  # scored 0 as wrong answers would be: said, never only a low score
+                    result.val_failures = len(failed)
+                    result.notes.append(f"{len(failed)} of {len(valset)} dev question(s) failed (no answer: "
+                                        f"{failed[0]}{' ...' if len(failed) > 1 else ''}); they score 0 in the dev "
+                                        f"score")
             except BudgetExceeded as error:
                 result.stopped = f"{error} during validation; the score is missing"
             finally:

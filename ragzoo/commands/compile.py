@@ -161,7 +161,7 @@ def print_stages(result, out=None, estimate: bool = False) -> None:
               file=out)
         print(f"{'total cost':<16}{'':>46}{t.total_cost:>11.4f}", file=out)
     for note in getattr(result, "notes", None) or []:  # a stage skipped or labelled otherwise is never silent
-        if note.startswith("compile stage "):
+        if note.startswith("compile stage ") or "dev question(s) failed" in note:
             print(f"note: {note}", file=out)
 
 
@@ -413,7 +413,7 @@ def run(args: argparse.Namespace) -> int:
          dev_split=_dev_split_label(config), defaults_used=config.get("defaults_used"),
          sizes={"train": len(train), "dev": len(dev)}, optimizer=config["optimizer"],
          optimizer_settings=result.settings, metric=result.metric, score=result.score,
-         lm=lm_description(lm), seed=config["seed"], usage=result.usage.to_dict(),
+         val_failures=result.val_failures, lm=lm_description(lm), seed=config["seed"], usage=result.usage.to_dict(),
          stages=[stage.to_dict() for stage in result.stages], cost=round(result.usage.cost, 6),
          stopped=result.stopped, notes=result.notes, compile_stages=result.staged,
          adapter=adapter_name(adapter), max_reasks=getattr(adapter, "max_reasks", None),

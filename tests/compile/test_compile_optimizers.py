@@ -157,3 +157,18 @@ def test_settings_of_the_right_type_pass_the_check():
     check_preset_settings(get_preset("mipro")[0], {"auto": None, "num_candidates": 3, "init_temperature": 1})
     check_preset_settings(get_preset("bootstrap-rs")[0], {"num_candidate_programs": -2, "stop_at_score": 0.9})
     check_preset_settings(get_preset("gepa")[0], {"auto": "heavy", "max_metric_calls": 50})
+
+
+def test_dev_questions_that_failed_are_counted_and_said_not_only_scored_0(tiny_retriever, make_examples):
+    """Review: every dev reply unreadable gave `dev em=0.000`, a manifest with no note, exit 0: as if the program
+    had answered wrong. The failures are counted (`val_failures`) and said in a note."""
+    from ragzoo.adapters import make_adapter
+    from ragzoo.testing import ScriptedLM
+
+    lm = ScriptedLM(default=lambda context: "no fields at all here")
+    program = programs.get("_tinyqa", retriever=tiny_retriever)
+    with dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=0)):
+        result = compile_program(program, trainset=make_examples(2), valset=make_examples(3, "d"), optimizer="none",
+                                 metric=EM)
+    assert result.score == 0.0 and result.val_failures == 3
+    assert any(note.startswith("3 of 3 dev question(s) failed (no answer: ") for note in result.notes)
