@@ -80,6 +80,7 @@ class CompileResult:
 CHECKPOINT_SUFFIX = ".checkpoint"
 _CHECKPOINT_FILE = "checkpoint.json"
 _BOOTSTRAP_FILE = "bootstrap.json"
+_SPENT_FILE = "spent.json"  # what the runs that kept this progress spent (`Usage.to_dict`), summed
 
 
 def checkpoint_path(out) -> Path:
@@ -195,9 +196,23 @@ class CompileCheckpoint:
 
         if not self.path.is_dir():
             return False
-        kept = ownership.ragzoo_files(self.path, "checkpoint") - {ownership.MARKER, _CHECKPOINT_FILE}
+        kept = ownership.ragzoo_files(self.path, "checkpoint") - {ownership.MARKER, _CHECKPOINT_FILE, _SPENT_FILE}
         return any(entry.name in kept and not (entry.is_dir() and not any(entry.iterdir()))
                    for entry in self.path.iterdir())
+
+    def spent(self) -> Usage:
+        """What the earlier runs of this compile spent (their calls were made; a resumed compile counts them)."""
+        try:
+            return Usage.from_dict(self.read(_SPENT_FILE) or {})
+        except (ConfigError, AttributeError, TypeError, ValueError):
+            return Usage()  # a damaged spend record: the compile goes on, counting from here
+
+    def add_spent(self, usage: Usage) -> None:
+        """Add a run's spend to the record, once the optimizer kept progress here (nothing to resume otherwise)."""
+        if self.has_progress():
+            total = self.spent()
+            total.merge(usage)
+            self.write(_SPENT_FILE, total.to_dict())
 
     def kept(self) -> str:
         """What the checkpoint holds, in words (for Ctrl-C and budget stops)."""

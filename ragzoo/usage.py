@@ -162,6 +162,15 @@ class Usage:
         delta.server_cost = now.server_cost - earlier.server_cost
         return delta
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Usage":
+        """The `Usage` whose `to_dict` is `data` (a checkpoint's spend): unknown or missing entries are 0."""
+        usage = cls(by_signature={name: dict(per) for name, per in (data.get("by_signature") or {}).items()})
+        for name in (*cls._COUNTS, "cost", "cached_cost", "latency", "server_seconds", "server_cost"):
+            value = data.get(name) or 0
+            setattr(usage, name, float(value) if isinstance(getattr(usage, name), float) else int(value))
+        return usage
+
     def to_dict(self) -> dict[str, Any]:
         self._fresh()
         with self._lock:

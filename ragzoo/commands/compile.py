@@ -381,19 +381,39 @@ def run(args: argparse.Namespace) -> int:
         if checkpoint.resumed:
             print(f"ragzoo compile: resuming from {checkpoint.kept()}", file=sys.stderr)
     INTERRUPTED.checkpoint = checkpoint  # Ctrl-C from here on says what the checkpoint kept
-    try:
-        with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr), \
-                track.working(config.get("out")):  # optimizers print
-            result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
-                                     metric=config["metric"], seed=int(config["seed"]),
-                                     threads=int(config["threads"]), settings=_settings(config.get("optimizer_setting")),
-                                     max_calls=config.get("max_calls"), max_cost=config.get("max_cost"),
-                                     stage_resources={"dataset": config.get("dataset")},
-                                     **({"checkpoint": checkpoint} if checkpoint is not None else {}))
-    except BaseException:
-        if checkpoint is not None and not checkpoint.has_progress():
-            checkpoint.remove()  # a compile that failed before keeping anything leaves no folder behind
-        raise
+    # a resumed compile's earlier runs were paid: they count against --max-calls/--max-cost and in the manifest
+    from ragzoo.usage import Usage, metering
+
+    earlier = checkpoint.spent() if checkpoint is not None and checkpoint.resumed else Usage()
+    max_calls, max_cost = config.get("max_calls"), config.get("max_cost")
+    if max_calls is not None:
+        max_calls = max(0, max_calls - (earlier.lm_calls - earlier.cached_calls))
+    if max_cost is not None:
+        max_cost = max(0.0, max_cost - earlier.total_cost)
+    with metering() as this_run:  # what this run sends, however it ends
+        try:
+            with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr), \
+                    track.working(config.get("out")):  # optimizers print
+                result = compile_program(program, trainset=train, valset=dev, optimizer=config["optimizer"],
+                                         metric=config["metric"], seed=int(config["seed"]),
+                                         threads=int(config["threads"]),
+                                         settings=_settings(config.get("optimizer_setting")),
+                                         max_calls=max_calls, max_cost=max_cost,
+                                         stage_resources={"dataset": config.get("dataset")},
+                                         **({"checkpoint": checkpoint} if checkpoint is not None else {}))
+        except BaseException:
+            if checkpoint is not None and not checkpoint.has_progress():
+                checkpoint.remove()  # a compile that failed before keeping anything leaves no folder behind
+            elif checkpoint is not None:
+                checkpoint.add_spent(this_run.usage)
+            raise
+    if checkpoint is not None and result.stopped:
+        checkpoint.add_spent(this_run.usage)
+    usage = result.usage
+    if earlier.lm_calls or earlier.total_cost:
+        usage.merge(earlier)
+        result.notes.append(f"resumed: the usage counts the earlier runs' {earlier.lm_calls} LM call(s) and "
+                            f"${earlier.total_cost:.4f}; this run: {result.usage.lm_calls} call(s)")
     source = config.get("dataset") or config.get("data")
     if dry_run:
         priced = getattr(lm, "priced_model", "")
@@ -413,8 +433,8 @@ def run(args: argparse.Namespace) -> int:
          dev_split=_dev_split_label(config), defaults_used=config.get("defaults_used"),
          sizes={"train": len(train), "dev": len(dev)}, optimizer=config["optimizer"],
          optimizer_settings=result.settings, metric=result.metric, score=result.score,
-         val_failures=result.val_failures, lm=lm_description(lm), seed=config["seed"], usage=result.usage.to_dict(),
-         stages=[stage.to_dict() for stage in result.stages], cost=round(result.usage.cost, 6),
+         val_failures=result.val_failures, lm=lm_description(lm), seed=config["seed"], usage=usage.to_dict(),
+         stages=[stage.to_dict() for stage in result.stages], cost=round(usage.cost, 6),
          stopped=result.stopped, notes=result.notes, compile_stages=result.staged,
          adapter=adapter_name(adapter), max_reasks=getattr(adapter, "max_reasks", None),
          config={k: v for k, v in config.items() if k not in ("force",)})

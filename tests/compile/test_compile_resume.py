@@ -165,3 +165,28 @@ def test_a_damaged_bootstrap_checkpoint_is_refused_in_one_line(tiny_retriever, t
     assert not lm.calls
     state.write_text("{")  # what a stop then says it kept: never an internal error on the way out
     assert CompileCheckpoint(where, FINGERPRINT).kept() == f"a damaged bootstrap checkpoint in {where}"
+
+
+def test_a_resumed_compile_counts_what_its_earlier_runs_spent(tmp_path, capsys, monkeypatch):
+    """Review: each resume's budget started from 0 (`--max-calls 5` and --resume, again and again, spent without
+    bound, though the stop asked for "a larger budget"), and the manifest counted only the last run's calls (3
+    recorded against 18 sent). The checkpoint keeps the spend of the runs that kept its progress."""
+    from ragzoo.cli import main
+    from ragzoo.stubserver import StubLMServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    out = tmp_path / "art"
+    with StubLMServer() as server:  # placeholder answers: every training question is tried, one call each
+        argv = ["compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "6", "--dev-n", "0",
+                "--lm", "openai/stub-model", "--api-base", server.base_url + "/v1", "--no-cache", "--out", str(out)]
+        assert main([*argv, "--max-calls", "2"]) == 3
+        assert server.requests == 2
+        assert main([*argv, "--max-calls", "2", "--resume", "--force"]) == 3
+        assert server.requests == 2  # its 2 calls were spent: nothing more under the same budget
+        assert main([*argv, "--max-calls", "4", "--resume", "--force"]) == 3
+        assert server.requests == 4
+        assert main([*argv, "--resume", "--force"]) == 0
+        sent = server.requests
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sent == 6 and manifest["usage"]["lm_calls"] == sent
+    assert any("the usage counts the earlier runs' 4 LM call(s)" in note for note in manifest["notes"])
