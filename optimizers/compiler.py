@@ -428,6 +428,11 @@ def check_preset_settings(preset: OptimizerPreset, settings: dict) -> None:
     _check_settings(preset.name, getattr(tp, target), settings, own)
 
 
+def _stop_at_budget(gepa_state=None) -> bool:
+    """A GEPA stopper (`gepa.utils.StopperProtocol`): the compile's budget is reached."""
+    return exceeded_budget() is not None
+
+
 def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetric, threads: int, seed: int,
                        trainset: list, checkpoint: CompileCheckpoint | None = None):
     """The DSPy teleprompter object of `preset` with `settings` (constructor signatures of DSPy 3.4.1); with a
@@ -456,8 +461,16 @@ def build_teleprompter(preset: OptimizerPreset, settings: dict, metric: SafeMetr
             options.setdefault("log_dir", str(checkpoint.folder("gepa")))  # GEPA resumes from its own state
         from ragzoo.optimizers.feedback import feedback_metric
 
+        # a budget stop ends GEPA at its next iteration: the refused calls are caught inside DSPy's evaluation and
+        # scored as failures, so without this it spent its whole rollout budget on them and saved that state in
+        # the checkpoint (a resume then had nothing left to search)
+        extra = dict(options.pop("gepa_kwargs", None) or {})
+        stoppers = extra.get("stop_callbacks") or []
+        stoppers = list(stoppers) if isinstance(stoppers, (list, tuple)) else [stoppers]
+        extra["stop_callbacks"] = [*stoppers, _stop_at_budget]
         # GEPA's reflection reads why an answer was wrong (EM/F1 and the stage records), not only its score
-        return tp.GEPA(metric=feedback_metric(metric), num_threads=threads, seed=seed, **options)
+        return tp.GEPA(metric=feedback_metric(metric), num_threads=threads, seed=seed, gepa_kwargs=extra,
+                       **options)
     if name == "SIMBA":
         options = dict(settings)
         options["bsize"] = max(1, min(int(options.get("bsize", 32)), len(trainset)))

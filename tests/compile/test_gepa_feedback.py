@@ -77,3 +77,31 @@ def test_gepa_compile_hands_the_feedback_to_the_reflection_lm(make_examples):
     assert "Retrieval miss" in seen[0] and "final context" in seen[0]  # TinyQA records no stages: its passages
     assert "retrieved 2 passage(s); none carries the evidence" in seen[0]
     assert "This trajectory got a score of" not in seen[0]
+
+
+def test_a_budget_stop_ends_gepa_at_its_next_iteration(make_examples, monkeypatch):
+    """Review: GEPA stopped by --max-calls went on iterating with every call refused (caught inside DSPy's
+    evaluation, scored as failures) until its rollout budget was gone, and kept that state for --resume. A
+    stopper ends it at the next iteration: few calls are asked past the budget, not the rest of its rollouts."""
+    import ragzoo.usage as usage
+
+    asked = []
+    real_reserve = usage._reserve_open_budgets
+
+    def counting(*args, **kwargs):
+        asked.append(1)
+        return real_reserve(*args, **kwargs)
+
+    monkeypatch.setattr(usage, "_reserve_open_budgets", counting)
+    reflect = ScriptedLM(default=lambda call: {name: "Answer briefly." for name in call.signature.output_fields})
+    lm = dspy.utils.DummyLM([{"answer": "nope"}] * 600)
+    usage.attach(lm)
+    program = programs.get("_tinyqa", retriever=StaticRetriever(make_passages(6)), k=2)
+    examples = make_examples(8)
+    with dspy.context(lm=lm):
+        result = compile_program(program, trainset=examples[:6], valset=examples[6:], optimizer="gepa",
+                                 metric="em", max_calls=12,
+                                 settings={"auto": None, "max_metric_calls": 200, "use_merge": False,
+                                           "reflection_lm": reflect, "reflection_minibatch_size": 2})
+    assert result.stopped
+    assert len(asked) < 12 + 20, f"{len(asked)} calls asked under a budget of 12"
