@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 import dspy
@@ -37,8 +36,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="demo_out/compile_then_run")
     args = parser.parse_args(argv)
 
-    out = Path(args.out)
-    shutil.rmtree(out, ignore_errors=True)
+    out = Path(args.out)  # its program/ and run/ are replaced on a rerun; ragzoo refuses folders it did not write
     lm = make_lm(args.lm, api_base=args.api_base)
     retriever = make_retriever(args.retriever)
     pool = data.load("hotpotqa", "train", n=args.train_n + args.dev_n, seed=0)
@@ -55,12 +53,13 @@ def main(argv=None) -> int:
               f"${stage.usage.cost:.4f}")
 
     artifact = ragzoo.save(result.program, out / "program", method=args.method, dataset="hotpotqa", split="train",
-                           optimizer="bootstrap", metric="em", score=result.score, lm=describe_lm(lm))
+                           optimizer="bootstrap", metric="em", score=result.score, lm=describe_lm(lm),
+                           overwrite=True)
     reloaded = ragzoo.load(artifact, retriever=retriever)
     print(f"saved and reloaded {artifact}")
 
     with dspy.context(lm=lm):
-        summary = evaluate(reloaded, questions, ["em", "f1"], out / "run", threads=4, progress=False)
+        summary = evaluate(reloaded, questions, ["em", "f1"], out / "run", threads=4, progress=False, force=True)
     usage = summary["usage"]
     if is_dry_run(lm):
         print("metrics: n/a (dry-run: placeholder answers)")
@@ -72,4 +71,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ragzoo.errors import RagzooError
+
+    try:
+        raise SystemExit(main())
+    except RagzooError as error:  # a user's folder at --out, a bad --lm: one line, as the ragzoo command says it
+        raise SystemExit(f"compile_then_run: error: {error}") from None

@@ -388,9 +388,13 @@ def untrusted_retriever(spec: str | None) -> str | None:
         if "model" in options:
             return f"loads the embedding model {options['model']!r}"
         parts = Path(target).parts
-        if not target or Path(target).is_absolute() or target.startswith("~") or ".." in parts or "\\" in target:
-            return f"reads {target!r}, outside RAGZOO_DATA"
         root = data_root().resolve()
+        if target and Path(target).is_absolute() and ".." not in parts and "\\" not in target:
+            # an absolute path is followed where it is in RAGZOO_DATA (`index build` named its corpus so)
+            found = Path(target).resolve()
+            return None if root in found.parents else f"reads {target!r}, an absolute path outside RAGZOO_DATA"
+        if not target or target.startswith("~") or ".." in parts or "\\" in target:
+            return f"reads {target!r}, outside RAGZOO_DATA"
         inside = (root / target).resolve()
         if inside != root and root not in inside.parents:
             return f"reads {target!r}, which links outside RAGZOO_DATA"

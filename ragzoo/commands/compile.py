@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", default=None,
                         help="continue an interrupted compile from its checkpoint <out>.checkpoint (bootstrap's "
                              "demos so far, GEPA's state); refused if the method, knobs, optimizer, data, seed, "
-                             "LM or adapter differ")
+                             "LM or adapter differ. A budget stop saved its artifact at --out: add --force to "
+                             "replace it (the budget counts what the earlier runs spent)")
     add_lm_args(parser)
     add_tracking_args(parser)
 

@@ -74,8 +74,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.backend} index {state}: {folder}")
     print(f"  {meta['num_docs']:,} passages from {corpus} in {seconds:.1f}s")
     packed = "?format=packed" if args.backend == "bm25" and args.index_format == "packed" and not args.out else ""
-    print(f"  use it with: --retriever {args.backend}:{folder if args.out else args.corpus}{packed}")
+    print(f"  use it with: --retriever {args.backend}:{folder if args.out else _as_in_data(corpus, args.corpus)}"
+          f"{packed}")
     return 0
+
+
+def _as_in_data(corpus, given: str) -> str:
+    """The corpus as a spec names it best: relative to RAGZOO_DATA when it is in there (an artifact compiled with
+    it is then followed by ask/evaluate/serve, which refuse paths outside RAGZOO_DATA), else as given."""
+    from ragzoo.paths import data_root
+
+    try:
+        return str(corpus.resolve().relative_to(data_root().resolve()))
+    except ValueError:
+        return given
 
 
 # the flags each backend reads; given to another, a flag would be dropped without a word

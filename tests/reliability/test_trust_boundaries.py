@@ -178,3 +178,21 @@ def test_endpoint_credentials_are_redacted_from_refusals(rag_artifact, tmp_path,
     result = cli("ask", "--program", art, "who?", *DRY)
     assert result.code == 2 and secret not in result.err and secret not in result.out, result.err
     assert os.environ.get("RAGZOO_DEBUG") is None
+
+
+def test_an_absolute_corpus_path_inside_ragzoo_data_is_followed(tmp_path, monkeypatch):
+    """Review: `index build --corpus $RAGZOO_DATA/...` printed an absolute spec, and an artifact compiled with it was
+    refused as reading a file "outside RAGZOO_DATA", which it was not. An absolute path in RAGZOO_DATA is followed;
+    one outside is refused, saying it is absolute."""
+    from ragzoo.artifacts import untrusted_retriever
+
+    data = tmp_path / "data"
+    (data / "hotpotqa").mkdir(parents=True)
+    (data / "hotpotqa" / "c.jsonl").write_text("{}\n")
+    (tmp_path / "elsewhere.jsonl").write_text("{}\n")
+    monkeypatch.setenv("RAGZOO_DATA", str(data))
+    assert untrusted_retriever(f"bm25:{data}/hotpotqa/c.jsonl") is None
+    assert untrusted_retriever("bm25:hotpotqa/c.jsonl") is None
+    assert untrusted_retriever(f"bm25:{tmp_path}/elsewhere.jsonl") == (
+        f"reads '{tmp_path}/elsewhere.jsonl', an absolute path outside RAGZOO_DATA")
+    assert "outside RAGZOO_DATA" in untrusted_retriever(f"bm25:{data}/../elsewhere.jsonl")
