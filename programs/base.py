@@ -180,7 +180,7 @@ class YesNoPredict(dspy.Predict):
     field_name = "answer"
 
     def forward(self, **kwargs):
-        from dspy.utils.exceptions import AdapterParseError
+        from ragzoo.adapters import LenientMixin, _Reasks
 
         declared = kwargs.pop("signature", self.signature)
         field = declared.output_fields[self.field_name]
@@ -188,7 +188,20 @@ class YesNoPredict(dspy.Predict):
             self.field_name, type_=str,
             desc=(field.json_schema_extra or {}).get("desc") or "yes or no",
             prefix=(field.json_schema_extra or {}).get("prefix"))
-        prediction = super().forward(signature=loose, **kwargs)
+        adapter = dspy.settings.adapter
+        if not isinstance(adapter, LenientMixin):  # DSPy's own adapter: no re-asks, as for any other field
+            return self._read(super().forward(signature=loose, **kwargs), declared)
+        # ragzoo's adapter: a reply that reads as neither yes nor no is re-asked as an unreadable field is (it was
+        # read after the adapter, so it failed the question at once, and --retry-failed replayed it from the cache)
+        reasks = _Reasks(adapter, loose)
+        for _ in range(adapter.max_reasks + 1):
+            with reasks.attempt():
+                return self._read(super().forward(signature=loose, **kwargs), declared)
+        raise reasks.unreadable() from reasks.error
+
+    def _read(self, prediction, declared):
+        from dspy.utils.exceptions import AdapterParseError
+
         raw = prediction.get(self.field_name)
         value = read_yes_no(raw)
         if value is None and _abstains(raw):

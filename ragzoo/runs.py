@@ -880,6 +880,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     run_config = dict(config or {})
     if run_config.get("n") is None:  # the questions asked, without -n too: a report of a killed run says n/N
         run_config["n"] = len(examples)
+    _describe_run(run_config, program)
     run_config["metrics"] = metric_names
     from ragzoo.metrics.judge import judge_config, judge_summary
 
@@ -1111,6 +1112,26 @@ def stop_when(event: threading.Event) -> Iterator[None]:
 
 
 LATE_GRACE = 3.0  # seconds a run waits at its end for questions past their deadline, so their paid calls count
+
+
+def _describe_run(run_config: dict, program) -> None:
+    """What a library caller's `evaluate` (no `config`, as the README's Python snippet) leaves out, filled in as the
+    CLI records it: the LM (a dry run's then reports no accuracy), and the method, knobs and optimizer the program
+    was built or compiled with. A report had shown such a run as method "?" with real-looking dry-run scores."""
+    import dspy
+
+    from ragzoo import programs
+    from ragzoo.lm import describe_lm
+
+    if run_config.get("lm") is None and dspy.settings.lm is not None:
+        run_config["lm"] = describe_lm(dspy.settings.lm)
+    manifest = getattr(program, "ragzoo_manifest", None) or {}
+    built = programs.origin(program) or {}
+    for key in ("method", "knobs"):
+        if run_config.get(key) is None and (manifest.get(key) or built.get(key)) is not None:
+            run_config[key] = manifest.get(key) or built.get(key)
+    if run_config.get("optimizer") is None and manifest.get("optimizer"):
+        run_config["optimizer"] = manifest["optimizer"]
 
 
 def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False) -> int:

@@ -181,12 +181,19 @@ def _value_from_type(name: str, type_name: str | None) -> Any:
     return placeholder_text(name)
 
 
+# an output field a program reads as yes or no (`answer_mode="yes_no"`): "1. `answer` (str): yes or no"
+_YES_OR_NO = re.compile(r"^\d+\. `(\w+)` \(str\): yes or no\s*$", re.MULTILINE)
+
+
 def adapter_answer(system: str) -> dict[str, Any]:
-    """{output field: placeholder value} for the signature described by a DSPy adapter system message."""
+    """{output field: placeholder value} for the signature described by a DSPy adapter system message. A free-text
+    field described as yes or no gets "yes" (a placeholder text there failed every StrategyQA question)."""
     notes = {match.group(1): _unquote(match.group(2).strip()) for match in _NOTE.finditer(system)}
     start = system.find("Your output fields are:")
     types_ = dict(_FIELD_TYPE.findall(system[start:])) if start >= 0 else {}
-    return {name: _value_from_note(name, notes[name]) if name in notes else _value_from_type(name, types_.get(name))
+    yes_or_no = set(_YES_OR_NO.findall(system[start:])) if start >= 0 else set()
+    return {name: "yes" if name in yes_or_no else
+            _value_from_note(name, notes[name]) if name in notes else _value_from_type(name, types_.get(name))
             for name in _output_fields(system)}
 
 

@@ -46,8 +46,13 @@ def _recorded_questions(config: dict, question: str) -> list:
         raise ConfigError(f"the fixed retriever has no recorded passages for this question: it is not in "
                           f"{source}; ask one of its questions or use another --retriever")
     if not any(example.get("retrieved") for example in examples):
-        raise ConfigError(f"{source} records no passages ('retrieved' field) for this question; "
-                          f"use another --retriever")
+        from ragzoo.data.registry import SPLITS
+
+        recorded = [split for (dataset, split), spec in SPLITS.items()
+                    if dataset == config.get("dataset") and "(`retrieved`)" in spec.description]
+        where = f"--split {' or '.join(recorded)} (recorded passages), or " if recorded else ""
+        raise ConfigError(f"{source} records no passages ('retrieved' field) for this question; use {where}"
+                          f"another --retriever")
     return examples
 
 

@@ -251,7 +251,7 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
         names = "; ".join(f"{', '.join(f'{k}={v}' for k, v in t['knobs'].items())} with {t['optimizer']}"
                           for t in tied)
         print(f"{head}: no best, {len(tied)} trials tie at dev {config['metric']}={score} ({names}); saving the "
-              f"first in grid order, {best} with {found.best_optimizer} (more --dev-n may separate them)")
+              f"first in the search's seeded order, {best} with {found.best_optimizer} (more --dev-n may separate them)")
     else:
         print(f"{head}: best {best} with {found.best_optimizer}, dev {config['metric']}={score}")
     stopped = getattr(found, "stopped", None)

@@ -130,9 +130,9 @@ def _versions(engine: str = DEFAULT_ENGINE) -> dict:
 
     versions = {"sentence_transformers": sentence_transformers.__version__, "faiss": faiss.__version__}
     if engine != "torch":
-        import onnxruntime
+        from ragzoo.retrieval.onnx_embed import RECIPE, _require_onnx
 
-        from ragzoo.retrieval.onnx_embed import RECIPE
+        onnxruntime = _require_onnx()  # not installed: one line naming the extra
 
         versions["onnxruntime"] = onnxruntime.__version__
         versions["onnx_recipe"] = RECIPE  # an index embedded by another export recipe is rebuilt, not mixed

@@ -83,3 +83,27 @@ def test_side_by_side_runs_both_on_one_index(tiny_index):
     assert set(parts) == {"setup", "ours tokenize us", "ours score us", "ours hits us", "ours call us",
                           "bm25s tokenize us", "bm25s retrieve us", "bm25s call us"}
     assert all(value >= 0 for key, value in parts.items() if key != "setup") and parts["ours call us"] > 0
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_benchmark_parses_the_arguments_the_runner_gives_it(tmp_path, monkeypatch, quick):
+    """Review: `python -m benchmarks --quick` gave throughput a flag it has no more (--per-thread): argparse
+    exited the whole runner, and the later benchmarks never ran."""
+    import argparse
+    import importlib
+
+    from benchmarks.__main__ import OPT_IN, ORDER, arguments
+
+    class Parsed(Exception):
+        pass
+
+    real = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        real(self, args, namespace)
+        raise Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    for name in ORDER + OPT_IN:
+        with pytest.raises(Parsed):
+            importlib.import_module(f"benchmarks.{name}").main(arguments(name, quick, tmp_path))

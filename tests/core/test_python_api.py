@@ -102,3 +102,22 @@ def test_a_loaded_json_program_asks_in_json(tmp_path, monkeypatch):
             pytest.warns(UserWarning, match="compiled under the json adapter and runs under the chat adapter"):
         ragzoo.load(path)(question="Who wrote The Hobbit?")  # the caller's explicit choice wins, with a warning
     assert "[[ ## answer ## ]]" in explicit.calls[-1].prompt_text
+
+
+def test_a_library_evaluate_records_its_lm_and_method_as_the_cli_does(tmp_path):
+    """Review: the README's Python snippet under `LM = "dry-run"` wrote a run that `report` showed as method "?"
+    with em 0.000, scored as if real: the run recorded neither its LM nor its method."""
+    import json
+
+    import dspy
+
+    from ragzoo import data, programs
+    from ragzoo.lm import make_lm
+    from ragzoo.retrieval import make_retriever
+    from ragzoo.runs import evaluate
+
+    program = programs.get("rag", retriever=make_retriever("bm25:hotpotqa/corpus_wiki17_abstracts.jsonl"), k=2)
+    with dspy.context(lm=make_lm("dry-run")):
+        evaluate(program, data.load("hotpotqa", "dev_first500", n=2), "em", tmp_path / "run", progress=False)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["lm"]["dry_run"] is True and config["method"] == "rag" and config["knobs"]["k"] == 2

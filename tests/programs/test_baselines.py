@@ -337,3 +337,41 @@ def test_unparseable_output_raises_adapter_parse_error(method_id, static_retriev
         run(program, lm)
     # DSPy retries a failed ChatAdapter parse with the JSONAdapter: one failing predictor call = 2 LM calls.
     assert len(lm.calls) == 2
+
+
+def test_a_yes_no_answer_that_is_neither_is_re_asked_under_ragzoos_adapter(static_retriever):
+    """Review: a yes/no reply that read as neither failed the question at once, 0 re-asks (it was read after the
+    adapter), and `--retry-failed` replayed it from the cache. Under ragzoo's adapter it is re-asked: the re-ask
+    is a new conversation, showing the reply that could not be read."""
+    import dspy
+
+    from ragzoo.adapters import make_adapter
+    from ragzoo.tracing import trace_example
+
+    lm = ScriptedLM({"generate_answer": [{"answer": "maybe"}, {"answer": "Yes, it is."}]})
+    program = programs.get("rag", retriever=static_retriever, answer_mode="yes_no")
+    with trace_example() as trace, dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=2)):
+        assert program(question="q?").answer == "yes"
+    assert lm.call_names == ["generate_answer", "generate_answer"] and len(trace.reasks) == 1
+    second = lm.calls_to("generate_answer")[1]
+    assert "maybe" in second.prompt_text and "could not be read" in second.prompt_text
+    never = ScriptedLM({"generate_answer": {"answer": "maybe"}})
+    with dspy.context(lm=never, adapter=make_adapter("chat", max_reasks=1)), pytest.raises(AdapterParseError):
+        programs.get("rag", retriever=static_retriever, answer_mode="yes_no")(question="q?")
+    assert never.call_names == ["generate_answer"] * 2
+
+
+def test_the_stub_server_answers_a_yes_no_field_yes(static_retriever):
+    """Review: under the README's rehearsal stub every StrategyQA question failed (placeholder text where the
+    program reads yes or no)."""
+    import dspy
+
+    from ragzoo.adapters import make_adapter
+    from ragzoo.lm import make_lm
+    from ragzoo.stubserver import StubLMServer
+
+    with StubLMServer() as server:
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False, num_retries=0)
+        with dspy.context(lm=lm, adapter=make_adapter("chat")):
+            prediction = programs.get("rag", retriever=static_retriever, answer_mode="yes_no")(question="q?")
+        assert prediction.answer == "yes" and server.requests == 1

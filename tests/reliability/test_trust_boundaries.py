@@ -196,3 +196,12 @@ def test_an_absolute_corpus_path_inside_ragzoo_data_is_followed(tmp_path, monkey
     assert untrusted_retriever(f"bm25:{tmp_path}/elsewhere.jsonl") == (
         f"reads '{tmp_path}/elsewhere.jsonl', an absolute path outside RAGZOO_DATA")
     assert "outside RAGZOO_DATA" in untrusted_retriever(f"bm25:{data}/../elsewhere.jsonl")
+
+
+def test_a_fixed_retriever_without_recorded_passages_names_the_split_that_has_them(capsys):
+    """Review: the refusal said only "use another --retriever"; for nq_open, --split dev_activerag500 works."""
+    from ragzoo.cli import main
+
+    assert main(["ask", "--method", "rag", "--retriever", "fixed", "--dataset", "nq_open", "--lm", "dry-run",
+                 "where does the thames river begin and end"]) == 2
+    assert "use --split dev_activerag500 (recorded passages), or another --retriever" in capsys.readouterr().err

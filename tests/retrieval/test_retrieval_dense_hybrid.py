@@ -139,3 +139,21 @@ def test_a_model_at_a_path_is_known_by_its_files_too(tmp_path):
     (model / "model.safetensors").write_bytes(b"new weights")  # same size
     os.utime(model / "model.safetensors", ns=(1, 1))
     assert _settings(str(model))["model"] != before
+
+
+def test_an_onnx_engine_without_onnxruntime_names_the_extra(corpus, monkeypatch):
+    """Review: without the [onnx] extra, `dense:...@onnx` was an internal ModuleNotFoundError."""
+    import builtins
+
+    from ragzoo.errors import ConfigError
+
+    real_import = builtins.__import__
+
+    def no_onnxruntime(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError("No module named 'onnxruntime'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
+    with pytest.raises(ConfigError, match=r"install ragzoo\[onnx\]"):
+        make_retriever(f"dense:{corpus}?model=all-MiniLM-L6-v2@onnx", show_progress=False)
