@@ -542,6 +542,11 @@ class OptunaClaims:
                     # a claim on a cell this worker has nothing left of (done on disk) is nothing to wait for
                     running = [trial for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                                if self._key_of(trial) in self._keys]
+                    if running and not beats and self._say is not None and not self._waiting_said:
+                        self._waiting_said = True  # said, not left to a table that looks final
+                        self._say(f"grid: {len(running)} cell(s) are still run by other workers; a journal storage "
+                                  f"keeps no heartbeats, so this worker cannot wait for them: the table it writes "
+                                  f"is partial (rerun the command once they finish for the whole table)")
                     if not beats or not running:
                         return None, None
                     waiting = True

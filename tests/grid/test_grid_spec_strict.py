@@ -133,3 +133,20 @@ def test_a_dry_run_says_how_to_price_an_unpriced_model(tmp_path, capsys):
     assert "name one with --price-as MODEL" in capsys.readouterr().err
     assert main(["sweep", str(grid_file), "--dry-run", "--price-sample", "1"]) == 2
     assert "or price the dry run as one with --price-as MODEL" in capsys.readouterr().err
+
+
+def test_a_journal_worker_with_nothing_left_says_its_table_is_partial(tmp_path):
+    """Review: with `--storage journal:`, a worker that found no cell left while another worker still ran one
+    returned at once (a journal keeps no heartbeats) and wrote its table as if final, saying nothing."""
+    from ragzoo.grid.runner import OptunaClaims
+
+    said: list[str] = []
+    url = f"journal:{tmp_path / 'grid.journal'}"
+    first = OptunaClaims(url, "g", ["a", "b"], choices=["a", "b"])
+    second = OptunaClaims(url, "g", ["a", "b"], choices=["a", "b"], say=said.append)
+    key_first, _token = first.next()
+    key_second, token_second = second.next()
+    assert {key_first, key_second} == {"a", "b"}
+    second.done(token_second, True)
+    assert second.next() == (None, None)
+    assert len(said) == 1 and "1 cell(s) are still run by other workers" in said[0] and "partial" in said[0]
