@@ -125,6 +125,11 @@ def _add_gold_titles(records: list[dict], path: Path) -> None:
             record.setdefault(key, value)
 
 
+def split_size(name: str, split: str | None = None) -> int:
+    """How many questions the split (the dataset's default split when None) holds."""
+    return len(load(name, split or default_split(name)))
+
+
 def load(name: str, split: str, *, n: int | None = None, seed: int | None = 0, hub: HubSource | None = None,
          exclude_split: str | None = None):
     """A registered split as `list[dspy.Example]` (inputs: `question`; labels: `answers`, `answer`).

@@ -69,10 +69,6 @@ def _priced_model(cell: Cell, price_as: str | None) -> str:
     return spec
 
 
-def split_size(name: str, split: str | None) -> int:
-    from ragzoo import data
-
-    return len(data.load(name, split or data.default_split(name)))
 
 
 def _retriever(spec: str | None, examples: list):
@@ -150,6 +146,7 @@ def price_grid(grid: Grid, *, sample: int = 5, price_as: str | None = None, pape
                on_cell=None) -> list[CellPrice]:
     """A `CellPrice` per runnable cell. `paper_n`: price each cell at its column's paper n (`n` of the dataset
     entry) instead of the grid's n."""
+    from ragzoo import data
     from ragzoo.grid.runner import runnable
 
     samples: dict[tuple, Price] = {}
@@ -167,7 +164,7 @@ def price_grid(grid: Grid, *, sample: int = 5, price_as: str | None = None, pape
         per_q = samples[base]
         size_key = (cell.dataset.name, cell.dataset.split)
         if size_key not in sizes:
-            sizes[size_key] = split_size(cell.dataset.name, cell.dataset.split)
+            sizes[size_key] = data.split_size(cell.dataset.name, cell.dataset.split)
         n = (cell.dataset.n if paper_n and cell.dataset.n else None) or cell.n or sizes[size_key]
         if not paper_n:
             n = min(n, sizes[size_key])

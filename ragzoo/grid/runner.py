@@ -96,8 +96,7 @@ def check_cells(cells: list[Cell]) -> None:
     """What each runnable cell will need, checked before any cell runs or the grid folder is written (ConfigError
     or DataError, one line): its knobs, optimizer, metrics, retriever spec, and its dataset split with at least
     the grid's n questions. A cell found wrong by its own run had failed after the cells before it were paid for."""
-    from ragzoo import programs
-    from ragzoo.grid.price import split_size
+    from ragzoo import data, programs
     from ragzoo.metrics.scoring import resolve_metrics
     from ragzoo.optimizers import get_preset
     from ragzoo.retrieval.specs import check_spec
@@ -116,7 +115,7 @@ def check_cells(cells: list[Cell]) -> None:
                 check_spec(cell.retriever)
             split = (cell.dataset.name, cell.dataset.split)
             if split not in sizes:
-                sizes[split] = split_size(*split)
+                sizes[split] = data.split_size(*split)
         except RagzooError as error:
             raise ConfigError(f"{where}{error}") from None
         if cell.n is not None and cell.n > sizes[split]:
