@@ -396,8 +396,8 @@ def _setting_problem(name: str, value: Any, default: Any, annotation: Any) -> st
         (t for t in (bool, int, float, str) if t.__name__ in names or (isinstance(annotation, str)
                                                                       and annotation.split(" |")[0] == t.__name__)),
         None)
-    if kind is None or (value is None and default is None):
-        return None
+    if kind is None or (value is None and (default is None or type(None) in typing.get_args(annotation))):
+        return None  # no type known, or None where the setting takes it (GEPA's max_merge_invocations: int | None)
     if kind is bool:
         return None if isinstance(value, bool) else "must be true or false"
     if kind is int:
@@ -408,8 +408,8 @@ def _setting_problem(name: str, value: Any, default: Any, annotation: Any) -> st
             return "must be a number"
     elif kind is str:
         return None if isinstance(value, str) else "must be a string"
-    least = _LEAST.get(name, 0)
-    if kind in (int, float) and value < least:
+    least = _LEAST.get(name, 0 if kind is int else None)  # counts are not negative; a score may be (failure_score)
+    if least is not None and value < least:
         return f"must be at least {least}"
     return None
 

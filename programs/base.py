@@ -169,6 +169,14 @@ def _abstains(text) -> bool:
     return isinstance(text, str) and bool(text.strip()) and is_unknown(text)
 
 
+class _AdapterGaveUp(Exception):
+    """Carries an `UnreadableOutput` past `YesNoPredict`'s own re-asks (which catch every AdapterParseError)."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
 class YesNoPredict(dspy.Predict):
     """A predictor whose signature types a field `Literal["yes", "no"]` (so the prompt, the dry-run LM and
     `ragzoo methods` see the two values), read leniently: the LM's text is parsed as a string and mapped by
@@ -180,7 +188,7 @@ class YesNoPredict(dspy.Predict):
     field_name = "answer"
 
     def forward(self, **kwargs):
-        from ragzoo.adapters import LenientMixin, _Reasks
+        from ragzoo.adapters import LenientMixin, UnreadableOutput, _Reasks
 
         declared = kwargs.pop("signature", self.signature)
         field = declared.output_fields[self.field_name]
@@ -195,8 +203,15 @@ class YesNoPredict(dspy.Predict):
         # read after the adapter, so it failed the question at once, and --retry-failed replayed it from the cache)
         reasks = _Reasks(adapter, loose)
         for _ in range(adapter.max_reasks + 1):
-            with reasks.attempt():
-                return self._read(super().forward(signature=loose, **kwargs), declared)
+            try:
+                with reasks.attempt():
+                    try:
+                        prediction = super().forward(signature=loose, **kwargs)
+                    except UnreadableOutput as exhausted:  # the adapter's own re-asks are spent: not re-asked again
+                        raise _AdapterGaveUp(exhausted) from None
+                    return self._read(prediction, declared)
+            except _AdapterGaveUp as gave_up:
+                raise gave_up.error from None
         raise reasks.unreadable() from reasks.error
 
     def _read(self, prediction, declared):

@@ -105,13 +105,19 @@ _KEPT_NONE = re.compile(
     r"|evidence|contexts?|results?)\b")
 
 
+# "none" that leaves the ids named out of it: the ids are what is kept
+_NONE_BUT = re.compile(r"\bnone of the others?\b|\bnothing else\b|\bexcept\b|\bbesides\b|\bonly\b")
+
+
 def _governed(words: list[str], position: int) -> bool:
     """Whether a negator governs `words[position]`: it stands right before it, or before words of degree and
-    being only ("not relevant", "is not very helpful", "not at all relevant")."""
+    being only ("not relevant", "is not very helpful", "not at all relevant"); "isn't" is the words "isn", "t"."""
     index = position - 1
     while index >= 0 and words[index] in _DEGREES and position - index <= 3:
         index -= 1
-    return index >= 0 and index != position and words[index] in _NEGATORS
+    if index < 0:
+        return False
+    return words[index] in _NEGATORS or (words[index] == "t" and index > 0 and words[index - 1].endswith("n"))
 
 
 def lenient_value(text: Any, annotation: Any) -> Any:
@@ -137,15 +143,15 @@ def lenient_value(text: Any, annotation: Any) -> Any:
                 continue
         raise ValueError(f"cannot read {text[:80]!r} as {annotation}")
     lowered = text.lower()
-    words = re.findall(r"[a-z]+", re.sub(r"n['’]t\b", " not", lowered))  # "isn't relevant": "is not relevant"
+    words = re.findall(r"[a-z]+", lowered)
     if annotation is bool:
         if not words:
             raise ValueError("no yes/no word")
-        # a yes-word a negator governs is a no ("Not relevant.", "is not helpful"); a governed no-word ("not
-        # irrelevant") a yes, so that the negator's own no leaves such a reply unreadable
-        governed = {i for i, word in enumerate(words) if _governed(words, i)}
-        yes = any((w in _YES) != (i in governed) for i, w in enumerate(words) if w in _YES or w in _NO)
-        no = any((w in _NO) != (i in governed) for i, w in enumerate(words) if w in _YES or w in _NO)
+        # a yes-word a negator governs is a no ("Not relevant.", "is not helpful", "isn't relevant"); no-words and
+        # the negators themselves count as before ("No, not at all.": no; "Yes, it can't hurt.": yes)
+        negated = {i for i, word in enumerate(words) if word in _YES and _governed(words, i)}
+        yes = any(w in _YES and i not in negated for i, w in enumerate(words))
+        no = bool(negated) or any(w in _NO for w in words)
         if yes != no:  # only one side is named ("Yes.", "No, it does not.", "It is relevant", "Not relevant.")
             return yes
         raise ValueError(f"cannot read {text[:80]!r} as yes or no")
@@ -168,12 +174,14 @@ def lenient_value(text: Any, annotation: Any) -> Any:
         args = get_args(annotation)
         item = args[0] if args else str
         if item is int:
-            if re.search(r"\d[ \t]*(?:-|–|to)[ \t]*\d", lowered):  # "0-4": all five, or 0 and -4? Neither is sure
+            if re.search(r"\d[ \t]*(?:-|–|to|through|thru)[ \t]*\d", lowered):  # "0-4": all five, or 0 and -4?
                 raise ValueError(f"a range of ids in {text[:80]!r}")
             kept_none = text in ("[]", "") or _KEPT_NONE.search(lowered) is not None
             digits = [int(token) for token in re.findall(r"-?\d+", lowered)]
-            if kept_none and digits:  # "None of 1 and 2 is relevant" / "2 is; none of the others": not sure
-                raise ValueError(f"both ids and none in {text[:80]!r}")
+            if kept_none and digits:
+                if _NONE_BUT.search(lowered):  # "Only passage 2; none of the others are." / "None except 2"
+                    return list(dict.fromkeys(digits))
+                raise ValueError(f"both ids and none in {text[:80]!r}")  # "None of 1 and 2 is relevant"
             if kept_none:
                 return []
             if re.search(r"\d\.\d", lowered):

@@ -109,11 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as ending:  # SIGTERM's: the process ends, as it would have without ragzoo's cleanup first
         if argv_given is None:
             _leave_stuck_threads(ending.code)
+        from ragzoo.errors import STOPPING
+
+        STOPPING.clear()
         raise
     finally:
         sys.stdout, sys.stderr = streams
     if argv_given is None:  # the `ragzoo` process itself (not a caller's `main([...])`): it ends once stopped
         _leave_stuck_threads(code)
+    from ragzoo.errors import STOPPING
+
+    STOPPING.clear()  # a library caller's process goes on: its own LM calls after this command are not refused
     return code
 
 

@@ -379,9 +379,10 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
 
     def block(value) -> str:
         """A JSON script block's text: secrets redacted over the whole text (one pass, not one per string: the
-        records were scrubbed when written; this is the second line of defence), and `</` escaped as JSON
-        allows, since it would end the script element early."""
-        return redact(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))).replace("</", "<\\/")
+        records were scrubbed when written; this is the second line of defence), and every `<` written as the
+        JSON escape \\u003c: `</script>` would end the element early, and `<!--` then `<script` (a question
+        about HTML) would keep the page's own `</script>` from ending it, swallowing the page's code."""
+        return redact(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))).replace("<", "\\u003c")
 
     return environment.get_template(_TEMPLATE).render(
         generator=GENERATOR, table=table, methods=methods, metric=metric, figures=block(_figures(methods, metric)),

@@ -880,7 +880,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     run_config = dict(config or {})
     if run_config.get("n") is None:  # the questions asked, without -n too: a report of a killed run says n/N
         run_config["n"] = len(examples)
-    _describe_run(run_config, program)
+    _describe_run(run_config, program, _recorded_keys(out_dir) if resume else None)
     run_config["metrics"] = metric_names
     from ragzoo.metrics.judge import judge_config, judge_summary
 
@@ -1114,24 +1114,33 @@ def stop_when(event: threading.Event) -> Iterator[None]:
 LATE_GRACE = 3.0  # seconds a run waits at its end for questions past their deadline, so their paid calls count
 
 
-def _describe_run(run_config: dict, program) -> None:
-    """What a library caller's `evaluate` (no `config`, as the README's Python snippet) leaves out, filled in as the
-    CLI records it: the LM (a dry run's then reports no accuracy), and the method, knobs and optimizer the program
-    was built or compiled with. A report had shown such a run as method "?" with real-looking dry-run scores."""
+def _recorded_keys(out_dir) -> set[str] | None:
+    """The keys a run folder's saved config holds (None: none saved yet)."""
+    try:
+        return set(json.loads((Path(out_dir) / CONFIG_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _describe_run(run_config: dict, program, recorded: set[str] | None = None) -> None:
+    """What a caller's config leaves out (a library `evaluate` passes none, as the README's Python snippet), filled
+    in as the CLI records it: the LM (a dry run's then reports no accuracy), and the method, knobs and optimizer the
+    program was built or compiled with. A report had shown such a run as method "?" with real-looking dry-run
+    scores. Only keys the caller's config does not have; on a resume (`recorded`: the saved config's keys) only
+    those the run recorded when it started, so a run written before they were recorded still resumes."""
     import dspy
 
     from ragzoo import programs
     from ragzoo.lm import describe_lm
 
-    if run_config.get("lm") is None and dspy.settings.lm is not None:
-        run_config["lm"] = describe_lm(dspy.settings.lm)
     manifest = getattr(program, "ragzoo_manifest", None) or {}
     built = programs.origin(program) or {}
-    for key in ("method", "knobs"):
-        if run_config.get(key) is None and (manifest.get(key) or built.get(key)) is not None:
-            run_config[key] = manifest.get(key) or built.get(key)
-    if run_config.get("optimizer") is None and manifest.get("optimizer"):
-        run_config["optimizer"] = manifest["optimizer"]
+    found = {"lm": describe_lm(dspy.settings.lm) if dspy.settings.lm is not None else None,
+             "method": manifest.get("method") or built.get("method"),
+             "knobs": manifest.get("knobs") or built.get("knobs"), "optimizer": manifest.get("optimizer")}
+    for key, value in found.items():
+        if key not in run_config and value is not None and (recorded is None or key in recorded):
+            run_config[key] = value
 
 
 def run_threads(work: Callable[[Any], Any], items: list, threads: int, *, pooled: bool = False) -> int:

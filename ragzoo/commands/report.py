@@ -265,7 +265,7 @@ def _same_id_other_question(runs: list[dict]) -> int:
     """How many ids all runs answered hold a different question (text or gold) in some run."""
     ids = [{str(r["id"]) for r in run["records"]} for run in runs]
     common_ids = set.intersection(*ids) if ids else set()
-    same = {key.partition("#")[0] for key in shared_ids(runs)}
+    same = {key.rpartition("#")[0] for key in shared_ids(runs)}  # the id may hold "#" itself
     return len(common_ids - same)
 
 

@@ -814,7 +814,10 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                     None if max_cost is None else max(0.0, max_cost - used_cost), price_per_hour=price_per_hour)
 
     def done_on_disk(key: str) -> bool:  # now, not when the states above were read
-        return key in by_key and cell_state(out, by_key[key])["status"] == "done"
+        if key not in by_key:
+            return False
+        state = cell_state(out, by_key[key])
+        return state["status"] == "done" and not (retry_failed and state.get("failures"))
 
     claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
                            choices=[c.key for c in cells], say=say, keys_as_of=states_read_at,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,10 @@ def _claim_cache_of(final: Path) -> None:
         writable_cache_root(inside.parts[0])
 
 
+# what a build writes into its staging folder before the index's own files: its spools (bm25 and packed)
+_BUILD_SPOOL = re.compile(r"^spool\.[\w.]+$")
+
+
 def clean_stale_builds(final: Path) -> list[Path]:
     """Remove what builds of `final` killed before they could clean up (SIGKILL, power loss) left beside it:
     staging folders whose owning process is gone, and a swap backup whose process is gone (put back when
@@ -210,7 +215,8 @@ def clean_stale_builds(final: Path) -> list[Path]:
             continue
         if files.in_use(path):  # its PID is gone here, but its lock is held: a build in another namespace
             continue
-        if kind in ("backup", "legacy staging") and ownership.foreign_entries(path, "index"):
+        if kind in ("backup", "legacy staging") and [name for name in ownership.foreign_entries(path, "index")
+                                                       if not (kind == "legacy staging" and _BUILD_SPOOL.match(name))]:
             # a swap cut before it carried the user's files over, or a folder of the user's that merely has an
             # older build's name (NAME.building-...): never delete what ragzoo did not write
             continue

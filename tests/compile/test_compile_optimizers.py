@@ -157,6 +157,8 @@ def test_settings_of_the_right_type_pass_the_check():
     check_preset_settings(get_preset("mipro")[0], {"auto": None, "num_candidates": 3, "init_temperature": 1})
     check_preset_settings(get_preset("bootstrap-rs")[0], {"num_candidate_programs": -2, "stop_at_score": 0.9})
     check_preset_settings(get_preset("gepa")[0], {"auto": "heavy", "max_metric_calls": 50})
+    # (diff review) None where the annotation takes it, a negative score
+    check_preset_settings(get_preset("gepa")[0], {"max_merge_invocations": None, "failure_score": -1.0})
 
 
 def test_dev_questions_that_failed_are_counted_and_said_not_only_scored_0(tiny_retriever, make_examples):

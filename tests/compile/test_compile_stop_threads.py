@@ -75,3 +75,21 @@ def test_a_pool_thread_whose_call_is_refused_by_a_stop_ends_without_a_traceback(
 
     assert run_threads(work, [0, 1, 2, 3], threads=2) == 0
     assert reported == [] and 0 in done and 1 not in done
+
+
+def test_after_an_in_process_command_was_stopped_the_callers_own_calls_go_through(monkeypatch):
+    """Diff review: a library caller (a notebook) that ran a CLI command which was interrupted had every later LM
+    call refused, and a library evaluate then wrote an empty run with no error."""
+    import ragzoo.commands.evaluate as evaluate_command
+    from ragzoo.cli import main
+    from ragzoo.lm import make_lm
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate_command, "run", interrupted)
+    assert main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "1", "--lm", "dry-run"]) == 130
+    assert not STOPPING.is_set()
+    with StubLMServer() as server:
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False, num_retries=0)
+        assert lm("a question") and server.requests == 1

@@ -121,3 +121,28 @@ def test_a_library_evaluate_records_its_lm_and_method_as_the_cli_does(tmp_path):
         evaluate(program, data.load("hotpotqa", "dev_first500", n=2), "em", tmp_path / "run", progress=False)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["lm"]["dry_run"] is True and config["method"] == "rag" and config["knobs"]["k"] == 2
+
+
+def test_a_run_written_before_its_lm_and_method_were_recorded_still_resumes(tmp_path):
+    """Diff review: recording the LM, method and optimizer also on a resume made a run written before (with none of
+    them) refused as another run's ("--optimizer was null, now 'bootstrap'")."""
+    import json
+
+    import dspy
+
+    from ragzoo import data, programs
+    from ragzoo.lm import make_lm
+    from ragzoo.retrieval import make_retriever
+    from ragzoo.runs import evaluate
+
+    program = programs.get("rag", retriever=make_retriever("bm25:hotpotqa/corpus_wiki17_abstracts.jsonl"), k=2)
+    questions = data.load("hotpotqa", "dev_first500", n=3)
+    with dspy.context(lm=make_lm("dry-run")):
+        evaluate(program, questions[:2], "em", tmp_path / "run", progress=False)
+        config_file = tmp_path / "run" / "config.json"
+        config = json.loads(config_file.read_text())
+        for key in ("lm", "method", "knobs"):  # as an earlier version wrote a library caller's run
+            config.pop(key, None)
+        config_file.write_text(json.dumps(config))
+        summary = evaluate(program, questions, "em", tmp_path / "run", progress=False, resume=True)
+    assert summary["n"] == 3

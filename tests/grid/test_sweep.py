@@ -160,7 +160,8 @@ def test_two_workers_share_one_storage_each_cell_once_same_table(tmp_path, stub_
     print(f"two workers {two_workers:.1f}s")
 
 
-def test_questions_an_outage_failed_are_said_and_asked_again_with_retry_failed(tmp_path, grid_env, capsys):
+@pytest.mark.parametrize("storage", [False, True])
+def test_questions_an_outage_failed_are_said_and_asked_again_with_retry_failed(tmp_path, grid_env, capsys, storage):
     """Review: a cell whose every question failed (an LM outage) was "done": the sweep exited 0, said nothing, and a
     rerun with the LM back sent no request. Now the sweep says how many failed and exits 4 (as evaluate does);
     the same command keeps them (as evaluate's --resume does), --retry-failed asks them again."""
@@ -171,6 +172,8 @@ def test_questions_an_outage_failed_are_said_and_asked_again_with_retry_failed(t
         grid = write_tiny(tmp_path / "g.toml", n=2, lms=stub_lms(server))
         out = tmp_path / "out"
         argv = ["sweep", str(grid), "--out", str(out), "--quiet", "--methods", "direct"]
+        if storage:  # a shared storage's claims also take the cell again (diff review: they skipped it)
+            argv += ["--storage", f"sqlite:///{tmp_path / 'grid.db'}"]
         assert main(argv) == 4
         assert "grid: 2 question(s) failed in 1 cell(s)" in capsys.readouterr().err
         failing = False

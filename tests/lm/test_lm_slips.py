@@ -135,6 +135,10 @@ def test_reasks_are_bounded_and_end_in_a_typed_error_programs_can_catch():
     ("No.", list[int], []), ("There is no helpful sentence.", list[int], []), ("Not relevant", list[int], []),
     ("passages one and three", list[int], [1, 3]), ("- 0\n- 2", list[int], [0, 2]),
     ("Passage 2 is the one.", list[int], [2]), ("Not any of them.", list[int], []),
+    # (diff review) what was read right before stays so: negators and no-words count as they did
+    ("No, not at all.", bool, False), ("No, not really.", bool, False), ("Yes, it can't hurt.", bool, True),
+    ("Yes, it doesn't contradict the passage.", bool, True),
+    ("Only passage 2; none of the others are relevant.", list[int], [2]), ("None of the above except 2", list[int], [2]),
 ])
 def test_typed_values_in_words_are_read_when_unambiguous(text, annotation, value):
     assert lenient_value(text, annotation) == value
@@ -143,7 +147,8 @@ def test_typed_values_in_words_are_read_when_unambiguous(text, annotation, value
 @pytest.mark.parametrize("text, annotation", [
     ("yes and no", bool), ("maybe", bool), ("true or false", Literal["true", "false", "unsure"]),
     ("no idea", list[int]), ("2 or 3", int),
-    ("not irrelevant", bool), ("0-4", list[int]), ("1 to 3", list[int]), ("2 is; none of the others", list[int]),
+    ("yes and not relevant", bool), ("0-4", list[int]), ("1 to 3", list[int]), ("0 through 2", list[int]),
+    ("None of 1 and 2 is relevant", list[int]),
     ("2.5", list[int]),
 ])
 def test_ambiguous_values_stay_unreadable(text, annotation):

@@ -375,3 +375,15 @@ def test_the_stub_server_answers_a_yes_no_field_yes(static_retriever):
         with dspy.context(lm=lm, adapter=make_adapter("chat")):
             prediction = programs.get("rag", retriever=static_retriever, answer_mode="yes_no")(question="q?")
         assert prediction.answer == "yes" and server.requests == 1
+
+
+def test_a_yes_no_reply_the_adapter_could_not_read_at_all_is_not_re_asked_again(static_retriever):
+    """Diff review: the yes/no re-asks wrapped the adapter's own: an unreadable reply cost 9 calls, not 3."""
+    import dspy
+
+    from ragzoo.adapters import make_adapter
+
+    lm = ScriptedLM({"generate_answer": "no fields here at all"})
+    with dspy.context(lm=lm, adapter=make_adapter("chat", max_reasks=2)), pytest.raises(AdapterParseError):
+        programs.get("rag", retriever=static_retriever, answer_mode="yes_no")(question="q?")
+    assert lm.call_names == ["generate_answer"] * 3

@@ -47,7 +47,9 @@ def _run(path: Path, method: str, n: int, *, seed: int = 0, staged: bool = True,
                                {"predictor": "answer", "prompt_tokens": 200, "completion_tokens": 10,
                                 "cached": False}]}
         if prompts:
-            record["lm_trace"][1].update(prompt=f"Question {i} </script><b>not bold</b>", reply=f"answer {i}")
+            # markup a page must show as text: `</script>`, and `<!--<script>`, which had swallowed the page's code
+            record["lm_trace"][1].update(prompt=f"Question {i} <!--<script> </script><b>not bold</b>",
+                                         reply=f"answer {i}")
         if staged:
             record["stages"] = {"retrieve": {"calls": 0, "passages": pids},
                                 "filter": {"calls": 1, "kept": pids[:2], "decision": "keep"},
@@ -366,3 +368,17 @@ def test_browser_tests_skip_without_chromium_unless_ci_requires_it(monkeypatch):
     monkeypatch.setenv("RAGZOO_REQUIRE_CHROMIUM", "1")
     with pytest.raises(pytest.fail.Exception, match="RAGZOO_REQUIRE_CHROMIUM=1"):
         _chromium()
+
+
+def test_markup_in_a_runs_texts_stays_data_in_the_page(tmp_path):
+    """Review: a question holding `<!--<script>` put the HTML tokenizer where the page's own `</script>` no longer
+    ended the JSON block: no table, no drill-down, no plots. Every `<` of the data is written \\u003c."""
+    import re
+
+    run = _run(tmp_path / "rag", "rag", 3, prompts=True)
+    code, out = _page(tmp_path, [run])
+    page = out.read_text(encoding="utf-8")
+    blocks = re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', page, flags=re.S)
+    assert code == 0 and blocks
+    assert all("<" not in block for block in blocks)
+    assert any("\\u003c!--\\u003cscript>" in block for block in blocks)

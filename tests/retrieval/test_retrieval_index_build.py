@@ -124,6 +124,11 @@ def test_stale_staging_of_dead_builds_is_cleaned(tmp_path, corpus):
     users = tmp_path / f"idx.building-{gone}-draft"
     users.mkdir()
     (users / "NOTES.md").write_text("my notes")
+    spooled = tmp_path / f"idx.building-{gone}-7"  # an older version's build cut while it spooled (diff review)
+    spooled.mkdir()
+    for name in ("spool.terms.i32", "spool.tfs.f32", "spool.bucket0003.i32"):
+        (spooled / name).write_bytes(b"x" * 100)
+    stale.append(spooled)
     assert build(corpus, out) == 0
     assert not any(folder.exists() for folder in stale)
     assert alive.exists() and other.exists()
