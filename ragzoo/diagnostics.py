@@ -21,7 +21,8 @@ The record keeps "gold_pids": every evidence pid among all passages any stage sa
 
 Attribution rule (`attribute(record)`), first match wins:
 1. "failed": the record has an error (LM error, timeout, parse failure, retriever error);
-2. "correct": the first metric scores >= 0.5 (the report's "right", EM being 0/1);
+2. "correct": the first answer metric (`answer_metric`: em, f1, acc, ...; never a retrieval or diagnostic one)
+   scores >= 0.5 (the report's "right", EM being 0/1); a run without one has no class beyond 3.;
 3. "abstained": the answer is an abstention (`metrics.rates.is_unknown`: "unknown", or empty);
 4. None (cannot be computed) when the record has no evidence judgement (yes/no data, or a run older than
    stage records);
@@ -177,12 +178,23 @@ def _stage_records(prediction: Any, program: Any, lm_trace: list[dict], example:
 
 # --- attribution ----------------------------------------------------------------------------------------------
 
+def answer_metric(names) -> str | None:
+    """The first of `names` that scores the answer (em, f1, acc, contains, judge, ...): what "right" means. Never a
+    retrieval metric (recall scores the passages: 7 of 8 wrong answers had been "correct" by it), a diagnostic
+    one (unknown, vote_miss: higher is not better) or the judge's faithfulness."""
+    from ragzoo.metrics import DIAGNOSTICS
+    from ragzoo.metrics.retrieval import TITLE_METRICS
+
+    return next((name for name in names if name not in TITLE_METRICS and name not in DIAGNOSTICS
+                 and name != "judge_faithful"), None)
+
+
 def _right(record: dict, metric: str | None = None) -> bool:
     metrics = record.get("metrics") or {}
-    if not metrics:
+    metric = metric or answer_metric(list(metrics))
+    if metric is None:
         return False
-    value = metrics.get(metric) if metric is not None else next(iter(metrics.values()))
-    return float(value or 0.0) >= RIGHT
+    return float(metrics.get(metric) or 0.0) >= RIGHT
 
 
 def attribute(record: dict) -> str | None:
@@ -191,10 +203,13 @@ def attribute(record: dict) -> str | None:
 
     if record.get("error"):
         return "failed"
-    if _right(record):
+    judged = answer_metric(list(record.get("metrics") or {})) is not None
+    if judged and _right(record):
         return "correct"
     if is_unknown(record.get("prediction")):
         return "abstained"
+    if not judged:  # no metric says whether the answer is right: no class beyond failed / abstained
+        return None
     if not record.get("evidence") or not isinstance(record.get("stages"), dict):
         return None
     gold = {str(pid) for pid in record.get("gold_pids") or []}

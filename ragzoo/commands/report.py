@@ -302,8 +302,10 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             if ci and values and not dry_run:
                 interval = stats.bootstrap_ci(values, seed=seed)
                 intervals[name] = [interval.low, interval.high]
-        # what was paid for these questions: their records, and what no record holds (`runs.extra_usage`)
-        used = usage_totals(records, extra_usage(run["dir"], ids={r["id"] for r in records}))
+        # what was paid: the records, and what no record holds (`runs.extra_usage`): all of it, a retried
+        # question not answered yet included (its spend had vanished); under --shared, the shared questions' only
+        used = usage_totals(records, extra_usage(run["dir"], ids={r["id"] for r in records} if common is not None
+                                                 else None))
 
         status = []
         partial = len(run["records"]) < run["n_asked"] or bool(summary.get("stopped"))
@@ -476,7 +478,10 @@ def _flips(runs: list[dict], metric: str, common: set[str]) -> dict:
     from ragzoo.diagnostics import flips
 
     shared = [[record for record in run["records"] if question_key(record) in common] for run in runs]
-    return flips(shared[0], shared[1], key=question_key, metric=metric)
+    from ragzoo.diagnostics import answer_metric
+
+    # right and wrong by an answer metric, whatever the compared metric is (recall scores the passages)
+    return flips(shared[0], shared[1], key=question_key, metric=answer_metric([metric]))
 
 
 def format_compare(found: dict) -> str:
@@ -734,7 +739,10 @@ def write_html(args: argparse.Namespace) -> int:
              "metrics": names, "keyed": _keyed(run), "means": run.get("means"), "cis": run.get("cis"),
              "paper": run.get("paper") or {}}
             for label, run in zip(labels, loaded)]
-    path = html_report.write(args.html, table, runs, metric=names[0] if names else None, seed=args.seed)
+    from ragzoo.diagnostics import answer_metric
+
+    path = html_report.write(args.html, table, runs, metric=answer_metric(names) or (names[0] if names else None),
+                             seed=args.seed)
     print(f"html report: {path}")
     return 0
 
@@ -746,6 +754,15 @@ def run(args: argparse.Namespace) -> int:
     from ragzoo.errors import ConfigError
 
     check_numbers(vars(args))  # --show, --seed: whole numbers in range, as every command's numeric flags
+    # outputs that one form of the report does not make: refused, not dropped without a word (review)
+    clash = [(flag, other) for flag, other, given in (
+        ("--compare", "--html", args.compare and getattr(args, "html", None)),
+        ("--compare", "--plot", args.compare and getattr(args, "plot", None)),
+        ("--html", "--plot", getattr(args, "html", None) and getattr(args, "plot", None)),
+        ("--html", "--json", getattr(args, "html", None) and args.json)) if given]
+    if clash:
+        flag, other = clash[0]
+        raise ConfigError(f"{flag} makes no {other} output; run the report once for each")
     if getattr(args, "plot", None):
         check_plot_path(args.plot)  # before any table is printed, a run's or a grid's
     if getattr(args, "html", None) and not args.compare:

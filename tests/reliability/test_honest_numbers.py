@@ -99,3 +99,25 @@ def test_lm_calls_that_return_past_a_question_s_deadline_are_counted(tmp_path, q
     summary = json.loads((run / "summary.json").read_text())
     assert summary["usage"]["lm_calls"] == served == 2 and summary["usage"]["late_calls"] == 2
     assert summary["usage"]["cost"] > 0 and extra_usage(run)["late_cost"] == pytest.approx(summary["usage"]["cost"])
+
+
+def test_report_counts_what_retried_questions_not_answered_yet_cost(tmp_path, questions_file, capsys):
+    """Review: a `--retry-failed` stopped by its budget before it reached every failed question moved their spend
+    to extra_usage.jsonl and dropped their records; `report` summed the ledger of the records' ids only, and the
+    spend vanished from its spent $ (0.0049 against summary.json's 0.006955)."""
+    from ragzoo.runs import _jsonl, keep_retried, read_predictions
+
+    data = questions_file(6)
+    run = tmp_path / "run"
+    argv = ["evaluate", "--method", "direct", "--data", str(data), "--lm", "openai/stub", "--no-cache",
+            "--price", "1,2", "--max-reasks", "0", "--allow-failures", "--out", str(run)]
+    with StubLMServer(faults=lambda index, body: "garbage" if index % 2 else None) as server:
+        assert main([*argv, "--api-base", server.base_url + "/v1"]) == 0
+    records = read_predictions(run / "predictions.jsonl")
+    failed = [r for r in records if r.get("error")]
+    assert failed
+    keep_retried(run, failed)  # what a retry does first; then it was stopped before asking any of them again
+    (run / "predictions.jsonl").write_bytes(_jsonl([r for r in records if not r.get("error")]))
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    assert f"{sum(r['cost'] for r in records):.4f}" in capsys.readouterr().out
