@@ -318,7 +318,11 @@ def stage_summary(records: list[dict]) -> dict[str, dict]:
             labelled = [(bool(s["decision"]), bool(exact_match(s.get("answer"), r.get("gold") or [])))
                         for r, s in pairs if isinstance(s.get("decision"), bool) and "answer" in s
                         and r.get("gold") is not None]
-            if labelled:
+            if labelled and all(said for said, _ in labelled):
+                # only a "yes" carries an answer to score (RA-ISF's closed-book answer): how often it was right,
+                # not an accuracy, which would need the wrong "no"s too (review)
+                stats["yes_precision"] = _mean(right for _, right in labelled)
+            elif labelled:
                 stats["decision_accuracy"] = _mean(said == right for said, right in labelled)
         depths = [s["depth"] for _, s in pairs if isinstance(s.get("depth"), int)]
         if depths:

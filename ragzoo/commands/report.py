@@ -530,11 +530,15 @@ def check_plot_path(path: str) -> None:
     matplotlib.use("Agg")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    formats = FigureCanvasAgg.get_supported_filetypes()
+    from ragzoo.ownership import plot_metadata
+
+    # the formats whose file carries ragzoo's mark, so that a rerun replaces it (a .jpg was written once, then
+    # refused as "not written by this command")
+    formats = [name for name in FigureCanvasAgg.get_supported_filetypes() if plot_metadata(f"x.{name}") is not None]
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in formats:
-        raise ConfigError(f"--plot {path}: {('.' + suffix) if suffix else 'no suffix'} is not an image format "
-                          f"matplotlib writes; end the name in one of {', '.join('.' + f for f in sorted(formats))}")
+        raise ConfigError(f"--plot {path}: {('.' + suffix) if suffix else 'no suffix'} is not a format ragzoo writes "
+                          f"its plots in; end the name in one of {', '.join('.' + f for f in sorted(formats))}")
 
 
 def plot(table: list[dict], path: str, metric: str | None = None) -> str:
@@ -784,22 +788,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         common = len(shared_ids([{"records": _records(run)} for run in args.runs])) if len(args.runs) > 1 else None
         print(format_table(table, common=common, shared=args.shared, show_ci=args.ci))
-        print_diagnostics(args.runs)
+        print_diagnostics(args.runs, shared=args.shared)
     if args.plot:
         metric = plot(table, args.plot, args.metric)
         print(f"plot: {args.plot} ({metric} vs LM calls per question)")
     return 0
 
 
-def print_diagnostics(run_dirs: list[str], labels: list[str] | None = None) -> None:
+def print_diagnostics(run_dirs: list[str], labels: list[str] | None = None, *, shared: bool = False) -> None:
     """Issue 23: per run, the attribution of its answers (counts, shares, Wilson 95% CIs) and its stage
-    diagnostics (`ragzoo.diagnostics`); runs written before stage records get one line saying so."""
+    diagnostics (`ragzoo.diagnostics`); runs written before stage records get one line saying so. `shared`: over
+    the questions every run answered, as the table above them (review: they were over all of each run's)."""
     from ragzoo.diagnostics import attribution_summary, format_attribution, format_stages, stage_summary
 
     runs = [_load(run_dir) for run_dir in run_dirs]
+    common = shared_ids(runs) if shared and len(runs) > 1 else None
     lines = []
     for label, run in zip(labels or _labels(runs), runs):
-        records = run["records"]
+        records = [r for key, r in sorted(_keyed(run).items()) if common is None or key in common] \
+            if common is not None else run["records"]
         if not any("attribution" in record for record in records):
             lines.append(f"{label}: no attribution (a run written before stage records)")
             continue

@@ -87,7 +87,7 @@ def test_stage_summary_filter_precision_recall_votes_gates_depth():
     assert abs(votes["vote_agreement"] - 2 / 3) < 1e-9  # "Paris"x2 of 3 non-unknown answers
     assert votes["vote_miss"] == 0.5  # record 1: Paris in the pool, no right final answer; record 2: no gold in it
     gate = summary["self_knowledge"]
-    assert gate["decisions"] == {"True": 1.0} and gate["decision_accuracy"] == 0.5
+    assert gate["decisions"] == {"True": 1.0} and gate["yes_precision"] == 0.5 and "decision_accuracy" not in gate
     assert summary["decompose"]["depth"] == {1: 2}
 
 

@@ -37,3 +37,19 @@ def test_report_outputs_that_one_form_does_not_make_are_refused(tmp_path, capsys
         err = capsys.readouterr().err
         assert "makes no" in err and "run the report once for each" in err and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_gate_whose_yes_alone_carries_a_label_reports_its_precision_not_an_accuracy():
+    """Review: RA-ISF's self-knowledge gate stores a closed-book answer only when it says yes; "decision_accuracy"
+    was P(right | yes), and a wrong "no" was never counted."""
+    from ragzoo.diagnostics import stage_summary
+
+    def record(decision, answer, gold):
+        stage = {"calls": 1, "decision": decision, **({"answer": answer} if answer is not None else {})}
+        return {"gold": [gold], "stages": {"gate": stage}, "metrics": {"em": 0.0}}
+
+    only_yes = [record(True, "Paris", "Paris"), record(True, "Rome", "Paris"), record(False, None, "Paris")]
+    gate = stage_summary(only_yes)["gate"]
+    assert gate["yes_precision"] == 0.5 and "decision_accuracy" not in gate
+    both = [record(True, "Paris", "Paris"), record(False, "Rome", "Paris")]
+    assert stage_summary(both)["gate"]["decision_accuracy"] == 1.0 and "yes_precision" not in stage_summary(both)["gate"]

@@ -33,7 +33,7 @@ def test_the_self_knowledge_gate_answers_closed_book_and_is_scored_on_that_answe
     assert stages["answer"] == {"calls": 1, "route": "self_knowledge"}
     assert record["attribution"] == "correct"
     gate = stage_summary([record])["self_knowledge"]
-    assert gate["decisions"] == {"True": 1.0} and gate["decision_accuracy"] == 1.0
+    assert gate["decisions"] == {"True": 1.0} and gate["yes_precision"] == 1.0
 
 
 def test_the_relevance_gate_dropping_the_gold_passage_is_filtered_out():

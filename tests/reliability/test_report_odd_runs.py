@@ -43,4 +43,6 @@ def test_a_corrupt_line_in_the_middle_is_refused(tmp_path, questions_file, capsy
 
 def test_a_plot_name_matplotlib_cannot_write_is_refused_before_the_table(tmp_path, questions_file, capsys):
     run = _run(tmp_path, questions_file)
-    _refused(["report", run, "--plot", str(tmp_path / "out.txt2")], capsys, ".txt2 is not an image format")
+    _refused(["report", run, "--plot", str(tmp_path / "out.txt2")], capsys, ".txt2 is not a format ragzoo writes")
+    # a format with no room for ragzoo's mark: written once, then refused as not ours (review): refused up front
+    _refused(["report", run, "--plot", str(tmp_path / "out.jpg")], capsys, ".jpg is not a format ragzoo writes")

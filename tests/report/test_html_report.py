@@ -382,3 +382,15 @@ def test_markup_in_a_runs_texts_stays_data_in_the_page(tmp_path):
     assert code == 0 and blocks
     assert all("<" not in block for block in blocks)
     assert any("\\u003c!--\\u003cscript>" in block for block in blocks)
+
+
+def test_shared_diagnostics_are_over_the_shared_questions(tmp_path, capsys):
+    """Review: under --shared the table was over the questions all runs answered, the attribution below it over all
+    of each run's (4 correct of 10 beside a table that said 1 of 5)."""
+    import re
+
+    runs = [_run(tmp_path / "rag", "rag", 10), _run(tmp_path / "cot_rag", "cot_rag", 5)]
+    assert main(["report", *runs, "--shared"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.strip().startswith("rag:") and "%" in line)
+    assert sum(int(count) for count in re.findall(r"(\d+) \(\d+%", line)) == 5, line
