@@ -251,9 +251,22 @@ def _majority_share(answers: list) -> float | None:
     return Counter(normalized).most_common(1)[0][1] / len(normalized)
 
 
-def stage_summary(records: list[dict]) -> dict[str, dict]:
+_ANSWER_MEASURES = ("unknown_rate", "vote_agreement", "vote_miss", "yes_precision", "decision_accuracy")
+
+
+def stage_summary(records: list[dict], *, answers: bool = True) -> dict[str, dict]:
     """Per stage (in first-seen order): how many records have it and the papers' measures (module docstring);
-    a measure is present only when some record carries what it needs."""
+    a measure is present only when some record carries what it needs. `answers=False` (a dry run's placeholder
+    answers): the measures read off the answers are left out, the retrieval and call figures are real."""
+    out = _stage_summary(records)
+    if not answers:
+        for stats in out.values():
+            for name in _ANSWER_MEASURES:
+                stats.pop(name, None)
+    return out
+
+
+def _stage_summary(records: list[dict]) -> dict[str, dict]:
     from ragzoo.metrics.answer import exact_match
     from ragzoo.metrics.rates import is_unknown, vote_miss
 

@@ -210,7 +210,7 @@ def _attribution_line(label: str, records: list[dict]) -> str | None:
     return format_attribution(label, summary) if summary["not_computed"] < summary["n"] else None
 
 
-def _stage_rows(label: str, records: list[dict]) -> list[list[str]]:
+def _stage_rows(label: str, records: list[dict], *, answers: bool = True) -> list[list[str]]:
     """Per stage: records with it, mean calls, the papers' measures (`ragzoo.diagnostics.stage_summary`: gold
     recall, filter precision/recall, %Unk, vote agreement, gate rates, depth) and every field described."""
     try:
@@ -218,7 +218,7 @@ def _stage_rows(label: str, records: list[dict]) -> list[list[str]]:
     except ImportError:  # a ragzoo without stage diagnostics: the fields alone
         measures: dict = {}
     else:
-        measures = stage_summary(records)
+        measures = stage_summary(records, answers=answers)  # a dry run's answers are placeholders
     by_stage: dict[str, list[dict]] = {}
     for record in records:
         stages = record.get("stages")
@@ -357,7 +357,7 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
                         "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / max(1, n),
                         "tokens_per_question": tokens / max(1, n),
                         "cost_per_question": sum(float(r.get("cost") or 0) for r in records) / max(1, n)})
-        stage_rows += _stage_rows(run["label"], records)
+        stage_rows += _stage_rows(run["label"], records, answers=not run["dry_run"])
         attribution_lines.append(_attribution_line(run["label"], records))
         predictor_rows += _predictor_rows(run["label"], records)
     keys = list(dict.fromkeys(key for run in runs for key in run["keyed"]))  # the data's order, as evaluated

@@ -810,11 +810,12 @@ def print_diagnostics(run_dirs: list[str], labels: list[str] | None = None, *, s
         if not any("attribution" in record for record in records):
             lines.append(f"{label}: no attribution (a run written before stage records)")
             continue
-        if _recorded_dry_run(run["config"].get("lm")):  # retrieval and calls are real, the answers placeholders
+        dry_run = _recorded_dry_run(run["config"].get("lm"))
+        if dry_run:  # retrieval and calls are real, the answers placeholders
             lines.append(f"{label}: no attribution (dry run: placeholder answers); its stages:")
         else:
             lines.append(format_attribution(label, attribution_summary(records)))
-        lines.extend(format_stages(label, stage_summary(records)))
+        lines.extend(format_stages(label, stage_summary(records, answers=not dry_run)))
     if lines:
         print("\nattribution (count, share [95% CI]) and stage diagnostics:")
         print("\n".join(f"  {line}" for line in lines))

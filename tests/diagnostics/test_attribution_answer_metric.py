@@ -53,3 +53,15 @@ def test_a_gate_whose_yes_alone_carries_a_label_reports_its_precision_not_an_acc
     assert gate["yes_precision"] == 0.5 and "decision_accuracy" not in gate
     both = [record(True, "Paris", "Paris"), record(False, "Rome", "Paris")]
     assert stage_summary(both)["gate"]["decision_accuracy"] == 1.0 and "yes_precision" not in stage_summary(both)["gate"]
+
+
+def test_a_dry_runs_stage_measures_leave_out_what_is_read_off_its_placeholder_answers():
+    """Review: a dry run printed %Unk, vote agreement (always 1.00) and vote miss of its placeholder answers."""
+    from ragzoo.diagnostics import stage_summary
+
+    records = [{"gold": ["Paris"], "prediction": "placeholder answer", "metrics": {"em": 0.0},
+                "stages": {"vote": {"calls": 3, "answers": ["placeholder answer"] * 3, "passages": ["1", "2"]}}}]
+    real = stage_summary(records)["vote"]
+    dry = stage_summary(records, answers=False)["vote"]
+    assert "vote_agreement" in real and "unknown_rate" in real
+    assert not {"vote_agreement", "unknown_rate", "vote_miss"} & set(dry) and dry["calls"] == real["calls"]
