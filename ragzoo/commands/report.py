@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 MOSTLY_FAILED = 0.5
 NO_RETRIEVER = "none"
@@ -152,7 +153,9 @@ def _load(run_dir: str) -> dict:
     if not records:  # no figure of it would mean anything: not 0.000, which reads as a score
         raise RunError(f"{run_dir} has no finished question yet (its predictions.jsonl is empty), so there is "
                        f"nothing to report; run or resume the evaluation first")
-    n_asked = config.get("n") or summary.get("n_expected") or len(records)
+    expected = summary.get("n_expected")  # derived data: a count, or nothing
+    expected = expected if isinstance(expected, int) and not isinstance(expected, bool) and expected >= 0 else None
+    n_asked = config.get("n") or expected or len(records)
     killed = not (Path(run_dir) / SUMMARY_FILE).is_file()
     return {"dir": str(run_dir), "config": config, "summary": summary, "records": records,
             "n_asked": int(n_asked), "killed": killed}
@@ -179,20 +182,32 @@ def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, li
         raise corrupt(CONFIG_FILE, "'n' is not a count")
     if config.get("knobs") is not None and not isinstance(config["knobs"], dict):
         raise corrupt(CONFIG_FILE, "'knobs' is not an object")
-    for key in ("method", "program"):
+    for key in ("method", "program", "split", "dataset"):
         if config.get(key) is not None and not isinstance(config[key], str):
             raise corrupt(CONFIG_FILE, f"{key!r} is not a string")
+    if config.get("defaults_used") is not None and not isinstance(config["defaults_used"], dict):
+        raise corrupt(CONFIG_FILE, "'defaults_used' is not an object")
+
+    def count(value) -> bool:  # a usage figure: a finite number, not below 0
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                 and math.isfinite(value) and value >= 0)
+
     for index, record in enumerate(records, 1):
         numbers = [record.get(key) for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cost",
                                                 "retrievals", "latency", "cached_calls", "cached_prompt_tokens",
                                                 "cached_completion_tokens", "cached_cost")]
         scores = record.get("metrics", {})
+        gold = record.get("gold")
         if not isinstance(record.get("id"), (str, int)) or isinstance(record.get("id"), bool) \
                 or not isinstance(scores, dict) \
-                or not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-                           for v in [*numbers, *scores.values()]) \
+                or not all(count(v) for v in numbers) \
+                or not all(count(v) and (v is None or v <= 1) for v in scores.values()) \
+                or not (gold is None or isinstance(gold, str) or
+                        (isinstance(gold, list) and all(isinstance(g, str) for g in gold))) \
+                or not isinstance(record.get("stages") or {}, dict) \
                 or not isinstance(record.get("error") or {}, dict):
-            raise corrupt(PREDICTIONS_FILE, f"record {index} has a field of the wrong type")
+            raise corrupt(PREDICTIONS_FILE, f"record {index} has a field of the wrong type or out of range (scores "
+                                            f"are in [0, 1], usage figures finite and not negative)")
     if not isinstance(summary, dict) or not isinstance(summary.get("metrics", {}), dict) \
             or not isinstance(summary.get("usage", {}), dict):
         summary = summarize(records, list(metrics or ["em"]), total=n)  # derived data: recomputed from the records

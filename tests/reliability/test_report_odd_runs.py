@@ -3,6 +3,8 @@ and a --plot name matplotlib cannot write, each one line and exit 2 before anyth
 
 from __future__ import annotations
 
+import pytest
+
 from ragzoo.cli import main
 
 
@@ -46,3 +48,27 @@ def test_a_plot_name_matplotlib_cannot_write_is_refused_before_the_table(tmp_pat
     _refused(["report", run, "--plot", str(tmp_path / "out.txt2")], capsys, ".txt2 is not a format ragzoo writes")
     # a format with no room for ragzoo's mark: written once, then refused as not ours (review): refused up front
     _refused(["report", run, "--plot", str(tmp_path / "out.jpg")], capsys, ".jpg is not a format ragzoo writes")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda record, config: record["metrics"].update(em=float("nan")), "predictions.jsonl is corrupt"),
+    (lambda record, config: record["metrics"].update(em=7.0), "scores are in [0, 1]"),
+    (lambda record, config: record.update(cost=-5), "usage figures finite and not negative"),
+    (lambda record, config: record.update(gold=1945), "predictions.jsonl is corrupt"),
+    (lambda record, config: record.update(stages=[1]), "predictions.jsonl is corrupt"),
+    (lambda record, config: config.update(split={"a": 1}), "'split' is not a string"),
+    (lambda record, config: config.update(defaults_used=[1]), "'defaults_used' is not an object"),
+])
+def test_a_hand_edited_run_is_refused_as_corrupt_not_scored(tmp_path, questions_file, capsys, edit, says):
+    """Review: NaN or out-of-range scores printed `nan` or a CI above 1 (or an internal error under --ci), a
+    negative cost a negative spend, a numeric gold or a dict split an internal error."""
+    import json
+    from pathlib import Path
+
+    run = Path(_run(tmp_path, questions_file))
+    lines = (run / "predictions.jsonl").read_text().splitlines()
+    record, config = json.loads(lines[0]), json.loads((run / "config.json").read_text())
+    edit(record, config)
+    (run / "predictions.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    (run / "config.json").write_text(json.dumps(config))
+    _refused(["report", str(run), "--ci"], capsys, says)
