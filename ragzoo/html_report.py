@@ -351,12 +351,13 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
         for record in records:
             attribution[_attribution(record)] = attribution.get(_attribution(record), 0) + 1
         tokens = sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0) for r in records)
+        usage = run.get("usage") or {  # the table's (retried and late calls counted), else the records'
+            "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / max(1, n),
+            "tokens_per_question": tokens / max(1, n),
+            "cost_per_question": sum(float(r.get("cost") or 0) for r in records) / max(1, n)}
         methods.append({"label": run["label"], "dir": run["dir"], "n": n, "dry_run": run["dry_run"],
                         "paper": run.get("paper") or {},
-                        "means": means, "cis": cis, "attribution": attribution,
-                        "lm_calls_per_question": sum(r.get("lm_calls") or 0 for r in records) / max(1, n),
-                        "tokens_per_question": tokens / max(1, n),
-                        "cost_per_question": sum(float(r.get("cost") or 0) for r in records) / max(1, n)})
+                        "means": means, "cis": cis, "attribution": attribution, **usage})
         stage_rows += _stage_rows(run["label"], records, answers=not run["dry_run"])
         attribution_lines.append(_attribution_line(run["label"], records))
         predictor_rows += _predictor_rows(run["label"], records)

@@ -746,8 +746,14 @@ def write_html(args: argparse.Namespace) -> int:
         table = html_report.runs_table(table_rows)
         loaded = [_load(run_dir) for run_dir in run_dirs]
         labels = _labels(loaded)
-        for run, row in zip(loaded, table_rows):  # the plot's points are the table's figures
+        common = shared_ids(loaded) if args.shared and len(loaded) > 1 else None
+        for run, row in zip(loaded, table_rows):  # the plot's points are the table's figures, usage included
             run["means"], run["cis"] = row["metrics"], row["ci"]
+            run["usage"] = {"lm_calls_per_question": row["lm_calls_per_question"],
+                            "tokens_per_question": row["tokens_per_question"],
+                            "cost_per_question": row["cost"] / row["n"] if row["n"] else 0.0}
+            if common is not None:  # the page's questions are the table's: the shared ones
+                run["keyed"] = {key: record for key, record in _keyed(run).items() if key in common}
     names, _ = _metric_names(loaded, args.metric)
     found: dict[str, dict | None] = {}
     unmarked = [label for label, run in zip(labels, loaded) if not _mark_gold(run, found)]
@@ -756,7 +762,7 @@ def write_html(args: argparse.Namespace) -> int:
                               f"be loaded again, or their data names no gold passage")
     runs = [{"label": label, "dir": run["dir"], "dry_run": _recorded_dry_run(run["config"].get("lm")),
              "metrics": names, "keyed": _keyed(run), "means": run.get("means"), "cis": run.get("cis"),
-             "paper": run.get("paper") or {}}
+             "paper": run.get("paper") or {}, "usage": run.get("usage")}
             for label, run in zip(labels, loaded)]
     from ragzoo.diagnostics import answer_metric
 

@@ -394,3 +394,20 @@ def test_shared_diagnostics_are_over_the_shared_questions(tmp_path, capsys):
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.strip().startswith("rag:") and "%" in line)
     assert sum(int(count) for count in re.findall(r"(\d+) \(\d+%", line)) == 5, line
+
+
+def test_the_pages_cost_plot_places_each_run_at_the_tables_usage(tmp_path):
+    """Review: the plot's x values were recomputed from the records alone: a run's retried calls (its
+    extra_usage.jsonl) counted in the table, not in the plot (1.0 calls/q plotted beside a table's 2.00)."""
+    import re
+
+    run = Path(_run(tmp_path / "rag", "rag", 10))
+    (run / "extra_usage.jsonl").write_text(json.dumps({"id": "0", "why": "retried", "lm_calls": 10,
+                                                       "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0})
+                                           + "\n")
+    code, out = _page(tmp_path, [str(run)])
+    page = out.read_text(encoding="utf-8")
+    figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', page, flags=re.S).group(1))
+    xs = [trace["x"][0] for figure in figures.values() if isinstance(figure, dict)
+          for trace in figure.get("data", []) if trace.get("x") and trace.get("name") == "rag"]
+    assert code == 0 and 3.0 in xs, xs  # 2 calls a question, and the 10 retried over 10 questions
