@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import itertools
 from copy import deepcopy
 import math
 import os
@@ -727,6 +729,38 @@ def _settle(reserved: list[tuple[Budget, float]]) -> None:
         budget.settle(held)
 
 
+_CALL_IDS = itertools.count()
+
+
+def _metered(lm, call, args: tuple, kwargs: dict):
+    """`call(*args, **kwargs)`: DSPy's `BaseLM.__call__`, behind its callback wrapper. Where the usage callback is
+    the only callback active (nearly always), it is called here around DSPy's own function instead: the same
+    `on_lm_start`/`on_lm_end`, without the wrapper's `inspect.getcallargs` and `uuid4` on every LM call (0.06-0.19
+    ms of CPU a call). With any other callback (a user's, MLflow's), DSPy's wrapper runs them all, as before."""
+    active = [*(dspy.settings.get("callbacks", None) or []), *(getattr(lm, "callbacks", None) or [])]
+    function = getattr(getattr(call, "__func__", None), "__wrapped__", None)
+    if function is None or not active or any(callback is not USAGE_CALLBACK for callback in active):
+        return call(*args, **kwargs)
+    inputs = _signature_of(function).bind(lm, *args, **kwargs)
+    inputs.apply_defaults()
+    inputs = dict(inputs.arguments)
+    inputs.pop("self", None)
+    call_id = f"ragzoo-{next(_CALL_IDS)}"
+    USAGE_CALLBACK.on_lm_start(call_id=call_id, instance=lm, inputs=inputs)
+    try:
+        outputs = function(lm, *args, **kwargs)
+    except BaseException as error:
+        USAGE_CALLBACK.on_lm_end(call_id=call_id, outputs=None, exception=error)
+        raise
+    USAGE_CALLBACK.on_lm_end(call_id=call_id, outputs=outputs, exception=None)
+    return outputs
+
+
+@functools.lru_cache(maxsize=8)
+def _signature_of(function) -> inspect.Signature:
+    return inspect.signature(function)
+
+
 def _refuse_when_stopping() -> None:
     from ragzoo.errors import STOPPING, Stopping
 
@@ -746,7 +780,7 @@ class BudgetedCalls:
         _refuse_when_stopping()
         reserved = _reserve_open_budgets(self, args, kwargs)
         try:
-            return scrub_reply(super().__call__(*args, **kwargs))
+            return scrub_reply(_metered(self, super().__call__, args, kwargs))
         finally:
             _settle(reserved)
 

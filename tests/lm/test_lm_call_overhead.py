@@ -34,7 +34,9 @@ def test_a_tracked_lm_is_metered_without_a_global_callback(monkeypatch):
         TwoSteps()(question="why?")
     assert [call.signature for call in trace.lm_calls] == ["rewrite", "answer"]
     assert meter.usage.lm_calls == 2
-    assert len(inspected) == 2, inspected  # one per LM call: no module/predictor/adapter call inspected
+    # none: no module/predictor/adapter call is inspected, and an LM call whose only callback is the usage one
+    # runs it without DSPy's wrapper, which inspected the arguments of every LM call (`usage._metered`)
+    assert inspected == [], inspected
 
 
 def test_evaluate_threads_do_not_wait_on_every_pending_question(monkeypatch):
@@ -73,3 +75,23 @@ def test_examples_under_a_deadline_reuse_their_threads(monkeypatch):
         summary = evaluate(AnswerQuestion(), examples, "em", None, threads=4, progress=False, deadline=30)
     assert summary["n"] == 200 and summary["metrics"]["em"] == 1.0
     assert started.count("ragzoo-example") <= 8, started.count("ragzoo-example")
+
+
+def test_another_callback_still_runs_through_dspys_wrapper_and_usage_is_counted_once():
+    """`usage._metered` runs the usage callback itself only where it is the only callback active; a user's (or
+    MLflow's) callback keeps DSPy's wrapper, and the call is counted once either way, also with the usage callback
+    both on the LM and global."""
+    from dspy.utils.callback import BaseCallback
+
+    seen = []
+
+    class Watch(BaseCallback):
+        def on_lm_start(self, call_id, instance, inputs):
+            seen.append(sorted(inputs))
+
+    for callbacks in ([Watch()], [USAGE_CALLBACK], []):
+        lm = ScriptedLM(default={"query": "q", "answer": "a"})
+        with dspy.context(lm=lm, callbacks=callbacks), metering() as meter, trace_example() as trace:
+            TwoSteps()(question="why?")
+        assert meter.usage.lm_calls == 2 and len(trace.lm_calls) == 2, callbacks
+    assert seen == [["kwargs", "messages", "prompt"]] * 2  # the user's callback saw both calls, as DSPy gives them
