@@ -204,7 +204,8 @@ def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, li
                 or not all(count(v) and (v is None or v <= 1) for v in scores.values()) \
                 or not (gold is None or isinstance(gold, str) or
                         (isinstance(gold, list) and all(isinstance(g, str) for g in gold))) \
-                or not isinstance(record.get("stages") or {}, dict) \
+                or not _stages_fit(record.get("stages")) or not _trace_fits(record.get("lm_trace")) \
+                or not all(_ids(record.get(key)) for key in ("gold_pids", "supporting_titles")) \
                 or not isinstance(record.get("error") or {}, dict):
             raise corrupt(PREDICTIONS_FILE, f"record {index} has a field of the wrong type or out of range (scores "
                                             f"are in [0, 1], usage figures finite and not negative)")
@@ -212,6 +213,39 @@ def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, li
             or not isinstance(summary.get("usage", {}), dict):
         summary = summarize(records, list(metrics or ["em"]), total=n)  # derived data: recomputed from the records
     return config, summary, records
+
+
+def _ids(value) -> bool:
+    """A list of passage ids or titles (None: not recorded; an item None: a passage that had no id)."""
+    return value is None or (isinstance(value, list) and all(
+        item is None or (isinstance(item, (str, int)) and not isinstance(item, bool)) for item in value))
+
+
+def _stages_fit(stages) -> bool:
+    """A record's stage diagnostics as `ragzoo.diagnostics` writes them: an object of objects, their call counts
+    numbers, their passage lists lists of ids."""
+    if stages is None:
+        return True
+    if not isinstance(stages, dict) or not all(isinstance(stage, dict) for stage in stages.values()):
+        return False
+    for stage in stages.values():
+        calls = stage.get("calls")
+        if calls is not None and (isinstance(calls, bool) or not isinstance(calls, (int, float))
+                                  or not math.isfinite(calls)):
+            return False
+        if not all(_ids(stage.get(key)) for key in ("passages", "kept", "gold")):
+            return False
+    return True
+
+
+def _trace_fits(trace) -> bool:
+    """A record's `lm_trace`: a list of objects whose token counts are numbers."""
+    if trace is None:
+        return True
+    return isinstance(trace, list) and all(
+        isinstance(call, dict) and all(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+                                       for value in (call.get("prompt_tokens"), call.get("completion_tokens")))
+        for call in trace)
 
 
 def _labels(runs: list[dict]) -> list[str]:

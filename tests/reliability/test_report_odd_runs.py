@@ -56,6 +56,11 @@ def test_a_plot_name_matplotlib_cannot_write_is_refused_before_the_table(tmp_pat
     (lambda record, config: record.update(cost=-5), "usage figures finite and not negative"),
     (lambda record, config: record.update(gold=1945), "predictions.jsonl is corrupt"),
     (lambda record, config: record.update(stages=[1]), "predictions.jsonl is corrupt"),
+    (lambda record, config: record.update(stages={"s": {"calls": "x"}}), "predictions.jsonl is corrupt"),
+    (lambda record, config: record.update(stages={"s": {"passages": [[1]]}}), "predictions.jsonl is corrupt"),
+    (lambda record, config: record.update(gold_pids=5), "predictions.jsonl is corrupt"),
+    (lambda record, config: record.update(supporting_titles=7), "predictions.jsonl is corrupt"),
+    (lambda record, config: record.update(lm_trace=[{"prompt_tokens": "abc"}]), "predictions.jsonl is corrupt"),
     (lambda record, config: config.update(split={"a": 1}), "'split' is not a string"),
     (lambda record, config: config.update(defaults_used=[1]), "'defaults_used' is not an object"),
 ])
