@@ -50,6 +50,8 @@ def test_replace_dir_puts_the_old_folder_back_when_the_swap_fails(tmp_path, monk
     with pytest.raises(OSError, match="disk full"):
         files.replace_dir(staging, final)
     assert (final / "old.txt").read_text() == "old"
+    files.discard_dir(staging)  # as a failed build's caller does: its lock is let go
+    assert str(staging) not in files._HELD
 
 
 def _modes_under_umask(umask: int, tmp_path: Path) -> tuple[int, int]:
