@@ -296,6 +296,11 @@ def _keyed(run: dict) -> dict[str, dict]:
     return run["keyed"]
 
 
+def _keyed_in(run: dict, common: set[str] | None) -> dict[str, dict]:
+    """The run's records by question key, in key order, of the `common` questions only (None: all)."""
+    return {key: record for key, record in sorted(_keyed(run).items()) if common is None or key in common}
+
+
 def _scores(run: dict, metric: str, keys: set[str] | None = None) -> dict[str, float]:
     """Scores by question key, in key order: the bootstrap then sees the same sequence whatever order the
     predictions were written in (threads finish in any order)."""
@@ -339,7 +344,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
     for run, label in zip(runs, _labels(runs)):
         config, summary = run["config"], run["summary"]
         setup = _setup(config)
-        records = [r for key, r in sorted(_keyed(run).items()) if common is None or key in common]
+        records = list(_keyed_in(run, common).values())
         n = len(records)
         failures = sum(1 for r in records if r.get("error"))
         abstained = sum(1 for r in records if not r.get("error") and is_unknown(r.get("prediction")))
@@ -787,7 +792,7 @@ def write_html(args: argparse.Namespace) -> int:
                             "tokens_per_question": row["tokens_per_question"],
                             "cost_per_question": row["cost"] / row["n"] if row["n"] else 0.0}
             if common is not None:  # the page's questions are the table's: the shared ones
-                run["keyed"] = {key: record for key, record in _keyed(run).items() if key in common}
+                run["keyed"] = _keyed_in(run, common)
     names, _ = _metric_names(loaded, args.metric)
     found: dict[str, dict | None] = {}
     unmarked = [label for label, run in zip(labels, loaded) if not _mark_gold(run, found)]
@@ -860,8 +865,7 @@ def print_diagnostics(run_dirs: list[str], labels: list[str] | None = None, *, s
     common = shared_ids(runs) if shared and len(runs) > 1 else None
     lines = []
     for label, run in zip(labels or _labels(runs), runs):
-        records = [r for key, r in sorted(_keyed(run).items()) if common is None or key in common] \
-            if common is not None else run["records"]
+        records = list(_keyed_in(run, common).values()) if common is not None else run["records"]
         if not any("attribution" in record for record in records):
             lines.append(f"{label}: no attribution (a run written before stage records)")
             continue

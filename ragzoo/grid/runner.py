@@ -123,6 +123,12 @@ def check_cells(cells: list[Cell]) -> None:
                               f"{sizes[split]} questions; lower -n (or n under [grid])")
 
 
+def needs_run(state: dict, retry_failed: bool = False) -> bool:
+    """Whether a cell (its `cell_state`) is to be run: not done, or done with failed questions under
+    `--retry-failed`. The one rule a sweep's queue, a shared storage's claims and `run_cell` all follow."""
+    return state["status"] != "done" or (retry_failed and bool(state.get("failures")))
+
+
 def cell_state(out: Path, cell: Cell) -> dict:
     """What is on disk for a cell: done / partial / absent, examples written (`done`) of `total` asked, spend."""
     from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE, read_predictions
@@ -324,7 +330,7 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
     base = cell_dir(out, cell)
     base.mkdir(parents=True, exist_ok=True)
     state = cell_state(out, cell)
-    if state["status"] == "done" and not (retry_failed and state.get("failures")):
+    if not needs_run(state, retry_failed):
         return {**state, "exit": 0, "skipped": True}
     prices = {"price": price, "price_per_hour": price_per_hour}
     artifact = None
@@ -793,7 +799,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         adopt_legacy_dir(out, cell)
         state = cell_state(out, cell)
         result.states[cell.key] = state
-        if state["status"] != "done" or (retry_failed and state.get("failures")):
+        if needs_run(state, retry_failed):
             todo.append(cell)
     by_key = {cell.key: cell for cell in cells}
     counted = [cell for cell in cells if cell.key not in result.skipped]
@@ -816,8 +822,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     def done_on_disk(key: str) -> bool:  # now, not when the states above were read
         if key not in by_key:
             return False
-        state = cell_state(out, by_key[key])
-        return state["status"] == "done" and not (retry_failed and state.get("failures"))
+        return not needs_run(cell_state(out, by_key[key]), retry_failed)
 
     claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
                            choices=[c.key for c in cells], say=say, keys_as_of=states_read_at,

@@ -330,7 +330,7 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
         raise ConfigError(f"{where}: [grid] name {name!r} must be letters, digits, '.', '_' or '-' (it names the "
                           f"grid's folder under runs/grids)")
     grid = Grid(name=name or (Path(source).stem if source else "grid"),
-                title=_text(head, "title", "[grid]", where) or _text(head, "name", "[grid]", where) or "grid",
+                title=_text(head, "title", "[grid]", where) or name or "grid",
                 methods=methods, datasets=datasets, optimizers=optimizers, lms=lms,
                 n=_number(head, "n", None, where), seed=_number(head, "seed", 0, where),
                 threads=_number(head, "threads", 1, where), retriever=_text(head, "retriever", "[grid]", where),

@@ -48,16 +48,23 @@ def test_report_says_failures_are_scored_zero_without_abstentions(tmp_path, ques
         capsys.readouterr().out
 
 
+EVERY_OTHER_UNREADABLE = lambda index, body: "garbage" if index % 2 else None  # noqa: E731 - stub faults
+
+
+def _priced_run(tmp_path, questions_file):
+    """(run folder, evaluate argv but --api-base) of 6 priced questions, failures allowed, no re-ask."""
+    run = tmp_path / "run"
+    return run, ["evaluate", "--method", "direct", "--data", str(questions_file(6)), "--lm", "openai/stub",
+                 "--no-cache", "--price", "1,2", "--max-reasks", "0", "--allow-failures", "--out", str(run)]
+
+
 def test_retry_failed_keeps_the_spend_of_the_attempts_it_ran_again(tmp_path, questions_file, capsys):
     """`--retry-failed` replaces a failed question's record: what the failed attempt cost stays in the run's usage
     (found by review: 45 requests served, the summary said 30 calls and two thirds of the cost)."""
     from ragzoo.runs import extra_usage, keep_retried, read_predictions
 
-    data = questions_file(6)
-    run = tmp_path / "run"
-    argv = ["evaluate", "--method", "direct", "--data", str(data), "--lm", "openai/stub", "--no-cache",
-            "--price", "1,2", "--max-reasks", "0", "--allow-failures", "--out", str(run)]
-    with StubLMServer(faults=lambda index, body: "garbage" if index % 2 else None) as server:
+    run, argv = _priced_run(tmp_path, questions_file)
+    with StubLMServer(faults=EVERY_OTHER_UNREADABLE) as server:
         assert main([*argv, "--api-base", server.base_url + "/v1"]) == 0
         first = json.loads((run / "summary.json").read_text())
         failed = [r for r in read_predictions(run / "predictions.jsonl") if r.get("error")]
@@ -107,11 +114,8 @@ def test_report_counts_what_retried_questions_not_answered_yet_cost(tmp_path, qu
     spend vanished from its spent $ (0.0049 against summary.json's 0.006955)."""
     from ragzoo.runs import _jsonl, keep_retried, read_predictions
 
-    data = questions_file(6)
-    run = tmp_path / "run"
-    argv = ["evaluate", "--method", "direct", "--data", str(data), "--lm", "openai/stub", "--no-cache",
-            "--price", "1,2", "--max-reasks", "0", "--allow-failures", "--out", str(run)]
-    with StubLMServer(faults=lambda index, body: "garbage" if index % 2 else None) as server:
+    run, argv = _priced_run(tmp_path, questions_file)
+    with StubLMServer(faults=EVERY_OTHER_UNREADABLE) as server:
         assert main([*argv, "--api-base", server.base_url + "/v1"]) == 0
     records = read_predictions(run / "predictions.jsonl")
     failed = [r for r in records if r.get("error")]

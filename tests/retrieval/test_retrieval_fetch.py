@@ -515,26 +515,12 @@ def test_offline_an_unverifiable_cached_archive_needs_the_flag_too(online, monke
 def test_a_partial_unpack_whose_lock_is_held_is_left_alone_whatever_its_pid(tmp_path):
     """A fetch in another PID namespace writes its partial file under a lock; its PID is no process here
     (review: the same PID test as staging folders). Once the writer is gone, the partial is stale and goes."""
-    import subprocess
-    import sys
-
     from ragzoo.retrieval import fetch
+    from tests.retrieval.locking import dead_pid, held_elsewhere
 
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
     target = tmp_path / "corpus.jsonl"
-    partial = tmp_path / f".corpus.jsonl{fetch.PARTIAL_MARK}{gone.pid}"
+    partial = tmp_path / f".corpus.jsonl{fetch.PARTIAL_MARK}{dead_pid()}"
     partial.write_bytes(b"half")
-    writer = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, time\n"
-        f"handle = open({str(partial)!r}, 'ab')\n"
-        "fcntl.flock(handle.fileno(), fcntl.LOCK_EX)\n"
-        "print('held', flush=True)\n"
-        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert writer.stdout.readline().strip() == "held"
+    with held_elsewhere(partial):
         assert fetch.clean_partials(target) == [] and partial.exists()
-    finally:
-        writer.kill()
-        writer.wait()
     assert fetch.clean_partials(target) == [partial] and not partial.exists()

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from ragzoo.cli import main
 from ragzoo.retrieval import make_retriever
+from tests.retrieval.locking import dead_pid, held_elsewhere
 
 DOCS = [{"id": "z", "title": "Zebra", "text": "Zebras have black and white stripes."},
         {"id": "l", "title": "Lion", "text": "Lions are big cats of Africa."},
@@ -32,12 +31,6 @@ def build(corpus, out, *extra):
 
 def leftovers(folder):
     return sorted(p.name for p in folder.iterdir() if ".building-" in p.name or ".old-" in p.name)
-
-
-def dead_pid() -> int:
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
 
 
 def test_refuses_a_folder_of_documents_and_keeps_it(tmp_path, corpus, capsys):
@@ -203,19 +196,9 @@ def test_a_staging_folder_whose_lock_is_held_is_left_alone_whatever_its_pid(tmp_
     out = tmp_path / "idx"
     staging = tmp_path / f".idx.building-{dead_pid()}-5-jkl"
     staging.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys, time\n"
-        f"fd = os.open({str(staging)!r}, os.O_RDONLY)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "print('held', flush=True)\n"
-        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_elsewhere(staging):
         assert build(corpus, out) == 0
         assert staging.exists()
-    finally:
-        holder.kill()
-        holder.wait()
     assert build(corpus, out, "--rebuild") == 0
     assert not staging.exists()
 
