@@ -165,7 +165,10 @@ def lenient_value(text: Any, annotation: Any) -> Any:
         exact = [o for o in options if str(o).lower() == lowered.strip(" .!")]
         if len(exact) == 1:
             return exact[0]
-        named = [o for o in options if re.search(r"(?<![\w-])" + re.escape(str(o).lower()) + r"(?![\w-])", lowered)]
+        # an option named only where a negator governs it ("It is not true.") is not the one chosen
+        named = [o for o in options if re.search(r"(?<![\w-])" + re.escape(str(o).lower()) + r"(?![\w-])", lowered)
+                 and not (str(o).lower() in words and all(_governed(words, i) for i, word in enumerate(words)
+                                                          if word == str(o).lower()))]
         if len(named) == 1:
             return named[0]
         raise ValueError(f"cannot read one of {list(options)} from {text[:80]!r}")

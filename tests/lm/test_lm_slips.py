@@ -139,6 +139,9 @@ def test_reasks_are_bounded_and_end_in_a_typed_error_programs_can_catch():
     ("No, not at all.", bool, False), ("No, not really.", bool, False), ("Yes, it can't hurt.", bool, True),
     ("Yes, it doesn't contradict the passage.", bool, True),
     ("Only passage 2; none of the others are relevant.", list[int], [2]), ("None of the above except 2", list[int], [2]),
+    # the same class on an option list: a negated option is not the one chosen
+    ("not true, it is false", Literal["true", "false", "unsure"], "false"),
+    ("It is true, not false.", Literal["true", "false", "unsure"], "true"),
 ])
 def test_typed_values_in_words_are_read_when_unambiguous(text, annotation, value):
     assert lenient_value(text, annotation) == value
@@ -149,6 +152,7 @@ def test_typed_values_in_words_are_read_when_unambiguous(text, annotation, value
     ("no idea", list[int]), ("2 or 3", int),
     ("yes and not relevant", bool), ("0-4", list[int]), ("1 to 3", list[int]), ("0 through 2", list[int]),
     ("None of 1 and 2 is relevant", list[int]),
+    ("It is not true.", Literal["true", "false", "unsure"]),
     ("2.5", list[int]),
 ])
 def test_ambiguous_values_stay_unreadable(text, annotation):
