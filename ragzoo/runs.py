@@ -1441,7 +1441,8 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
             time.sleep(0.5)
         os._exit(1)  # the parent was killed: no one would write what this worker finishes
 
-    threading.Thread(target=orphaned, name="ragzoo-orphan-watch", daemon=True).start()
+    if not _die_with_parent(parent):  # where the kernel cannot end it with its parent, a watch does, within 0.5 s
+        threading.Thread(target=orphaned, name="ragzoo-orphan-watch", daemon=True).start()
     for name, limit in limits.items():  # the whole limit: the machine's slots keep the workers' sum within it
         endpoints.set_max_concurrency(name, limit)
     send_lock = threading.Lock()
@@ -1492,6 +1493,28 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
     runner.join()
     sender.close()
     os._exit(0)  # no atexit of the parent's objects (its run lock, its writer) in this copy
+
+
+def _die_with_parent(parent: int) -> bool:
+    """Have Linux SIGKILL this process the moment its parent dies (`prctl(PR_SET_PDEATHSIG)`): a worker whose
+    parent was killed would otherwise go on asking the LM (paid calls no one writes) until a watch notices. False
+    where that is not available. The parent forks its workers from the thread that also joins them, so that thread
+    outlives them (the signal follows the forking thread, not the process)."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1: PR_SET_PDEATHSIG
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # it died before the request was made
+        os._exit(1)
+    return True
 
 
 def _plain_progress(total: int, enabled: bool | None, bar) -> Callable[[int, int], None] | None:

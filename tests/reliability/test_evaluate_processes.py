@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from ragzoo.stubserver import StubLMServer
@@ -163,3 +164,58 @@ def test_ctrl_c_and_sigkill_keep_finished_questions(tmp_path, cli, helpers, ques
         assert resumed.code == 0, resumed.err
     final = _records(run)
     assert sorted(final) == sorted(f"q{i}" for i in range(n)) and all(final[i] == killed[i] for i in killed)
+
+
+_ORPHAN = """
+import multiprocessing, os, sys, time
+from ragzoo import runs
+
+def worker(parent, path):
+    runs._die_with_parent(parent)  # and no watch: only the kernel can end this one early
+    with open(path, "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(60)
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("fork").Process(target=worker, args=(os.getpid(), sys.argv[1]), daemon=True)
+    child.start()
+    time.sleep(60)
+"""
+
+
+def test_a_worker_dies_with_its_killed_parent_at_once(tmp_path):
+    """A SIGKILLed parent's worker ends at once (the kernel's parent-death signal), not when a watch next looks:
+    in between it would go on paying for questions no one writes."""
+    script, pid_file = tmp_path / "orphan.py", tmp_path / "worker.pid"
+    script.write_text(_ORPHAN)
+    parent = subprocess.Popen([sys.executable, str(script), str(pid_file)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10  # a watch-free worker would live its whole 60 s
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            if _zombie(worker):
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            raise AssertionError("the worker outlived its killed parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
