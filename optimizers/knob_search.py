@@ -27,10 +27,13 @@ The best program: if the best trial ran in this process its compiled program is 
 earlier run or another worker) its configuration is compiled again once at the end, without re-validating
 (its stored score stands), which costs that optimizer's compile calls (none for `none`/`labeled`).
 
-`max_calls`/`max_cost` are budgets of this process's search, over all its trials: one meter is open around
-the loop, every trial's compile runs inside it, and once the budget is reached the search stops; a trial cut
-short by the budget is recorded (in `result.trials`, and FAIL in the study, so a rerun redoes it) but never
-chosen (its score was computed with calls refused).
+`max_calls`/`max_cost` are budgets of the search, over all its trials: one meter is open around the loop, every
+trial's compile runs inside it, and once the budget is reached the search stops; a trial cut short by the budget
+is recorded (in `result.trials`, and FAIL in the study, so a rerun redoes it) but never chosen (its score was
+computed with calls refused). Each stored trial keeps what it sent (`record["spent"]`), and a run that resumes a
+study in `storage` counts what its stored trials spent against the budget (`result.spent_before`), as a
+resumed compile counts its checkpoint's: the same budget does not pay again. Workers running at the same time
+each count the trials stored when they started, not each other's calls in flight.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class KnobSearchResult:
     study_name: str = ""
     recompiled_best: bool = False
     space: dict[str, list] = field(default_factory=dict)  # the knob values tried, typed (k=5 an int)
+    spent_before: dict = field(default_factory=dict)  # {"lm_calls", "cost"} of the study's stored trials at start
 
 
 def _storable(record: dict) -> dict:
@@ -177,6 +181,16 @@ def claim_once(storage: str, name: str) -> bool:
     return True
 
 
+def _stored_spend(study) -> tuple[int, float]:
+    """(LM calls sent, USD) of every trial stored in `study` (finished or cut by a budget)."""
+    calls, cost = 0, 0.0
+    for trial in study.get_trials(deepcopy=False):
+        spent = (trial.user_attrs.get("record") or {}).get("spent") or {}
+        calls += int(spent.get("lm_calls", 0))
+        cost += float(spent.get("cost", 0.0))
+    return calls, cost
+
+
 def _release(marker) -> None:
     name = marker.study_name
     try:
@@ -228,6 +242,12 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
                         for k, v in typed.items()},
                      "optimizer": optuna.distributions.CategoricalDistribution(optimizers)}
 
+    spent_calls, spent_cost = _stored_spend(study) if storage else (0, 0.0)
+    if max_calls is not None:
+        max_calls = max(0, max_calls - spent_calls)
+    if max_cost is not None:
+        max_cost = max(0.0, max_cost - spent_cost)
+
     def finished() -> dict[str, Any]:
         return {t.user_attrs.get("point"): t for t in study.get_trials(deepcopy=False)
                 if t.state == optuna.trial.TrialState.COMPLETE and "point" in t.user_attrs}
@@ -249,6 +269,7 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
             knobs, optimizer = point["knobs"], point["optimizer"]
             record: dict[str, Any] = {"knobs": knobs, "optimizer": optimizer}
             ran_here += 1
+            sent_before, cost_before = meter.usage.lm_calls - meter.usage.cached_calls, meter.usage.total_cost
             try:
                 program = programs.get(method, retriever=retriever, **knobs)
                 result = compile_program(program, trainset=trainset, valset=valset, optimizer=optimizer,
@@ -264,6 +285,8 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
             except BaseException:  # Ctrl-C or a crash: give the point up so a rerun redoes it
                 _release(marker)
                 raise
+            record["spent"] = {"lm_calls": meter.usage.lm_calls - meter.usage.cached_calls - sent_before,
+                               "cost": meter.usage.total_cost - cost_before}
             if stop:
                 record["stopped"] = stop
                 stopped_here.append(record)
@@ -283,7 +306,8 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
         trials = [t.user_attrs["record"] for t in sorted(done.values(), key=lambda t: t.number)] + stopped_here
         candidates = [t for t in done.values() if "error" not in t.user_attrs["record"]]
         summary = dict(grid_size=len(points), n_trials=len(todo), capped=n_trials > len(points),
-                       ran_here=ran_here, pending=sum(_key(p) not in done for p in todo), study_name=name)
+                       ran_here=ran_here, pending=sum(_key(p) not in done for p in todo), study_name=name,
+                       spent_before={"lm_calls": spent_calls, "cost": spent_cost})
         if not candidates:
             if meter.exceeded:
                 raise BudgetExceeded(f"knob search stopped before any trial finished: {meter.exceeded}")

@@ -60,6 +60,10 @@ def parse_knob_args(pairs: list[str] | None) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
             raise ConfigError(f"knob {pair!r} is not of the form name=value")
+        if name.strip() in knobs:  # the last one winning would drop the first without a word
+            name = name.strip()
+            raise ConfigError(f"knob {name!r} is given twice ({name}={knobs[name]} and {name}={value.strip()}); give "
+                              f"each knob once (a search lists its values in one: {name}=V1,V2)")
         knobs[name.strip()] = value.strip()
     return knobs
 

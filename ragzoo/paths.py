@@ -20,20 +20,25 @@ def data_root() -> Path:
 
 
 def locate_data() -> tuple[Path, str]:
-    """The data folder and, in a few words, why that one (for `ragzoo datasets` and the test summary)."""
+    """The data folder and, in a few words, why that one (for `ragzoo datasets` and the test summary). A
+    RAGZOO_DATA that names no folder is a mistake (a typo), refused in one line: falling back would run a
+    benchmark on whatever folder comes next, the demo slice's 100 questions read as a split's."""
     env = os.environ.get("RAGZOO_DATA")
     if env:
         path = Path(env).expanduser()
         if path.is_dir():
             return path, "RAGZOO_DATA"
+        from ragzoo.errors import ConfigError
+
+        raise ConfigError(f"RAGZOO_DATA={env} is not a folder; point it at the benchmark data folder, or unset it "
+                          f"to use ../shared/data beside the checkout, {HOME_DATA} or the demo slice")
     if CHECKOUT_SIBLING.is_dir():
         return CHECKOUT_SIBLING, "beside the checkout"
     home = HOME_DATA.expanduser()
     if home.is_dir():
         return home, "the default folder"
-    missing = f"RAGZOO_DATA={env} is not a folder" if env else "RAGZOO_DATA is not set"
-    return DEMO_DATA, (f"the demo slice shipped with ragzoo: {missing}, and neither ../shared/data beside the "
-                       f"checkout nor {HOME_DATA} exists")
+    return DEMO_DATA, (f"the demo slice shipped with ragzoo: RAGZOO_DATA is not set, and neither ../shared/data "
+                       f"beside the checkout nor {HOME_DATA} exists")
 
 
 def is_demo_data(root: Path | None = None) -> bool:

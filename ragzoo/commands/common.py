@@ -128,6 +128,13 @@ def apply_dataset_defaults(config: dict, *, split_kind: str, metric_kind: str | 
     from ragzoo.errors import ConfigError
 
     defaults = dataset_defaults(config.get("dataset")) if not config.get("data") else dataset_defaults(None)
+    if config.get("dataset"):
+        from ragzoo.paths import is_demo_data, locate_data
+
+        root, why = locate_data()
+        if is_demo_data(root):  # a split's first questions only: never to be read as the benchmark's numbers
+            print(f"note: {config['dataset']} comes from {why}; set RAGZOO_DATA to the full data folder",
+                  file=sys.stderr)
     used: dict[str, Any] = {}
     paper = config.get("preset") == "paper"
     evaluated = (defaults.paper_split if paper else None) or defaults.eval_split

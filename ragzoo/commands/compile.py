@@ -239,7 +239,7 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
         note = f"  stopped: {trial['stopped']}" if trial.get("stopped") else (
             f"  error: {trial['error']}" if trial.get("error") else "")
         print(f"trial {shown}  {trial['optimizer']}  dev {config['metric']}={score}  "
-              f"LM calls {trial.get('lm_calls', 0)}{note}")
+              f"LM calls {trial.get('lm_calls', (trial.get('spent') or {}).get('lm_calls', 0))}{note}")
     calls = sum(trial.get("lm_calls", 0) for trial in found.trials)
     best = ", ".join(f"{k}={v}" for k, v in found.best_knobs.items())
     score = "n/a (dry-run: placeholder answers)" if placeholder else f"{found.best_score:.3f}"
@@ -262,6 +262,12 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
         print(f"ragzoo compile: {found.pending} trial(s) still running in other workers of this search; the worker "
               f"that finishes last saves {config['out']}", file=sys.stderr)
         return 0
+    if stopped and storage:  # a search others can finish: only the one that finishes it saves --out
+        print(f"ragzoo compile: stopped: {stopped}; the search is not finished and saved nothing: its finished "
+              f"trials are kept in {storage}, and the run that finishes the search saves {config['out']}: rerun the "
+              f"same command with a larger --max-calls/--max-cost (the budget counts what the search's stored "
+              f"trials spent)", file=sys.stderr)
+        return EXIT_STOPPED
     if found.best_program is None:  # the best trial ran before, and the budget left none to compile it again
         print(f"ragzoo compile: stopped: {stopped}; the finished trials are kept in the search's storage: rerun "
               f"with a larger --max-calls/--max-cost to compile the best one and save {config['out']}",
@@ -340,6 +346,9 @@ def run(args: argparse.Namespace) -> int:
     if config.get("resume") and (dry_run or config.get("search")):
         raise ConfigError("--resume continues an interrupted compile from <out>.checkpoint; a dry run keeps none, "
                           "and a knob search resumes from its --storage (rerun the same command)")
+    if not config.get("search") and (config.get("storage") or getattr(args, "trials", None) is not None):
+        raise ConfigError("--storage and --trials belong to a knob search (--search KNOB=V1,V2); a single compile "
+                          "resumes from <out>.checkpoint with --resume")
     if len(optimizers) > 1 and not config.get("search"):
         raise ConfigError("several optimizers are only searched with --search KNOB=V1,V2; pass one --optimizer")
     for name in optimizers:

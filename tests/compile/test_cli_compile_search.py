@@ -72,5 +72,46 @@ def test_a_budget_stop_after_the_best_trial_ran_before_says_so_and_saves_nothing
         code = main([*args, "--trials", "2", "--max-calls", "1", "--no-cache", "--out", str(tmp_path / "ks2")])
     err = capsys.readouterr().err
     assert code == 3 and "internal error" not in err, err
-    assert "rerun with a larger --max-calls/--max-cost to compile the best one" in err
+    assert "the search is not finished and saved nothing" in err and "a larger --max-calls/--max-cost" in err
     assert not (tmp_path / "ks2").exists()
+
+
+def test_a_search_budget_counts_what_the_stored_trials_spent_and_only_the_finishing_run_saves(tmp_path, capsys):
+    """Review: each rerun of a budget-stopped search started its budget at 0 (7 + 7 + 6 calls under --max-calls 7),
+    and a budget-stopped worker saved its partial best at --out and took the search's one "saved" claim, so the
+    worker that finished the search saved nothing."""
+    from ragzoo.stubserver import StubLMServer
+
+    out = tmp_path / "best"
+    with StubLMServer() as server:
+        args = ["compile", "--method", "rag", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "3",
+                "--optimizer", "none", "--search", "k=1,2,3,4", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                "--lm", "openai/stub-model", "--api-base", server.base_url + "/v1", "--no-cache",
+                "--retriever", f"bm25:{_corpus(tmp_path)}", "--out", str(out)]
+        assert main([*args, "--max-calls", "7"]) == 3
+        err = capsys.readouterr().err
+        assert "the search is not finished and saved nothing" in err and not out.exists(), err
+        assert server.requests == 7
+        assert main([*args, "--max-calls", "7"]) == 3  # the same budget again: spent already, nothing sent
+        capsys.readouterr()
+        assert server.requests == 7 and not out.exists()
+        assert main([*args, "--max-calls", "14"]) == 0, capsys.readouterr().err
+        assert server.requests == 13  # the cut trial again (3) and the last one (3); the best needs no calls
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert not manifest.get("stopped") and len(manifest["knob_search"]["trials"]) == 4
+
+
+def test_a_knob_given_twice_and_search_options_without_a_search_are_refused(tmp_path, capsys):
+    """`--search k=3 --search k=5` searched k=5 alone and `--knob k=3 --knob k=5` compiled k=5, the first value
+    dropped without a word; `--storage`/`--trials` without `--search` were ignored (no resumable, shared search)."""
+    base = ["compile", "--method", "rag", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "2", "--lm",
+            "dry-run", "--optimizer", "none", "--retriever", f"bm25:{_corpus(tmp_path)}", "--out", str(tmp_path / "o")]
+    cases = {("--search", "k=3", "--search", "k=5"): "knob 'k' is given twice (k=3 and k=5)",
+             ("--knob", "k=3", "--knob", "k=5"): "knob 'k' is given twice (k=3 and k=5)",
+             ("--storage", f"sqlite:///{tmp_path / 's.db'}"): "--storage and --trials belong to a knob search",
+             ("--trials", "3"): "--storage and --trials belong to a knob search"}
+    for extra, message in cases.items():
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (extra, err)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "s.db").exists()

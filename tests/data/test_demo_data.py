@@ -19,9 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def no_data_folder(tmp_path, monkeypatch):
-    """A machine with no data folder at all: RAGZOO_DATA names a missing folder, nothing beside the checkout,
-    no ~/.ragzoo/data."""
-    monkeypatch.setenv("RAGZOO_DATA", str(tmp_path / "absent"))
+    """A machine with no data folder at all: RAGZOO_DATA not set, nothing beside the checkout, no
+    ~/.ragzoo/data."""
+    monkeypatch.delenv("RAGZOO_DATA", raising=False)
     monkeypatch.setattr(paths, "CHECKOUT_SIBLING", tmp_path / "no-shared" / "data")
     monkeypatch.setattr(paths, "HOME_DATA", tmp_path / "no-home" / ".ragzoo" / "data")
     return tmp_path
@@ -30,7 +30,7 @@ def no_data_folder(tmp_path, monkeypatch):
 def test_without_any_data_folder_the_demo_slice_is_used_and_said(no_data_folder, capsys):
     root, why = paths.locate_data()
     assert root == paths.DEMO_DATA and paths.is_demo_data()
-    assert "demo slice" in why and f"RAGZOO_DATA={no_data_folder / 'absent'} is not a folder" in why
+    assert "demo slice" in why and "RAGZOO_DATA is not set" in why
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
     first500 = next(line for line in out.splitlines() if line.startswith("hotpotqa") and "dev_first500" in line)
@@ -56,9 +56,24 @@ def test_index_search_and_evaluate_run_on_the_slice(no_data_folder, capsys):
     run = no_data_folder / "run"
     code = main(["evaluate", "--method", "rag", "--dataset", "hotpotqa", "--split", "dev_first500", "-n", "3",
                  "--lm", "dry-run", "--out", str(run)])
-    assert code == 0, capsys.readouterr().err[-2000:]
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    assert "note: hotpotqa comes from the demo slice shipped with ragzoo" in err and "set RAGZOO_DATA" in err
     lines = (run / "predictions.jsonl").read_text().splitlines()
     assert len(lines) == 3
+
+
+def test_a_data_folder_named_but_missing_is_refused_not_replaced(tmp_path, monkeypatch, capsys):
+    """A typo in RAGZOO_DATA must not run a benchmark on the next folder found (the demo slice's 100 questions
+    read as a split's): one line, non-zero, nothing written."""
+    monkeypatch.setenv("RAGZOO_DATA", str(tmp_path / "dta"))
+    run = tmp_path / "run"
+    for argv in (["evaluate", "--method", "direct", "--dataset", "hotpotqa", "--split", "dev_first500", "--lm",
+                  "dry-run", "--out", str(run)], ["datasets"]):
+        assert main(argv) != 0
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"RAGZOO_DATA={tmp_path / 'dta'} is not a folder" in err, err
+    assert not run.exists()
 
 
 def test_slice_gold_passages_are_in_its_corpus_and_it_stays_small():
