@@ -61,14 +61,19 @@ class SafeMetric:
         self.failures = 0
 
     def __call__(self, example, pred, trace=None, *args, **kwargs) -> float:
+        return self.scored(example, pred, trace)[0]
+
+    def scored(self, example, pred, trace=None) -> tuple[float, str | None]:
+        """(score, None), or (0.0, "ErrorType: message") when the metric raised: a run records which questions'
+        scores are such zeros rather than scores."""
         if pred is None:
-            return 0.0
+            return 0.0, None
         try:
-            return score_value(self.fn(example, pred, trace))
+            return score_value(self.fn(example, pred, trace)), None
         except Exception as error:  # a metric bug or an odd prediction must not stop an optimizer
             self.failures += 1
             logger.debug("metric %s failed on %r: %s", self.name, example, error)
-            return 0.0
+            return 0.0, f"{type(error).__name__}: {error}"
 
 
 def safe_metric(metric: str | Callable) -> SafeMetric:

@@ -332,6 +332,12 @@ def answer_view(config: dict[str, Any], lm: dict[str, Any] | None = None) -> dic
     from ragzoo.secrets import storable
 
     view = {key: jsonable(config[key]) for key in ANSWER_OPTIONS if key in config}
+    # the same file and the same server however spelt (a run recorded before paths were made absolute: against
+    # the folder it is resumed from)
+    if isinstance(view.get("data"), str):
+        view["data"] = os.path.abspath(os.path.expanduser(view["data"]))
+    if isinstance(view.get("api_base"), str):
+        view["api_base"] = view["api_base"].rstrip("/")
     lm = config.get("lm") if lm is None else lm
     judge = config.get("judge") if isinstance(config.get("judge"), dict) else {}
     for prefix, described in (("lm", lm), ("judge.lm", judge.get("lm"))):

@@ -226,10 +226,11 @@ def calls_usage(calls: list) -> dict:
             "cached_cost": round(sum(c.cached_cost for c in calls), 8)}
 
 
-def late_usage(identifier: str, calls: list) -> dict:
+def late_usage(identifier: str, calls: list, why: str = "late") -> dict:
     """The ledger line of LM calls that returned after question `identifier`'s deadline, when its timeout record
-    was already written."""
-    return {"why": "late", "id": identifier, **calls_usage(calls)}
+    was already written; `why="cut"`: the calls a question made before the budget stopped it (no record holds
+    them, and a resume asks it again)."""
+    return {"why": why, "id": identifier, **calls_usage(calls)}
 
 
 def usage_totals(records: list[dict], unrecorded: dict | None = None) -> dict[str, float]:
@@ -264,7 +265,7 @@ def summed_extra_usage(lines: list[dict]) -> dict:
     if not lines:
         return {}
     summed = {key: sum(float(line.get(key) or 0) for line in lines) for key in USAGE_KEYS}
-    for why in ("retried", "late"):
+    for why in ("retried", "late", "cut"):
         summed[f"{why}_calls"] = sum(int(line.get("lm_calls") or 0) for line in lines if line.get("why") == why)
         summed[f"{why}_cost"] = sum(float(line.get("cost") or 0) for line in lines if line.get("why") == why)
     return summed
@@ -472,6 +473,9 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
                     for name in metric_names},
         "failures": sum(failures.values()),
         "failures_by_kind": dict(sorted(failures.items())),
+        # questions whose metric raised (scored 0 by it): a broken custom metric is not a model scoring 0
+        "metric_failures": {name: count for name in metric_names
+                            if (count := sum(1 for r in records if name in (r.get("metric_errors") or {})))},
         "reasks": int(total_of("reasks")),
         "examples_reasked": reasked,
         "lenient_reads": int(total_of("lenient_reads")),
@@ -499,6 +503,9 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
             "retried_cost": round(float(unrecorded.get("retried_cost") or 0), 6),
             "late_calls": int(unrecorded.get("late_calls") or 0),
             "late_cost": round(float(unrecorded.get("late_cost") or 0), 6),
+            # ... and what questions cut by a budget paid before it stopped them (a resume asks them again)
+            "cut_calls": int(unrecorded.get("cut_calls") or 0),
+            "cut_cost": round(float(unrecorded.get("cut_cost") or 0), 6),
         },
     }
     summary.update(extra or {})
@@ -708,6 +715,7 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
             try:
                 prediction = call_with_deadline(lambda: program(**program_inputs(program, example)), deadline)
             except BudgetExceeded:
+                _cut_calls(example_id(example, position), trace, late)
                 raise
             except Exception as exc:  # one example's failure is data, not the end of the run
                 error = _error_record(exc)
@@ -739,6 +747,7 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         except Exception as exc:  # one example's failure is data, not the end of the run
             if isinstance(exc, BudgetExceeded):  # not run: not recorded (unless its deadline came first)
                 if ended.acquire(blocking=False):
+                    _cut_calls(example_id(example, position), trace, late)
                     raise
                 _late_calls(example_id(example, position), trace, recorded, late)
                 return None
@@ -756,6 +765,13 @@ def run_example(program, example, position: int, metrics: list[tuple[str, Callab
         return _example_record(program, example, position, metrics, prediction, error, trace, started)
 
 
+def _cut_calls(identifier: str, trace, late: Callable[[dict], Any] | None) -> None:
+    """The calls a question paid before the budget refused its next one, to `late` (the run's ledger)."""
+    calls = list(trace.lm_calls)
+    if late is not None and calls:
+        late(late_usage(identifier, calls, why="cut"))
+
+
 def _late_calls(identifier: str, trace, recorded: list[int], late: Callable[[dict], Any] | None) -> None:
     """The calls of a question that ended past its deadline, beyond those its timeout record counted, to `late`."""
     calls = list(trace.lm_calls)
@@ -767,9 +783,18 @@ def _example_record(program, example, position: int, metrics, prediction, error:
                     started: float) -> dict:
     latency = time.perf_counter() - started
     calls = list(trace.lm_calls)  # a timed-out example's calls may still be landing
-    scores = {}
+    scores, metric_errors = {}, {}
     for name, metric in metrics:
-        scores[name] = metric(example, prediction) if prediction is not None else 0.0
+        if prediction is None:
+            scores[name] = 0.0
+        elif hasattr(metric, "scored"):  # `SafeMetric`: a metric that raised scores 0, and the record says so
+            scores[name], failed = metric.scored(example, prediction)
+            if failed:
+                from ragzoo.secrets import redact
+
+                metric_errors[name] = one_line(redact(failed), 200)
+        else:
+            scores[name] = metric(example, prediction)
     usage = calls_usage(calls)
     degradations = list(trace.degradations)
     if prediction is not None:  # a method may also return what it degraded on its prediction
@@ -803,6 +828,7 @@ def _example_record(program, example, position: int, metrics, prediction, error:
         "reasked": list(trace.reasks),
         "latency": round(latency, 4),
         "error": error,
+        **({"metric_errors": metric_errors} if metric_errors else {}),
     }
     record["attribution"] = attribute(record)
     return record
@@ -906,6 +932,13 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             writer = PredictionWriter(out / PREDICTIONS_FILE, (r["id"] for r in previous))
         done = {r["id"] for r in previous}
         todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
+        # a resumed run's earlier calls were paid: they count against the budget, as a resumed compile's do, so
+        # the same --max-calls does not pay again (cached calls cost nothing and count for neither)
+        earlier = usage_totals(previous, extra_usage(out)) if resume and out is not None else {}
+        earlier_calls = int(earlier.get("lm_calls", 0) - earlier.get("cached_calls", 0))
+        earlier_cost = float(earlier.get("cost", 0.0))
+        run_max_calls = None if max_calls is None else max(0, max_calls - earlier_calls)
+        run_max_cost = None if max_cost is None else max(0.0, max_cost - earlier_cost)
         if processes is None:
             asked = threads
             budgeted = max_calls is not None or max_cost is not None
@@ -960,7 +993,10 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             except BaseException as error:  # noqa: BLE001 - never let the executor log a whole example
                 from ragzoo.secrets import redact  # before the cut: a key cut in two is no longer its value
 
-                logger.warning("example %s: %s", example_id(example, position), one_line(redact(str(error)), 200))
+                said = f"example {example_id(example, position)}: {one_line(redact(str(error)), 200)}"
+                logger.warning("%s", said)
+                with lock:
+                    lost.append(said)
                 return None
             if record is None:  # past its deadline: the watchdog handed its record to accept
                 return None
@@ -968,6 +1004,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
 
         late_lines: list[dict] = []
         unfinished: list[int] = []  # questions past their deadline still at the LM when the run ended
+        lost: list[str] = []  # why questions ended with no record (an internal error, a worker process gone)
 
         def note_late(line: dict) -> None:
             """LM calls of a question past its deadline that returned after its timeout record: paid, so kept
@@ -1025,11 +1062,11 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         started = time.perf_counter()
         try:
             with (dspy.context(adapter=adapter) if adapter is not None else contextlib.nullcontext()), \
-                    metering(max_calls, max_cost), _collector_set_aside():
+                    metering(run_max_calls, run_max_cost), _collector_set_aside():
                 if todo and processes > 1:
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
-                                                    max_calls, max_cost, accept, stop, out, late=note_late,
-                                                    unfinished=unfinished)
+                                                    run_max_calls, run_max_cost, accept, stop, out, late=note_late,
+                                                    unfinished=unfinished, lost=lost)
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
@@ -1049,6 +1086,16 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                            f"the first failed write and keeps the {len(previous) + len(new_records)} examples written: "
                            f"free disk space (or fix the folder) and rerun with --resume")
         records = previous + new_records
+        if stop and (earlier_calls or earlier_cost) and stop[0].startswith(("LM call budget", "LM cost budget")):
+            flag, limit = (("--max-calls", f"{max_calls}") if stop[0].startswith("LM call")
+                           else ("--max-cost", f"{max_cost:g}"))
+            stop[0] = (f"{stop[0].split(' (', 1)[0]} ({flag} {limit} over this run folder's runs: the earlier ones "
+                       f"spent {earlier_calls} call(s) and ${earlier_cost:.4f}); raise {flag} to continue")
+        if aborted and len(records) >= len(examples):  # the rule fired on the last question: nothing was stopped
+            stop.remove(aborted.pop())
+        if len(records) < len(examples) and not stop and not aborted:  # questions lost without a stop: never exit 0
+            stop.append(f"{len(examples) - len(records)} question(s) ended with no record "
+                        f"({lost[0] if lost else 'reason unknown'}); rerun with --resume to run them")
         order = {identifier: i for i, identifier in enumerate(ids)}
         records.sort(key=lambda r: order.get(r["id"], len(order)))
         extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads, "processes": processes,
@@ -1332,7 +1379,8 @@ def _remove_slot_files(folder: Path) -> None:
 
 def _run_in_processes(todo: list, processes: int, threads: int, program, metrics, deadline, max_calls, max_cost,
                       accept: Callable[..., Any], stop: list, out: Path | None = None,
-                      late: Callable[[dict], Any] | None = None, unfinished: list | None = None) -> str | None:
+                      late: Callable[[dict], Any] | None = None, unfinished: list | None = None,
+                      lost: list | None = None) -> str | None:
     """Run `todo` in `processes` forked workers of `threads` threads each; hand every record to `accept` here.
 
     Fork, not spawn: a worker gets the program, retriever, LM and DSPy settings as they are (nothing to pickle or
@@ -1395,12 +1443,16 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
                     late(message["late"])
                 elif message.get("unfinished") and unfinished is not None:
                     unfinished.append(int(message["unfinished"]))
+                elif message.get("lost") and lost is not None:  # a question a worker ended with no record
+                    lost.append(str(message["lost"]))
             if stop:
                 halt.value = 1  # nothing more started; the questions in flight finish and are kept
         for worker in workers:
             if worker.exitcode not in (0, None):
-                logger.warning("evaluate: worker process %s ended with exit code %s; its unfinished questions "
-                               "are not recorded (--resume runs them)", worker.name, worker.exitcode)
+                said = f"worker process {worker.name} ended with exit code {worker.exitcode}"
+                logger.warning("evaluate: %s; its unfinished questions are not recorded (--resume runs them)", said)
+                if lost is not None:
+                    lost.insert(0, said)
         if budget:  # a worker names its own share: the user's figure is the whole budget
             if budget[0].startswith("LM call budget") and max_calls is not None:
                 return (f"LM call budget reached (--max-calls {max_calls}, split evenly over the {processes} "
@@ -1472,7 +1524,9 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
         except BaseException as error:  # noqa: BLE001 - as the threads of `evaluate` do
             from ragzoo.secrets import redact
 
-            logger.warning("example %s: %s", example_id(example, position), one_line(redact(str(error)), 200))
+            said = f"example {example_id(example, position)}: {one_line(redact(str(error)), 200)}"
+            logger.warning("%s", said)
+            send({"lost": said})
             return None
         if record is None:  # past its deadline: the watchdog sent its record
             return None

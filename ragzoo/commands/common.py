@@ -17,6 +17,7 @@ Dry-run detection is `ragzoo.engines.is_dry_run_spec` / `is_dry_run`; secret det
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -118,6 +119,8 @@ def check_question_source(config: dict, required: bool = True) -> None:
         raise ConfigError("--field-map names the fields of a --data file; a --dataset is read by its own schema")
     if required and not config.get("data") and not config.get("dataset"):
         raise ConfigError("no questions given; pass --dataset NAME (see ragzoo datasets) or --data FILE")
+    if isinstance(config.get("data"), str):  # recorded as the file it is: a resume from another folder finds it
+        config["data"] = os.path.abspath(os.path.expanduser(config["data"]))
 
 
 def apply_dataset_defaults(config: dict, *, split_kind: str, metric_kind: str | None) -> dict:

@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds one example may take; past it the example is recorded as a timeout "
                              "failure and the run goes on (default 600)")
     parser.add_argument("--abort-failure-rate", type=float,
-                        help="stop early when at least this share of the first 10 examples failed for the "
-                             "setup (LM, timeout, retriever); 1 = only if all did; default 0.5")
+                        help="stop early when, from the 10th finished example on, at least this share of the "
+                             "examples finished so far failed for the setup (LM, timeout, retriever); 1 = only if "
+                             "all did; default 0.5")
     parser.add_argument("--allow-failures", action="store_true", default=None,
                         help="exit 0 even when examples failed (default: exit 4)")
     parser.add_argument("--force", action="store_true", default=None, help="overwrite an existing run")
@@ -149,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
               f"cached calls={usage.get('cached_calls', 0)}  tokens if uncached={usage.get('tokens_if_uncached', 0)}"
               f"  cost if uncached=${usage.get('cost_if_uncached', 0):.4f}")
     say_defaults("evaluate", config)
+    for name, count in (summary.get("metric_failures") or {}).items():
+        print(f"ragzoo evaluate: WARNING: metric {name} raised on {count} of {summary['n']} questions, each scored 0 "
+              f"(see metric_errors in predictions.jsonl)", file=sys.stderr)
     if summary.get("compiled_on"):
         seen = ", ".join(f"{count} {role}" for role, count in summary["compiled_on"].items())
         print(f"ragzoo evaluate: WARNING: the program was compiled on some of these questions ({seen}); their "

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ragzoo.stubserver import StubLMServer
 
 N = 24
@@ -219,3 +221,53 @@ def _zombie(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return False
+
+
+def test_a_killed_worker_s_questions_make_the_run_a_stop_not_a_clean_exit(tmp_path, helpers, questions_file,
+                                                                         small_corpus):
+    """Review: a worker killed by the OOM killer (kill -9) lost its questions and evaluate exited 0 with
+    `stopped` None; now the run says which worker ended, exits 3 and a resume runs the lost questions."""
+    import psutil
+
+    n = 12
+    run = tmp_path / "run"
+    with StubLMServer(responder=helpers.digest_responder, latency=0.25) as server:
+        argv = _argv(server, questions_file(n), small_corpus, run, "--threads", "1", "--processes", "2")
+        process = _start(helpers, argv)
+        _wait_lines(run / "predictions.jsonl", 2)
+        workers = psutil.Process(process.pid).children()
+        assert len(workers) == 2
+        workers[0].kill()
+        process.wait(60)
+        err = process.stderr.read().decode()
+        assert process.returncode == 3, err[-2000:]
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["complete"] is False and "ended with no record (worker process ragzoo-evaluate-" in \
+            summary["stopped"] and "exit code -9" in summary["stopped"], summary["stopped"]
+        assert "rerun with --resume" in err
+        kept = len(_records(run))
+        assert kept < n
+        process = _start(helpers, [*argv, "--resume"])
+        process.wait(60)
+        assert process.returncode == 0, process.stderr.read().decode()[-2000:]
+    assert sorted(_records(run)) == sorted(f"q{i}" for i in range(n))
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_resumed_run_counts_what_its_earlier_runs_spent_against_the_budget(tmp_path, cli, helpers, questions_file,
+                                                                          small_corpus, processes):
+    """Review: `--resume` started the budget at 0: --max-calls 7 then --resume --max-calls 10 paid 17 calls, and
+    "raise --max-calls to continue" was false (the same cap paid again)."""
+    n = 8
+    data = questions_file(n)
+    with StubLMServer(responder=helpers.digest_responder) as server:
+        argv = _argv(server, data, small_corpus, tmp_path / "run", "--threads", "1", "--processes", processes)
+        first = cli(*argv, "--max-calls", "3")
+        assert first.code == 3 and server.requests == 3, first.err
+        again = cli(*argv, "--resume", "--max-calls", "3")
+        assert again.code == 3 and server.requests == 3, again.err  # spent already: nothing sent
+        assert "--max-calls 3 over this run folder's runs: the earlier ones spent 3 call(s)" in again.err
+        last = cli(*argv, "--resume", "--max-calls", "8")
+        assert last.code == 0, last.err
+        assert server.requests == 8
+    assert sorted(_records(tmp_path / "run")) == sorted(f"q{i}" for i in range(n))

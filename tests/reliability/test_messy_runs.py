@@ -180,3 +180,129 @@ def test_ctrl_c_during_evaluate_is_one_line_and_keeps_what_finished(tmp_path, qu
     assert "Example(" not in err and "Error for" not in err and "closed file" not in err, err
     kept = helpers.read_jsonl_strict(run / "predictions.jsonl")
     assert 8 <= len(kept) < 40 and all(r["error"] is None for r in kept)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_question_lost_to_an_internal_error_is_a_stop_not_a_clean_run(tmp_path, monkeypatch, processes):
+    """Review: a question whose run raised past `run_example` (an internal error) was logged and dropped: the run
+    said nothing else, `stopped` was None and `ragzoo evaluate` exited 0 with n=4/5."""
+    from ragzoo import runs
+
+    retriever = StaticRetriever(make_passages(5))
+    program = programs.get("rag", retriever=retriever, k=2)
+    real = runs.run_example
+
+    def faulty(program, example, position, *args, **kwargs):
+        if position == 2:
+            raise RuntimeError("the writer's view broke")
+        return real(program, example, position, *args, **kwargs)
+
+    monkeypatch.setattr(runs, "run_example", faulty)
+    with StubLMServer() as server:
+        from ragzoo.lm import make_lm
+
+        with dspy.context(lm=make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False)):
+            summary = evaluate(program, make_examples(5), "em", tmp_path / "run", progress=False,
+                               processes=processes)  # a forked worker runs the faulty function too
+    assert summary["n"] == 4 and summary["complete"] is False and summary["processes"] == processes
+    assert summary["stopped"] == ("1 question(s) ended with no record (example q2: the writer's view broke); rerun "
+                                  "with --resume to run them")
+
+
+def test_the_abort_rule_firing_on_the_last_question_stops_nothing(tmp_path, monkeypatch):
+    """Review: `--abort-failure-rate` judged on the run's last question said "stopped early" (exit 5, `aborted`)
+    of a run that had run every question; it is a run with failures (exit 4)."""
+    from ragzoo.errors import LMError
+
+    class FailsLate(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = programs.get("direct")
+
+        def forward(self, question):
+            if question.endswith(("2?", "3?")):
+                raise LMError("503 from the server")
+            return self.inner(question=question)
+
+    with StubLMServer() as server:
+        from ragzoo.lm import make_lm
+
+        with dspy.context(lm=make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False)):
+            summary = evaluate(FailsLate(), make_examples(4), "em", tmp_path / "run", progress=False,
+                               abort_failure_rate=0.5, abort_min_examples=2)
+    assert summary["n"] == 4 and summary["failures"] == 2
+    assert summary["aborted"] is None and summary["stopped"] is None and summary["complete"] is True
+
+
+def test_a_metric_that_raises_is_said_not_read_as_a_score_of_0(tmp_path, cli, questions_file, monkeypatch):
+    """Review: a custom `--metric module:function` that raised on every question printed `broken=0.000`, exit 0,
+    with no word: a metric bug read as a model scoring 0."""
+    (tmp_path / "mymetric.py").write_text("def broken(example, prediction, trace=None):\n"
+                                          "    return example.nonexistent_field == prediction.answer\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with StubLMServer() as server:
+        result = cli("evaluate", "--method", "direct", "--data", questions_file(4), *_stub_args(server),
+                     "--metric", "em,mymetric:broken", "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert "WARNING: metric mymetric:broken raised on 4 of 4 questions, each scored 0" in result.err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["metric_failures"] == {"mymetric:broken": 4} and summary["failures"] == 0
+    records = _records(tmp_path / "run")
+    assert all(set(r["metric_errors"]) == {"mymetric:broken"} and "AttributeError" in r["metric_errors"][
+        "mymetric:broken"] and r["metrics"]["mymetric:broken"] == 0.0 for r in records.values())
+
+
+def test_resume_takes_the_same_file_and_server_however_spelt(tmp_path, cli, questions_file, monkeypatch):
+    """Review: `--resume` refused `--data q.jsonl` resumed as its absolute path (or from another folder), and
+    `--api-base .../v1` resumed as `.../v1/`: the options were compared as the strings typed."""
+    data = questions_file(6)  # in tmp_path
+    monkeypatch.chdir(tmp_path)
+    relative = "questions.jsonl"
+    with StubLMServer() as server:
+        first = cli("evaluate", "--method", "direct", "--data", relative, *_stub_args(server), "-n", "3",
+                    "--out", tmp_path / "run")
+        assert first.code == 0, first.err
+        monkeypatch.chdir(tmp_path.parent)
+        args = ["--lm", "openai/stub-model", "--api-base", server.base_url + "/v1/", "--no-cache"]
+        again = cli("evaluate", "--method", "direct", "--data", str(data), *args, "--out", tmp_path / "run",
+                    "--resume")
+        assert again.code == 0, again.err
+        assert server.requests == 6
+    assert len(_records(tmp_path / "run")) == 6
+
+
+def test_a_run_recorded_with_a_relative_data_path_resumes_from_its_folder(tmp_path, monkeypatch):
+    """Runs recorded before --data was made absolute hold the path as typed: it is read against the folder the
+    resume runs in, so the same command in the same folder still resumes."""
+    from ragzoo.config import answer_view
+
+    monkeypatch.chdir(tmp_path)
+    assert answer_view({"data": "q.jsonl"}, {}) == answer_view({"data": str(tmp_path / "q.jsonl")}, {})
+    assert answer_view({"data": "q.jsonl"}, {}) != answer_view({"data": str(tmp_path / "other.jsonl")}, {})
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_calls_a_budget_cut_question_paid_are_in_the_run_s_usage(tmp_path, processes):
+    """Review: a question stopped by --max-calls after some of its calls had no record, so the summary counted 4 of
+    the 5 requests the server answered (and a resume's budget and cost missed it too)."""
+
+    class TwoCalls(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = dspy.Predict("question -> answer"), dspy.Predict("question, draft -> answer")
+
+        def forward(self, question):
+            draft = self.first(question=question).answer
+            return self.second(question=question, draft=draft)
+
+    with StubLMServer() as server:
+        from ragzoo.lm import make_lm
+
+        with dspy.context(lm=make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False)):
+            summary = evaluate(TwoCalls(), make_examples(6), "em", tmp_path / "run", progress=False, max_calls=5,
+                               processes=processes)
+        assert summary["stopped"] and summary["usage"]["lm_calls"] == server.requests == 5
+        assert summary["usage"]["cut_calls"] == 5 - 2 * summary["n"] >= 1
+        with dspy.context(lm=make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False)):
+            resumed = evaluate(TwoCalls(), make_examples(6), "em", tmp_path / "run", progress=False, resume=True)
+    assert resumed["n"] == 6 and resumed["usage"]["lm_calls"] == server.requests
