@@ -351,6 +351,16 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
                 return {**cell_state(out, cell), "exit": 3, "stage": "compile"}  # the compile used the budget
     run = base / "run"
     resume = (run / CONFIG_FILE).is_file()
+    if resume and (max_calls is not None or max_cost is not None):
+        # what is left of the grid's budget (counted from every cell on disk, this one's run too) as the cell's
+        # own, which `evaluate --resume` counts from its run folder's earlier calls: not counted twice
+        from ragzoo.runs import PREDICTIONS_FILE, extra_usage, read_predictions, usage_totals
+
+        earlier = usage_totals(read_predictions(run / PREDICTIONS_FILE), extra_usage(run))
+        if max_calls is not None:
+            max_calls += int(earlier["lm_calls"] - earlier["cached_calls"])
+        if max_cost is not None:
+            max_cost += earlier["cost"]
     code = ragzoo_main(evaluate_argv(cell, run, artifact, cell.n, resume, max_cost, max_calls=max_calls,
                                      retry_failed=retry_failed, **prices))
     return {**cell_state(out, cell), "exit": code, "stage": "evaluate"}

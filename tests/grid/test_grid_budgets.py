@@ -76,7 +76,8 @@ def test_a_question_cut_by_max_calls_replays_its_paid_calls_from_the_cache_for_f
     assert stub_server.requests == 3
     assert len((run / "predictions.jsonl").read_text().splitlines()) == 1
     # its first call is in DSPy's cache: replayed, it spends none of the budget; one call finishes the question
-    assert main([*argv, "--resume", "--max-calls", "1"]) == 0, capsys.readouterr().err
+    # (the budget counts the folder's earlier runs: 3 spent, so --max-calls 4 leaves that one call)
+    assert main([*argv, "--resume", "--max-calls", "4"]) == 0, capsys.readouterr().err
     assert stub_server.requests == 4
     assert len((run / "predictions.jsonl").read_text().splitlines()) == 2
 
