@@ -265,6 +265,8 @@ def summed_extra_usage(lines: list[dict]) -> dict:
     if not lines:
         return {}
     summed = {key: sum(float(line.get(key) or 0) for line in lines) for key in USAGE_KEYS}
+    for key in ("server_seconds", "server_cost"):  # a server rented by the hour (`--price-per-hour`): run time
+        summed[key] = sum(float(line.get(key) or 0) for line in lines)
     for why in ("retried", "late", "cut"):
         summed[f"{why}_calls"] = sum(int(line.get("lm_calls") or 0) for line in lines if line.get("why") == why)
         summed[f"{why}_cost"] = sum(float(line.get("cost") or 0) for line in lines if line.get("why") == why)
@@ -506,6 +508,11 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
             # ... and what questions cut by a budget paid before it stopped them (a resume asks them again)
             "cut_calls": int(unrecorded.get("cut_calls") or 0),
             "cut_cost": round(float(unrecorded.get("cut_cost") or 0), 6),
+            # --price-per-hour: the rented server's time over the folder's runs, priced apart from the tokens
+            **({"server_seconds": round(float(unrecorded["server_seconds"]), 3),
+                "server_cost": round(float(unrecorded["server_cost"]), 6),
+                "total_cost": round(total_of("cost") + float(unrecorded["server_cost"]), 6)}
+               if unrecorded.get("server_cost") else {}),
         },
     }
     summary.update(extra or {})
@@ -934,9 +941,10 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         todo = [(i, example) for i, example in enumerate(examples) if ids[i] not in done]
         # a resumed run's earlier calls were paid: they count against the budget, as a resumed compile's do, so
         # the same --max-calls does not pay again (cached calls cost nothing and count for neither)
-        earlier = usage_totals(previous, extra_usage(out)) if resume and out is not None else {}
+        unrecorded_before = extra_usage(out) if resume and out is not None else {}
+        earlier = usage_totals(previous, unrecorded_before) if resume and out is not None else {}
         earlier_calls = int(earlier.get("lm_calls", 0) - earlier.get("cached_calls", 0))
-        earlier_cost = float(earlier.get("cost", 0.0))
+        earlier_cost = float(earlier.get("cost", 0.0)) + float(unrecorded_before.get("server_cost") or 0.0)
         run_max_calls = None if max_calls is None else max(0, max_calls - earlier_calls)
         run_max_cost = None if max_cost is None else max(0.0, max_cost - earlier_cost)
         if processes is None:
@@ -1060,9 +1068,10 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             return True
 
         started = time.perf_counter()
+        run_meter = None
         try:
             with (dspy.context(adapter=adapter) if adapter is not None else contextlib.nullcontext()), \
-                    metering(run_max_calls, run_max_cost), _collector_set_aside():
+                    metering(run_max_calls, run_max_cost) as run_meter, _collector_set_aside():
                 if todo and processes > 1:
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
                                                     run_max_calls, run_max_cost, accept, stop, out, late=note_late,
@@ -1073,6 +1082,16 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     unfinished.append(run_threads(work, todo, threads, pooled=deadline is not None))
         finally:
             closing.set()
+            if run_meter is not None and run_meter.price_per_hour:  # a server rented by the hour: this run's time
+                run_meter.update_server_cost()
+                rented = {"why": "server", "id": None, "server_seconds": round(run_meter.usage.server_seconds, 3),
+                          "server_cost": run_meter.usage.server_cost}
+                late_lines.append(rented)
+                if out is not None:
+                    try:
+                        _append_extra_usage(out / EXTRA_USAGE_FILE, [rented])
+                    except OSError as error:
+                        logger.warning("evaluate: this run's server time was not kept: %s", error)
             if writer is not None:
                 try:
                     writer.close()
@@ -1415,7 +1434,7 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
             cost = _share(None if max_cost is None else float(max_cost), index, processes)
             worker = context.Process(target=_process_worker, name=f"ragzoo-evaluate-{index}", daemon=True,
                                      args=(items, threads, program, metrics, deadline, calls, cost, limits, sender,
-                                           halt, parent))
+                                           halt, parent, processes))
             worker.start()
             sender.close()  # the worker's end: EOF here once the worker is gone
             workers.append(worker)
@@ -1478,8 +1497,10 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
 
 
 def _process_worker(items, threads, program, metrics, deadline, max_calls, max_cost, limits, sender, halt,
-                    parent) -> None:
-    """One worker process of `_run_in_processes`: its questions on its own threads, each record sent back."""
+                    parent, processes: int = 1) -> None:
+    """One worker process of `_run_in_processes`: its questions on its own threads, each record sent back. Its
+    budget is its share of the run's (1/`processes` of --max-cost), so the hourly rate of a rented server it
+    charges against it is its share too: the workers together stop when one process would."""
     import signal
 
     from ragzoo import endpoints
@@ -1534,7 +1555,10 @@ def _process_worker(items, threads, program, metrics, deadline, max_calls, max_c
         return True
 
     def run_all() -> None:
-        with metering(max_calls, max_cost):
+        import dspy
+
+        rate = getattr(dspy.settings.lm, "price_per_hour", None)
+        with metering(max_calls, max_cost, price_per_hour=rate / processes if rate else None):
             unfinished = run_threads(work, items, threads, pooled=deadline is not None)
         if unfinished:
             send({"unfinished": unfinished})

@@ -142,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     usage = summary["usage"]
     print(f"{config['out']}: n={summary['n']}/{summary['n_expected']}  {metrics}  "
           f"LM calls/question={usage['lm_calls_per_question']:.2f}  tokens={usage['prompt_tokens']}+"
-          f"{usage['completion_tokens']}  cost=${usage['cost']:.4f}  failures={summary['failures']} "
+          f"{usage['completion_tokens']}  cost=${usage['cost']:.4f}"
+          f"{_server_part(usage)}  failures={summary['failures']} "
           f"{summary['failures_by_kind'] or ''}".rstrip())
     if summary.get("reasks") or summary.get("degradations") or usage.get("cached_calls"):
         print(f"  re-asks={summary.get('reasks', 0)} ({summary.get('examples_reasked', 0)} questions)  "
@@ -171,3 +172,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILURES
     return 0
 
+
+def _server_part(usage: dict) -> str:
+    """` + server $X (N s at the hourly rate)` under --price-per-hour; empty otherwise."""
+    if not usage.get("server_cost"):
+        return ""
+    return f" + server ${usage['server_cost']:.4f} ({usage['server_seconds']:.0f} s) = ${usage['total_cost']:.4f}"

@@ -271,3 +271,21 @@ def test_a_resumed_run_counts_what_its_earlier_runs_spent_against_the_budget(tmp
         assert last.code == 0, last.err
         assert server.requests == 8
     assert sorted(_records(tmp_path / "run")) == sorted(f"q{i}" for i in range(n))
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_rented_server_s_time_is_in_the_summary_and_bounds_every_process_count_alike(
+        tmp_path, cli, helpers, questions_file, small_corpus, processes):
+    """Review: under --price-per-hour the stop said "server $0.0824" but summary.json and the summary line had no
+    server cost at all; and with --processes 2 each worker charged the whole hourly rate against half the
+    --max-cost, so the run stopped at half the time."""
+    with StubLMServer(responder=helpers.digest_responder, latency=0.1) as server:
+        argv = _argv(server, questions_file(200), small_corpus, tmp_path / "run", "--threads", "1", "--processes",
+                     processes, "--price-per-hour", "36", "--max-cost", "0.03")  # $0.01 a second: 3 s
+        result = cli(*argv)
+    assert result.code == 3, result.err
+    usage = json.loads((tmp_path / "run" / "summary.json").read_text())["usage"]
+    assert 2.7 <= usage["server_seconds"] < 10 and usage["server_cost"] == pytest.approx(
+        usage["server_seconds"] / 100, rel=1e-3, abs=1e-5)
+    assert usage["total_cost"] == pytest.approx(usage["cost"] + usage["server_cost"], abs=2e-6)
+    assert f"+ server ${usage['server_cost']:.4f}" in result.out
