@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", default=None,
                         help="continue an interrupted run (a larger -n extends it)")
     parser.add_argument("--retry-failed", action="store_true", default=None,
-                        help="run again exactly the examples of the run that failed (implies --resume)")
+                        help="run again the examples of the run that failed, and, as --resume (which it implies), those "
+                             "not run yet")
     parser.add_argument("--deadline", type=float,
                         help="seconds one example may take; past it the example is recorded as a timeout "
                              "failure and the run goes on (default 600)")
