@@ -392,8 +392,10 @@ class StubLMServer:
                  model: str = "stub-model", host: str = "127.0.0.1", port: int = 0,
                  slips: "float | Sequence[str | None] | Mapping[int, str] | Callable | None" = None,
                  slip_seed: int = 0, slip_shapes: Sequence[str] = SLIP_SHAPES, capacity: int | None = None,
-                 capacity_retry_after: float = 0.05, hold_until: int | None = None, hold_timeout: float = 30.0):
+                 capacity_retry_after: float = 0.05, hold_until: int | None = None, hold_timeout: float = 30.0,
+                 usage: bool = True):
         self.responder = responder if responder is not None else adapter_responder
+        self.usage = usage  # False: replies carry no `usage`, as some local OpenAI-compatible servers send
         self.latency = float(latency)
         self.capacity = capacity
         self.capacity_retry_after = float(capacity_retry_after)
@@ -747,6 +749,8 @@ class StubLMServer:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }
+        if not self.usage:
+            del payload["usage"]
         if fault is not None and fault.kind == "truncated":
             data = json.dumps(payload).encode()
             return self._write(writer, 200, data[: len(data) // 2], keep_alive=keep_alive)
@@ -793,6 +797,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--retry-after", type=float, default=0.05, help="Retry-After of a capacity 429 (s)")
     parser.add_argument("--fault-every", type=int, default=0, metavar="N",
                         help="every N-th request gets --fault (default never)")
+    parser.add_argument("--no-usage", action="store_true", help="replies without `usage` (as some local servers)")
     parser.add_argument("--fault", default="503", help="the fault of --fault-every: 429, 503, reset, hang, "
                                                         "timeout:S, truncated, garbage, empty, echo (default 503)")
     args = parser.parse_args(argv)
@@ -803,7 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.fault_every > 0 else None
         server = StubLMServer(latency=args.latency, faults=faults, model=args.model, host=args.host, port=args.port,
                               slips=args.slips or None, slip_seed=args.slip_seed, slip_shapes=shapes,
-                              capacity=args.capacity, capacity_retry_after=args.retry_after)
+                              capacity=args.capacity, capacity_retry_after=args.retry_after,
+                              usage=not args.no_usage)
         server.start()
     except (ValueError, OSError) as error:
         print(f"python -m ragzoo.stubserver: {error}", file=sys.stderr)

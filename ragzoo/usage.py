@@ -575,13 +575,21 @@ def _text_of(value) -> str:
     return str(getattr(value, "text", "") or "")
 
 
+def _cache_on(lm, entry: dict) -> bool:
+    """Whether DSPy's response cache could have answered the call of history `entry`."""
+    kwargs = entry.get("kwargs") if isinstance(entry.get("kwargs"), dict) else {}
+    return bool(kwargs.get("cache", getattr(lm, "cache", True)))
+
+
 def measure_call(lm, inputs: dict, outputs, name: str, latency: float) -> LMCallRecord:
     """One LM call as a record: tokens from DSPy's history entry (or counted on the text), priced once."""
     entry = find_history_entry(lm, outputs)
     reported = None
-    if entry is not None:
-        usage = entry.get("usage") or {}
-        cached = not usage
+    usage = (entry.get("usage") or {}) if entry is not None else {}
+    # DSPy's history gives a cache hit no usage; so does a server that reports none (some local OpenAI-compatible
+    # ones): with the cache off for the call it can only be the server, a paid call counted on its text
+    cached = entry is not None and not usage and _cache_on(lm, entry)
+    if entry is not None and (usage or cached):
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or 0)
         reported = entry.get("cost")

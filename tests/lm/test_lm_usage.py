@@ -202,3 +202,23 @@ def test_scripted_lm_honours_budgets():
         with pytest.raises(BudgetExceeded):
             predict(question="c")
     assert len(lm.calls) == 2
+
+
+def test_a_server_that_reports_no_usage_is_paid_counted_and_budgeted_not_a_cache_hit():
+    """Review: a reply without `usage` (some local OpenAI-compatible servers) was read as DSPy's cache hit: 0 tokens,
+    `cached`, and --max-calls let every such call through (3 requests under --max-calls 1)."""
+    from ragzoo.stubserver import StubLMServer
+
+    predict = dspy.Predict("question -> answer")
+    with StubLMServer(usage=False) as server:
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False)
+        with dspy.context(lm=lm), trace_example() as trace:
+            predict(question="Who wrote Hamlet?")
+        with dspy.context(lm=lm), metering(max_calls=1) as meter:
+            predict(question="Who wrote Macbeth?")
+            with pytest.raises(BudgetExceeded):
+                predict(question="Who wrote Othello?")
+        assert server.requests == 2
+    call = trace.lm_calls[0]
+    assert not call.cached and call.prompt_tokens > 20 and call.completion_tokens > 0
+    assert meter.usage.lm_calls == 1 and meter.usage.cached_calls == 0
