@@ -484,24 +484,38 @@ _DSPY_LISTED = re.compile(r"^\d+\. `(\w+)`", re.MULTILINE)
 _DSPY_TRAILER = "\n\nRespond with the corresponding output fields"
 
 
-def _dspy_request(messages: list, last_user: str) -> tuple[dict, list] | None:
-    """({input field: value} of the last user message, [output field names]) when the chat request is DSPy's
-    ChatAdapter format (its system message lists the fields and ends the structure with `[[ ## completed ## ]]`),
-    else None."""
+_DSPY_JSON_MARK = "Outputs will be a JSON object"
+_DSPY_JSON_TRAILER = "\n\nRespond with a JSON object"
+
+
+def _dspy_request(messages: list, last_user: str) -> tuple[dict, list, str] | None:
+    """({input field: value} of the last user message, [output field names], "chat" or "json") when the chat
+    request is in DSPy's ChatAdapter format (its system message lists the fields and ends the structure with
+    `[[ ## completed ## ]]`) or its JSONAdapter's (the fallback ChatAdapter retries a failed parse with: the
+    outputs as one JSON object), else None."""
     system = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"), None)
-    if not isinstance(system, str) or "[[ ## completed ## ]]" not in system or "Your output fields are:" not in system:
+    if not isinstance(system, str) or "Your output fields are:" not in system:
+        return None
+    if "[[ ## completed ## ]]" in system:
+        shape, trailer = "chat", _DSPY_TRAILER
+    elif _DSPY_JSON_MARK in system:
+        shape, trailer = "json", _DSPY_JSON_TRAILER
+    else:
         return None
     head, _, rest = system.partition("Your output fields are:")
     outputs = _DSPY_LISTED.findall(rest.split("All interactions will be structured", 1)[0])
-    parts = _DSPY_FIELD.split(last_user.split(_DSPY_TRAILER, 1)[0])
+    parts = _DSPY_FIELD.split(last_user.split(trailer, 1)[0])
     inputs = {name: value.strip() for name, value in zip(parts[1::2], parts[2::2])}
     if not outputs or not inputs:
         return None
-    return inputs, outputs
+    return inputs, outputs, shape
 
 
-def _dspy_reply(values: dict[str, str]) -> str:
-    """A reply in DSPy's ChatAdapter format: each field under its header, then the completion marker."""
+def _dspy_reply(values: dict[str, str], shape: str = "chat") -> str:
+    """A reply in DSPy's ChatAdapter format (each field under its header, then the completion marker) or its
+    JSONAdapter's (one JSON object)."""
+    if shape == "json":
+        return json.dumps(values, ensure_ascii=False)
     return "".join(f"[[ ## {name} ## ]]\n{value}\n\n" for name, value in values.items()) + "[[ ## completed ## ]]"
 
 
@@ -517,8 +531,8 @@ def _failure(exc: BaseException) -> tuple[int, str, str, dict | None]:
         return 504, str(exc), "timeout", None
     if isinstance(exc, ClientGone):  # nobody reads this; the connection is gone
         return 400, "the client disconnected before the answer", "invalid_request_error", None
-    if isinstance(exc, BudgetExceeded):
-        return 429, _redact(f"per-question budget reached: {exc}"), "budget_exceeded", None
+    if isinstance(exc, BudgetExceeded):  # not 429: clients retry a 429, and each retry would spend the budget again
+        return 402, _redact(f"per-question budget reached: {exc}"), "budget_exceeded", None
     # the upstream LM or the retriever failed: say so, without secrets
     return 502, _redact(f"the program failed: {type(exc).__name__}: {exc}")[:2000], "upstream_error", None
 
@@ -654,11 +668,14 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         max_tokens, problem_text = _max_tokens(body)
         if problem_text:
             return openai_error(400, problem_text)
+        for key in body:  # a key is named back in the reply: one that is not text cannot be
+            if _bad_text(key):
+                return openai_error(400, f"a request key is not valid text: {_bad_text(key)}")
         ignored = _ignored_options(body, service.name)
-        dspy_fields = None
+        dspy_fields, dspy_shape = None, "chat"
         dspy_request = _dspy_request(body["messages"], question)
         if dspy_request is not None:
-            inputs, dspy_fields = dspy_request
+            inputs, dspy_fields, dspy_shape = dspy_request
             unknown = [name for name in dspy_fields if name not in _DSPY_OUTPUTS]
             if "question" not in inputs or "answer" not in dspy_fields or unknown:
                 return openai_error(400, f"this server answers DSPy signatures `question -> answer` (and fills "
@@ -673,10 +690,13 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
             answer, cut = _cut(result["answer"], max_tokens)
             if dspy_fields is not None:
                 note = f"Answered by the compiled program {service.name!r} (its trace: POST /ask)."
-                answer = _dspy_reply({name: answer if name == "answer" else note for name in dspy_fields})
+                answer = _dspy_reply({name: answer if name == "answer" else note for name in dspy_fields}, dspy_shape)
             return answer, "length" if cut else "stop"
 
-        headers = {"X-Ragzoo-Ignored": ", ".join(ignored)} if ignored else None
+        # a header carries Latin-1 only: a field or option named in other scripts is escaped (the JSON body names
+        # it as it is); unescaped, the reply failed after its answer was paid for
+        headers = ({"X-Ragzoo-Ignored": ", ".join(ignored).encode("ascii", "backslashreplace").decode("ascii")}
+                   if ignored else None)
         if body.get("stream"):
             return await stream_chat(request, question, body, reply_text, headers)
         result, problem = await run_question(request, question)

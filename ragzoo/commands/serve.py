@@ -25,6 +25,9 @@ from ragzoo.retrieval.specs import DEFAULT_RETRIEVER
 HANDLES_SIGTERM = True  # its own way (exit 0, the answers in flight finished): the CLI's SIGTERM handler stays off
 
 
+_PROGRAM_FLAGS: dict[str, tuple[str, object]] = {}  # dest -> (flag, default) of the options that serve a program
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ragzoo.retrieval.base import MAX_K
     from ragzoo.retrieval.server import DEFAULT_MAX_PENDING, MAX_QUERY_CHARS
@@ -73,6 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "own --max-concurrency, --max-queue and LM endpoint limit)")
     program.add_argument("--max-calls", type=int, default=None, help="LM calls allowed per question")
     program.add_argument("--max-cost", type=float, default=None, help="USD allowed per question")
+    _PROGRAM_FLAGS.update({action.dest: (action.option_strings[0], action.default)
+                           for action in program._group_actions if action.dest != "program"})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,12 +116,16 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.program:
         return _serve_program(args)
-    if args.lm or args.api_base:
-        raise ConfigError("--lm/--api-base go with --program DIR (a compiled program to serve)")
+    given = [flag for dest, (flag, default) in _PROGRAM_FLAGS.items() if getattr(args, dest, default) != default]
+    if given:  # the retrieval server reads none of them: --workers 3 had served from one process without a word
+        raise ConfigError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --program DIR (a compiled "
+                          f"program to serve); the retrieval server takes --retriever, --host, --port, --path, "
+                          f"--max-query-chars and --max-pending")
     from ragzoo.retrieval.server import serve
     from ragzoo.retrieval.specs import make_retriever
 
     spec = args.retriever or DEFAULT_RETRIEVER
+    _check_port_free(args.host, args.port)  # before the index loads
     retriever = make_retriever(spec)
     from ragzoo.secrets import strip_spec
 
@@ -132,6 +141,8 @@ def _serve_program(args: argparse.Namespace) -> int:
 
     # the port first: a port in use is known before the program loads
     sockets = _listening_sockets(args.host, args.port, args.workers) if args.workers > 1 else []
+    if args.workers == 1:
+        _check_port_free(args.host, args.port)
     try:
         service, name, method, deadline, timeout = _program_service(args)  # in the parent too: a bad setup fails here
     except BaseException:
@@ -207,6 +218,22 @@ def _program_service(args: argparse.Namespace):
                              max_concurrency=args.max_concurrency, max_queue=args.max_queue,
                              max_calls=args.max_calls, max_cost=args.max_cost, deadline=deadline)
     return service, name, description["method"], deadline, timeout
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A port in use is one line (ConfigError) before anything loads, as with --workers N; uvicorn binds it
+    itself right after (a port taken in between still fails there)."""
+    import socket
+
+    from ragzoo.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a TIME_WAIT port is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def _listening_sockets(host: str, port: int, count: int) -> list:

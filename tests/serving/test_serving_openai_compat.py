@@ -282,3 +282,88 @@ def test_cli_workers_on_a_port_in_use_is_one_line_before_loading_anything(tmp_pa
     err = capsys.readouterr().err
     assert code != 0 and f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+# -- serve review: what the clients do with our replies ---------------------------------------------------
+
+def test_dspy_s_json_adapter_request_is_answered_as_json_with_the_question_alone(program, monkeypatch):
+    """Review: the JSONAdapter form (ChatAdapter's fallback after a failed parse) was read as a plain chat: the
+    program ran on DSPy's whole prompt and replied in bare text, which DSPy could not parse."""
+    import dspy
+
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        asked = []
+        answer = service.answer
+        monkeypatch.setattr(service, "answer", lambda question: asked.append(question) or answer(question))
+        with BackgroundServer(create_app(service)) as server:
+            lm = dspy.LM("openai/ragzoo-rag", api_base=server.url + "/v1", api_key="unused", cache=False,
+                         num_retries=0)
+            with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+                predicted = dspy.Predict("question -> answer")(question=QUESTION)
+            messages = dspy.JSONAdapter().format(dspy.Predict("question -> answer, confidence: float").signature,
+                                                 demos=[], inputs={"question": QUESTION})
+            refused = httpx.post(server.url + "/v1/chat/completions", json={"messages": messages}, timeout=30)
+    assert predicted.answer == f"It was asked: {QUESTION}" and asked == [QUESTION]
+    assert refused.status_code == 400 and "confidence" in refused.json()["error"]["message"]
+
+
+def test_names_outside_latin_1_are_escaped_in_the_header_and_a_key_that_is_not_text_is_a_400(program, monkeypatch):
+    """Review: an ignored option or DSPy input field named outside Latin-1 made the reply's header unencodable: a
+    500 with a traceback in the log, after the answer was paid for."""
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            url = server.url + "/v1/chat/completions"
+            messages = [{"role": "user", "content": QUESTION}]
+            named = httpx.post(url, json={"messages": messages, "温度": 0.5}, timeout=30)
+            raw = json.dumps({"messages": messages, "x": 1}).replace('"x"', '"\\ud800"')
+            surrogate = httpx.post(url, content=raw, headers={"content-type": "application/json"}, timeout=30)
+        assert lm_server.requests == 1  # the named option's question only
+    assert named.status_code == 200 and named.headers["x-ragzoo-ignored"] == "\\u6e29\\u5ea6"
+    assert "温度" in named.json()["ragzoo"]["ignored"]
+    assert surrogate.status_code == 400 and "lone surrogate" in surrogate.json()["error"]["message"]
+
+
+def test_a_budget_stop_is_a_status_clients_do_not_retry(program, monkeypatch):
+    """Review: a per-question budget stop was a 429, which the openai client and dspy.LM retry, each retry spending
+    the budget again (6 and 8 upstream requests under --max-calls 2)."""
+    import openai
+
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch, max_calls=0)
+        asked = []
+        answer = service.answer
+        monkeypatch.setattr(service, "answer", lambda question: asked.append(question) or answer(question))
+        with BackgroundServer(create_app(service)) as server:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=2)
+            with pytest.raises(openai.APIStatusError) as refused:
+                client.chat.completions.create(model="ragzoo-rag", messages=[{"role": "user", "content": QUESTION}])
+    assert refused.value.status_code == 402 and "budget" in str(refused.value)
+    assert len(asked) == 1  # not retried
+
+
+def test_cli_program_flags_without_a_program_and_a_port_in_use_are_one_line(tmp_path, capsys):
+    """Review: `serve --workers 3` (or --deadline, --max-calls, ...) without --program served the retriever from one
+    process without a word; with --workers 1 a port in use was found only after the program loaded (uvicorn's
+    message, exit 3)."""
+    from ragzoo.cli import main
+
+    assert main(["serve", "--workers", "3", "--deadline", "5", "--port", str(_free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "--deadline, --workers go with --program DIR" in err and len(err.strip().splitlines()) == 1, err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        for argv in (["serve", "--program", str(tmp_path / "not-loaded"), "--lm", "dry-run"],
+                     ["serve", "--retriever", "bm25:nowhere/none.jsonl"]):
+            assert main([*argv, "--port", str(port)]) == 2
+            err = capsys.readouterr().err
+            assert f"cannot listen on 127.0.0.1:{port}" in err and len(err.strip().splitlines()) == 1, err
