@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import os
 import pstats
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 METHODS = ("blendfilter", "concat_pf", "postfusion", "filco", "activerag", "raisf", "rag", "iter_retgen")
@@ -279,18 +281,17 @@ def package_split(profile: cProfile.Profile) -> dict[str, float]:
     stats = pstats.Stats(profile)
     shares: dict[str, float] = {}
     for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():
-        if "/work/main/" in filename and "/.venv/" not in filename:
-            key = "ragzoo"
-        else:
-            key = next((name for name in ("dspy", "litellm", "tiktoken", "pydantic", "json_repair", "regex")
-                        if f"/{name}/" in filename), "other")
+        key = _package(filename)
         shares[key] = shares.get(key, 0.0) + tottime
     total = sum(shares.values()) or 1.0
     return {key: value / total for key, value in sorted(shares.items(), key=lambda kv: -kv[1])}
 
 
+_REPOSITORY = f"{Path(__file__).resolve().parents[1]}{os.sep}"  # ragzoo's checkout, wherever it is cloned
+
+
 def _package(filename: str) -> str:
-    if "/work/main/" in filename and "/.venv/" not in filename:
+    if filename.startswith(_REPOSITORY) and f"{os.sep}.venv{os.sep}" not in filename:
         return "ragzoo"
     return next((name for name in ("dspy", "litellm", "tiktoken", "pydantic", "json_repair", "regex")
                  if f"/{name}/" in filename), "stdlib/other")
@@ -315,7 +316,7 @@ def profile_pair(ours, hand, questions: list[str], top: int = 8) -> dict:
         by_package[_package(key[0])] = by_package.get(_package(key[0]), 0.0) + delta
     result["extra_by_package_s"] = dict(sorted(by_package.items(), key=lambda kv: -kv[1]))
     result["extra_top_functions"] = [
-        (round(delta, 4), f"{key[0].split('site-packages/')[-1].split('/work/main/')[-1]}:{key[1]}({key[2]})")
+        (round(delta, 4), f"{key[0].split('site-packages/')[-1].split(_REPOSITORY)[-1]}:{key[1]}({key[2]})")
         for key, delta in sorted(extra.items(), key=lambda kv: -kv[1])[:top]]
     return result
 

@@ -44,7 +44,8 @@ def _row(label: str, clients: int, latencies: list[float], statuses: list[int], 
            "ok": sum(s == 200 for s in statuses), "503": sum(s == 503 for s in statuses),
            "errors": sum(s not in (200, 503) for s in statuses),
            "p50 ms": 1000 * percentile(latencies, 50), "p99 ms": 1000 * percentile(latencies, 99),
-           "req/s": len(latencies) / elapsed}
+           # answered (200) per second: a 503 or a dropped connection is not throughput
+           "req/s": sum(s == 200 for s in statuses) / elapsed, "sent/s": len(latencies) / elapsed}
     if cpu is not None:
         row["server CPU ms/req"] = 1000 * cpu / max(1, len(latencies))
     return row

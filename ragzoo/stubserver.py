@@ -28,7 +28,8 @@ requests past the end are answered normally), a dict {index: fault}, or a functi
                      header), as an upstream that echoes what it is sent: the test of what ragzoo keeps
 `latency` (seconds) delays every chat reply. Counters: `requests` (chat requests), `faults_served`,
 `log` (one `(index, fault kind or "ok")` per chat request), `models_requests`; `GET /v1/stats` answers
-{requests, in_flight, max_in_flight, rejected} (a stub in a process of its own, sampled by a benchmark).
+{requests, in_flight, max_in_flight, rejected} (a stub in a process of its own, sampled by a benchmark);
+`GET /v1/stats/peak-reset` answers the same and starts `max_in_flight` again from the requests in flight now.
 
 Slips (`slips=`): format slips of a real model, on HTTP 200 replies. A rate (`slips=0.1`: a seeded 10% of
 replies slip, the shape drawn from `slip_shapes`, default all of `SLIP_SHAPES`; the draw is a function of
@@ -672,8 +673,10 @@ class StubLMServer:
             self._count_models()
             return self._write(writer, 200, {"object": "list", "data": [
                 {"id": self.model, "object": "model", "created": 0, "owned_by": "ragzoo-stub"}]}, keep_alive=keep_alive)
-        if path.rstrip("/") in ("/v1/stats", "/stats"):  # a load test's view of a stub in another process
-            with self._lock:
+        if path.rstrip("/") in ("/v1/stats", "/stats", "/v1/stats/peak-reset"):  # a load test's view of a stub in
+            with self._lock:  # another process; peak-reset starts a new window for `max_in_flight`
+                if path.rstrip("/").endswith("peak-reset"):
+                    self.max_in_flight = self.in_flight
                 stats = {"requests": self.requests, "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
                          "rejected": self.rejected}
             return self._write(writer, 200, stats, keep_alive=keep_alive)

@@ -110,6 +110,7 @@ def finish_grid(track: "Tracker", out: str | os.PathLike, states: dict, status: 
     except Exception as error:  # noqa: BLE001
         print(f"ragzoo {track.command}: warning: not logged to MLflow: {_tracking_error(track.uri, error)}",
               file=sys.stderr)
+        track.end("FAILED")  # not left RUNNING, as if the grid went on
 
 
 class Tracker:
@@ -221,6 +222,7 @@ class Tracker:
         except Exception as error:  # noqa: BLE001
             print(f"ragzoo {self.command}: warning: not logged to MLflow: {_tracking_error(self.uri, error)}",
                   file=sys.stderr)
+            self.end("FAILED")  # not left RUNNING, as if the work went on
 
     def name_of(self, folder) -> str:
         return f"{self.command} {Path(folder).name}" if folder else self.command
@@ -332,11 +334,13 @@ def params_of(config: dict, manifest: dict) -> dict[str, str]:
     return {name: _text(value) for name, value in _scrubbed(params).items() if value is not None and value != ""}
 
 
-def metrics_of(summary: dict, manifest: dict, records: list[dict] | None) -> dict[str, float]:
+def metrics_of(summary: dict, manifest: dict, records: list[dict] | None, *,
+               placeholder: bool = False) -> dict[str, float]:
     """Numbers of a run: the evaluation's metrics and usage (summary.json), the compile's score and usage
-    (manifest.json), and, when the records carry stage records, the stage diagnostics and attribution."""
+    (manifest.json), and, when the records carry stage records, the stage diagnostics and attribution.
+    `placeholder` (a dry run's placeholder answers): no score of any answer, only the usage it estimates."""
     found: dict[str, Any] = {}
-    for name, value in (summary.get("metrics") or {}).items():
+    for name, value in (summary.get("metrics") or {}).items() if not placeholder else ():
         found[name] = value
     usage = summary.get("usage") or {}
     for name in ("lm_calls", "prompt_tokens", "completion_tokens", "cost", "cached_calls", "retrievals",
@@ -345,11 +349,11 @@ def metrics_of(summary: dict, manifest: dict, records: list[dict] | None) -> dic
     for name in ("n", "n_expected", "failures", "reasks", "degradations", "wall_seconds"):
         found[name] = summary.get(name)
     if manifest:
-        found["compile.score"] = manifest.get("score")
+        found["compile.score"] = manifest.get("score") if not placeholder else None
         found["compile.cost"] = manifest.get("cost")
         for name in ("lm_calls", "prompt_tokens", "completion_tokens", "cached_calls"):
             found[f"compile.{name}"] = (manifest.get("usage") or {}).get(name)
-    if records:
+    if records and not placeholder:
         found.update(_diagnostics(records))
     return {_metric_name(name): float(value) for name, value in found.items()
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value}
@@ -393,8 +397,13 @@ def log_folder(client, run_id: str, folder: Path) -> None:
 
     now = int(time.time() * 1000)
     params = [Param(name, value) for name, value in params_of(config, manifest).items()]
-    metrics = [Metric(name, value, now, 0) for name, value in metrics_of(summary, manifest, records).items()]
+    placeholder = any(isinstance(source.get("lm"), dict) and source["lm"].get("dry_run")
+                      for source in (config, manifest))
+    metrics = [Metric(name, value, now, 0)
+               for name, value in metrics_of(summary, manifest, records, placeholder=placeholder).items()]
     tags = [RunTag("ragzoo.folder", str(folder.resolve()))]
+    if placeholder:  # its em/f1 would sit beside real runs' in MLflow's comparisons
+        tags.append(RunTag("ragzoo.dry_run", "true"))
     if summary.get("stopped") or summary.get("aborted"):
         tags.append(RunTag("ragzoo.stopped", _text(summary.get("stopped") or summary.get("aborted"))))
     for start in range(0, max(len(params), len(metrics), 1), 100):  # MLflow's batch limit is 100 params

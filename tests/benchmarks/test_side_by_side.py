@@ -107,3 +107,19 @@ def test_every_benchmark_parses_the_arguments_the_runner_gives_it(tmp_path, monk
     for name in ORDER + OPT_IN:
         with pytest.raises(Parsed):
             importlib.import_module(f"benchmarks.{name}").main(arguments(name, quick, tmp_path))
+
+
+def test_figures_count_what_their_labels_say():
+    """Review: the serving benchmark's req/s (and its ratio to ideal) counted 503s and dropped connections as
+    served; the overhead profile's split knew ragzoo's code only under /work/main (a clone elsewhere: ~1%)."""
+    from pathlib import Path
+
+    from benchmarks.overhead import _package
+    from benchmarks.serving import _row
+
+    row = _row("program", 32, [0.1] * 320, [200] * 160 + [503] * 100 + [0] * 60, elapsed=2.0)
+    assert row["req/s"] == 80 and row["sent/s"] == 160 and row["503"] == 100 and row["errors"] == 60
+    checkout = Path(__file__).resolve().parents[2]
+    assert _package(str(checkout / "ragzoo" / "engines.py")) == "ragzoo"
+    assert _package(str(checkout / "programs" / "filco.py")) == "ragzoo"
+    assert _package(str(checkout / ".venv" / "lib" / "site-packages" / "dspy" / "predict.py")) == "dspy"

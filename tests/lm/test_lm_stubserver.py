@@ -294,6 +294,26 @@ def test_many_slow_requests_are_in_flight_at_once_on_one_thread():
     assert during <= 64 + 1  # the pool's own threads; the server parks no thread per request
 
 
+def test_stats_peak_reset_starts_a_new_window_for_max_in_flight():
+    """Review: a benchmark's settings shared one stub, whose `max_in_flight` was the all-time peak, so a setting
+    with 2 in flight read 8 (an earlier setting's)."""
+    import time
+
+    import httpx
+
+    with StubLMServer(responder="ok", hold_until=4, hold_timeout=30) as server:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: _raw(server, _post(CHAT), timeout=60), range(4)))
+        deadline = time.monotonic() + 10
+        while server.in_flight and time.monotonic() < deadline:  # the replies are read before their handlers end
+            time.sleep(0.01)
+        stats = httpx.get(server.base_url + "/v1/stats").json()
+        reset = httpx.get(server.base_url + "/v1/stats/peak-reset").json()
+        after = httpx.get(server.base_url + "/v1/stats").json()
+    assert stats["max_in_flight"] == 4 and reset["max_in_flight"] == after["max_in_flight"] == 0, (stats, reset, after)
+    assert after["requests"] == 4
+
+
 def test_stop_ends_hung_and_held_back_replies():
     import threading
 

@@ -284,3 +284,32 @@ def test_a_local_database_keeps_its_artifacts_beside_it_not_in_the_current_folde
     assert code == 2 and len(err.splitlines()) == 1 and "other.db-artifacts" in err and "Traceback" not in err, err
     assert not (tmp_path / "run2").exists()
     assert sorted(path.name for path in (tmp_path / "db" / "other.db-artifacts").iterdir()) == ["NOTES.md"]
+
+
+@pytest.mark.xdist_group("test_mlflow")
+def test_a_dry_run_logs_no_score_and_a_run_whose_logging_failed_ends_failed(tmp_path, capsys, monkeypatch, env):
+    """Review: a `--lm dry-run` evaluation logged its placeholder em/f1 (0.0) as real metrics beside real runs; and
+    a tracking store failing at the end left the MLflow run RUNNING for ever, as if the work went on."""
+    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'ragzoo[mlflow]')")
+    from mlflow.tracking import MlflowClient
+
+    from ragzoo import tracking
+
+    uri = f"sqlite:///{tmp_path / 'ml.db'}"
+    argv = ["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "2", "--lm", "dry-run", "--mlflow", uri]
+    assert main([*argv, "--out", str(tmp_path / "dry")]) == 0, capsys.readouterr().err
+    client = MlflowClient(tracking_uri=uri)
+    run = _run_of(client, tmp_path / "dry")
+    assert not {"em", "f1"} & set(run.data.metrics) and run.data.metrics["lm_calls"] == 2
+    assert run.data.tags["ragzoo.dry_run"] == "true"
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("the artifact store refused the upload")
+
+    monkeypatch.setattr(tracking, "log_folder", refused)
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "broken")]) == 0  # the run folder is complete: a warning only
+    assert "not logged to MLflow" in capsys.readouterr().err
+    experiment = client.get_experiment_by_name("ragzoo")
+    broken = client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'evaluate broken'")
+    assert len(broken) == 1 and broken[0].info.status == "FAILED"
