@@ -281,11 +281,11 @@ def test_a_rented_server_s_time_is_in_the_summary_and_bounds_every_process_count
     --max-cost, so the run stopped at half the time."""
     with StubLMServer(responder=helpers.digest_responder, latency=0.1) as server:
         argv = _argv(server, questions_file(200), small_corpus, tmp_path / "run", "--threads", "1", "--processes",
-                     processes, "--price-per-hour", "36", "--max-cost", "0.03")  # $0.01 a second: 3 s
+                     processes, "--price-per-hour", "72", "--max-cost", "0.03")  # $0.02 a second: 1.5 s
         result = cli(*argv)
     assert result.code == 3, result.err
     usage = json.loads((tmp_path / "run" / "summary.json").read_text())["usage"]
-    assert 2.7 <= usage["server_seconds"] < 10 and usage["server_cost"] == pytest.approx(
-        usage["server_seconds"] / 100, rel=1e-3, abs=1e-5)
+    assert 1.35 <= usage["server_seconds"] < 10 and usage["server_cost"] == pytest.approx(
+        usage["server_seconds"] / 50, rel=1e-3, abs=1e-5)
     assert usage["total_cost"] == pytest.approx(usage["cost"] + usage["server_cost"], abs=2e-6)
     assert f"+ server ${usage['server_cost']:.4f}" in result.out
