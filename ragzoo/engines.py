@@ -451,8 +451,11 @@ class DryRunEngine(FunctionEngine):
                     call["repeat"] = repeat
         if not repeat:
             return super().complete(request)
+        from ragzoo.tracing import mark_cache_hit
+
+        mark_cache_hit()  # recorded as served from the cache, as DSPy's would serve it
         _, text = self._reply(request)
-        return self._response(text, Usage())  # nothing reported: recorded as served from the cache
+        return self._response(text, Usage())  # nothing reported, as a cache hit
 
     @staticmethod
     def _respond(context: CallContext) -> dict[str, Any]:

@@ -194,6 +194,9 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
     if price_per_hour is not None:
         lm.price_per_hour = price_per_hour  # metering() adds wall time x rate; --max-cost binds on it
     install_cache_redaction()  # an upstream's answers are kept on disk by DSPy's cache: never a key in them
+    from ragzoo.usage import install_cache_hit_marks
+
+    install_cache_hit_marks()  # a reply without `usage` is then told from a cache hit with the cache on too
     if namespaced:
         install_cache_namespace()
         lm.cache_namespace = lm.endpoint

@@ -442,7 +442,7 @@ def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = Fal
 # the parent beside the line it wrote, so the parent never parses a whole record
 SUMMARY_KEYS = ("id", "metrics", "error", "reasks", "lenient_reads", "degradations", "lm_calls", "prompt_tokens",
                 "completion_tokens", "cost", "retrievals", "cached_calls", "cached_prompt_tokens",
-                "cached_completion_tokens", "cached_cost", "latency")
+                "cached_completion_tokens", "cached_cost", "latency", "metric_errors")
 
 
 def summary_view(record: dict) -> dict:
@@ -1112,14 +1112,16 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                        f"spent {earlier_calls} call(s) and ${earlier_cost:.4f}); raise {flag} to continue")
         if aborted and len(records) >= len(examples):  # the rule fired on the last question: nothing was stopped
             stop.remove(aborted.pop())
-        if len(records) < len(examples) and not stop and not aborted:  # questions lost without a stop: never exit 0
-            stop.append(f"{len(examples) - len(records)} question(s) ended with no record "
-                        f"({lost[0] if lost else 'reason unknown'}); rerun with --resume to run them")
+        # questions that ended with no record and no stop (an internal error, a worker process killed): never a
+        # clean run, and not a budget stop either (a grid stops every cell on those)
+        missing = len(examples) - len(records) if not stop and not aborted else 0
         order = {identifier: i for i, identifier in enumerate(ids)}
         records.sort(key=lambda r: order.get(r["id"], len(order)))
         extra = {"wall_seconds": round(time.perf_counter() - started, 3), "threads": threads, "processes": processes,
                  "stopped": stop[0] if stop and not aborted else None, "aborted": aborted[0] if aborted else None,
                  "resumed_from": len(previous), "adapter": run_config["adapter"],
+                 "lost": ({"questions": missing, "why": lost[0] if lost else "reason unknown"} if missing > 0
+                          else None),
                  # their calls still in flight were paid or will be, and are in no figure here
                  "still_at_lm_at_end": sum(unfinished)}
         unrecorded = extra_usage(out) if out is not None else summed_extra_usage(late_lines)

@@ -146,3 +146,23 @@ def record_degradation(where: str, what: str) -> None:
     trace = _current.get()
     if trace is not None:
         trace.degradations.append({"where": where, "what": redact(what)[:300]})
+
+
+# Whether a cache answered the LM call running in this context: DSPy's history gives a cache hit and a reply
+# without `usage` alike no usage, so the usage meter opens a mark as a call starts and the cache sets it
+_CACHE_MARK: contextvars.ContextVar = contextvars.ContextVar("ragzoo_cache_mark", default=None)
+
+
+def open_cache_mark() -> list:
+    """A fresh mark ([False]) for the LM call starting in this context."""
+    mark = [False]
+    _CACHE_MARK.set(mark)
+    return mark
+
+
+def mark_cache_hit() -> None:
+    """Mark the LM call running in this context as answered from a cache (DSPy's response cache, or the dry-run
+    estimate's model of it: a repeated identical request is free)."""
+    mark = _CACHE_MARK.get()
+    if mark is not None:
+        mark[0] = True

@@ -50,7 +50,7 @@ import dspy
 from dspy.utils.callback import BaseCallback
 
 from ragzoo.errors import BudgetExceeded, ConfigError
-from ragzoo.tracing import LMCallRecord, record_lm_call, texts_kept
+from ragzoo.tracing import LMCallRecord, mark_cache_hit, open_cache_mark, record_lm_call, texts_kept
 
 _METERS_KEY = "ragzoo_meters"
 
@@ -581,14 +581,19 @@ def _cache_on(lm, entry: dict) -> bool:
     return bool(kwargs.get("cache", getattr(lm, "cache", True)))
 
 
-def measure_call(lm, inputs: dict, outputs, name: str, latency: float) -> LMCallRecord:
-    """One LM call as a record: tokens from DSPy's history entry (or counted on the text), priced once."""
+def measure_call(lm, inputs: dict, outputs, name: str, latency: float, *,
+                 cache_hit: bool | None = None) -> LMCallRecord:
+    """One LM call as a record: tokens from DSPy's history entry (or counted on the text), priced once.
+    `cache_hit`: whether DSPy's response cache answered it (`install_cache_hit_marks`), None when not known."""
     entry = find_history_entry(lm, outputs)
     reported = None
     usage = (entry.get("usage") or {}) if entry is not None else {}
     # DSPy's history gives a cache hit no usage; so does a server that reports none (some local OpenAI-compatible
-    # ones): with the cache off for the call it can only be the server, a paid call counted on its text
-    cached = entry is not None and not usage and _cache_on(lm, entry)
+    # ones), a paid call then counted on its text. Which one it was: the cache's own mark; without one, a call
+    # with the cache off can only have been the server
+    if cache_hit is None:
+        cache_hit = not usage and _cache_on(lm, entry) if entry is not None else False
+    cached = entry is not None and not usage and cache_hit
     if entry is not None and (usage or cached):
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or 0)
@@ -631,11 +636,36 @@ def call_texts(inputs: dict, outputs) -> tuple[list[dict], str]:
     return kept, redact(_text_of(outputs))
 
 
+_CACHE_MARKS_INSTALLED = False
+
+
+def install_cache_hit_marks() -> None:
+    """Have DSPy's response cache mark the LM call it answers (idempotent; on the class, so a cache built later by
+    `dspy.configure_cache` marks too). DSPy's history gives a cache hit and a reply without `usage` alike no usage;
+    the mark tells them apart (a hit is free, a reply without usage was paid)."""
+    global _CACHE_MARKS_INSTALLED
+    if _CACHE_MARKS_INSTALLED:
+        return
+    from dspy.clients.cache import Cache
+
+    original = Cache.get
+
+    def get(self, *args, **kwargs):
+        found = original(self, *args, **kwargs)
+        if found is not None:
+            mark_cache_hit()
+        return found
+
+    get.__wrapped__ = original
+    Cache.get = get
+    _CACHE_MARKS_INSTALLED = True
+
+
 class UsageCallback(BaseCallback):
     """The DSPy callback behind every meter (see the module docstring). Use the singleton `USAGE_CALLBACK`."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[Any, dict, float, str]] = {}
+        self._pending: dict[str, tuple[Any, dict, float, str, list | None]] = {}
         self._lock = threading.Lock()
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
@@ -643,15 +673,16 @@ class UsageCallback(BaseCallback):
             name = caller_name()
         except Exception:  # naming is a nicety; counting must never depend on it (DSPy swallows errors here)
             name = "?"
+        mark = open_cache_mark()  # set by DSPy's cache lookup if it answers this call (`install_cache_hit_marks`)
         with self._lock:
-            self._pending.setdefault(call_id, (instance, inputs, time.perf_counter(), name))
+            self._pending.setdefault(call_id, (instance, inputs, time.perf_counter(), name, mark))
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
         with self._lock:
             pending = self._pending.pop(call_id, None)
         if pending is None:
             return  # not started here, or already recorded through the other place the callback is installed
-        lm, inputs, started, name = pending
+        lm, inputs, started, name, mark = pending
         totals = getattr(lm, "usage", None)
         totals = totals if isinstance(totals, Usage) else None
         meters = open_meters()
@@ -659,7 +690,8 @@ class UsageCallback(BaseCallback):
             for sink in ([totals] if totals else []) + [meter.usage for meter in meters]:
                 sink.add_failure()
             return
-        record = measure_call(lm, inputs, outputs, name, time.perf_counter() - started)
+        record = measure_call(lm, inputs, outputs, name, time.perf_counter() - started,
+                              cache_hit=True if mark[0] else (False if _CACHE_MARKS_INSTALLED else None))
         if texts_kept():
             record.prompt, record.reply = call_texts(inputs, outputs)
         if record.completion_tokens > _LONGEST_REPLY.get(record.model, 0):  # the next calls' cost estimates

@@ -166,6 +166,10 @@ def run(args: argparse.Namespace) -> int:
     if summary.get("stopped"):
         print(f"stopped: {summary['stopped']}; rerun with --resume to continue", file=sys.stderr)
         return EXIT_STOPPED
+    if summary.get("lost"):  # not paid for in vain: --resume asks them; never exit 0 with questions missing
+        print(f"ragzoo evaluate: {summary['lost']['questions']} question(s) ended with no record "
+              f"({summary['lost']['why']}); rerun with --resume to run them", file=sys.stderr)
+        return EXIT_FAILURES
     if summary["failures"] and not config.get("allow_failures"):
         print(f"ragzoo evaluate: {summary['failures']} of {summary['n']} examples failed "
               f"({', '.join(f'{k}: {v}' for k, v in summary['failures_by_kind'].items())}); see the error of each in "

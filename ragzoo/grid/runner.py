@@ -131,7 +131,7 @@ def needs_run(state: dict, retry_failed: bool = False) -> bool:
 
 def cell_state(out: Path, cell: Cell) -> dict:
     """What is on disk for a cell: done / partial / absent, examples written (`done`) of `total` asked, spend."""
-    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE, read_predictions
+    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, SUMMARY_FILE, extra_usage, read_predictions, usage_totals
 
     base = cell_dir(out, cell)
     run = base / "run"
@@ -150,9 +150,13 @@ def cell_state(out: Path, cell: Cell) -> dict:
         records = read_predictions(run / PREDICTIONS_FILE)
         state["done"] = len(records)
         state["failures"] = sum(1 for r in records if r.get("error"))  # scored 0; `--retry-failed` asks them again
-        state["cost"] += sum(float(r.get("cost") or 0) for r in records)
-        state["lm_calls"] += sum(int(r.get("lm_calls") or 0) for r in records)
-        state["cached_calls"] += sum(int(r.get("cached_calls") or 0) for r in records)
+        # and what no record holds (retried, late and budget-cut calls, a rented server's time): paid all the same,
+        # so the grid's budget counts it as each cell's evaluate --resume does
+        unrecorded = extra_usage(run)
+        paid = usage_totals(records, unrecorded)
+        state["cost"] += paid["cost"] + float(unrecorded.get("server_cost") or 0)
+        state["lm_calls"] += int(paid["lm_calls"])
+        state["cached_calls"] += int(paid["cached_calls"])
         state["status"] = "partial"
         if (run / SUMMARY_FILE).is_file():
             try:

@@ -116,3 +116,36 @@ def test_concurrent_async_calls_wait_for_what_is_in_flight_and_never_pass_the_ca
     one_call, meter, results = asyncio.run(asyncio.wait_for(run(), 30))  # one event loop: waiting must not block it
     assert 1 <= meter.usage.lm_calls <= 3 and meter.budget.spent <= 3.5 * one_call  # all 6 used to be sent
     assert sum(1 for r in results if type(r).__name__ == "BudgetExceeded") == 6 - meter.usage.lm_calls
+
+
+_CUT = """
+[grid]
+name = "cut"
+n = 3
+lms = [{lms}]
+scale = 100
+main = "iter_retgen"
+
+[[datasets]]
+name = "hotpotqa"
+split = "dev_first500"
+metrics = ["em"]
+label = "HotPotQA"
+
+[[methods]]
+id = "iter_retgen"
+label = "IRG"
+"""
+
+
+def test_the_calls_a_budget_cut_question_paid_count_against_the_grid_s_budget_on_a_rerun(tmp_path, stub_server,
+                                                                                        grid_env, capsys):
+    """Diff review: the grid counted its cells' records only, not the calls no record holds (a question cut by the
+    budget, retried and late calls), so the same --max-calls paid again on a rerun (5 requests under 4)."""
+    grid = tmp_path / "cut.toml"
+    grid.write_text(_CUT.format(lms=stub_lms(stub_server)), encoding="utf-8")
+    argv = ["sweep", str(grid), "--out", str(tmp_path / "g"), "--quiet", "--max-calls", "4"]
+    assert main(argv) == 3  # iter_retgen: 3 calls a question; the second question is cut after its first
+    assert stub_server.requests == 4
+    assert main(argv) == 3
+    assert stub_server.requests == 4, capsys.readouterr().err

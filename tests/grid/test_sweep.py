@@ -236,3 +236,27 @@ def test_a_partial_cell_is_set_beside_neither_the_paper_nor_another_row(tmp_path
     built = results.build(load_grid(smaller), out)
     direct = next(row for row in built["rows"] if row["label"] == "Direct")["cells"]["HotPotQA"]
     assert direct["status"] == "3 questions, the grid asks 2"
+
+
+def test_a_cell_that_lost_a_question_is_a_failed_cell_not_a_budget_stop_of_the_grid(tmp_path, monkeypatch, capsys):
+    """Diff review: a question that ended with no record made its evaluate exit 3, which the grid reads as a budget
+    stop: "budget reached inside a cell" with no budget given, and the other cells never ran."""
+    from ragzoo import runs
+
+    real, fired = runs.run_example, []
+
+    def loses_one(program, example, position, *args, **kwargs):
+        if not fired:
+            fired.append(position)
+            raise RuntimeError("an internal error in one question")
+        return real(program, example, position, *args, **kwargs)
+
+    monkeypatch.setattr(runs, "run_example", loses_one)
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    code = main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code != 0 and "budget" not in err, err
+    cells = sorted((tmp_path / "out" / "cells").iterdir())
+    assert len(cells) >= 2 and all((cell / "run" / "summary.json").is_file() for cell in cells)
+    lost = [json.loads((cell / "run" / "summary.json").read_text())["lost"] for cell in cells]
+    assert sum(1 for item in lost if item) == 1

@@ -204,21 +204,27 @@ def test_scripted_lm_honours_budgets():
     assert len(lm.calls) == 2
 
 
-def test_a_server_that_reports_no_usage_is_paid_counted_and_budgeted_not_a_cache_hit():
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_server_that_reports_no_usage_is_paid_counted_and_budgeted_not_a_cache_hit(cache):
     """Review: a reply without `usage` (some local OpenAI-compatible servers) was read as DSPy's cache hit: 0 tokens,
     `cached`, and --max-calls let every such call through (3 requests under --max-calls 1)."""
     from ragzoo.stubserver import StubLMServer
 
     predict = dspy.Predict("question -> answer")
     with StubLMServer(usage=False) as server:
-        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False)
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=cache)
         with dspy.context(lm=lm), trace_example() as trace:
-            predict(question="Who wrote Hamlet?")
+            predict(question=f"Who wrote Hamlet? {uuid.uuid4().hex}")
+        unique = uuid.uuid4().hex  # no answer of an earlier run in the disk cache
         with dspy.context(lm=lm), metering(max_calls=1) as meter:
-            predict(question="Who wrote Macbeth?")
+            predict(question=f"Who wrote Macbeth? {unique}")
             with pytest.raises(BudgetExceeded):
-                predict(question="Who wrote Othello?")
+                predict(question=f"Who wrote Othello? {unique}")
         assert server.requests == 2
+        if cache:  # the same question again: DSPy's cache answers it, free and marked so
+            with dspy.context(lm=lm), trace_example() as again:
+                predict(question=f"Who wrote Macbeth? {unique}")
+            assert server.requests == 2 and again.lm_calls[0].cached
     call = trace.lm_calls[0]
     assert not call.cached and call.prompt_tokens > 20 and call.completion_tokens > 0
     assert meter.usage.lm_calls == 1 and meter.usage.cached_calls == 0

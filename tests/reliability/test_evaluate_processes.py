@@ -226,7 +226,7 @@ def _zombie(pid: int) -> bool:
 def test_a_killed_worker_s_questions_make_the_run_a_stop_not_a_clean_exit(tmp_path, helpers, questions_file,
                                                                          small_corpus):
     """Review: a worker killed by the OOM killer (kill -9) lost its questions and evaluate exited 0 with
-    `stopped` None; now the run says which worker ended, exits 3 and a resume runs the lost questions."""
+    `stopped` None; now the run says which worker ended, exits 4 and a resume runs the lost questions."""
     import psutil
 
     n = 12
@@ -240,11 +240,12 @@ def test_a_killed_worker_s_questions_make_the_run_a_stop_not_a_clean_exit(tmp_pa
         workers[0].kill()
         process.wait(60)
         err = process.stderr.read().decode()
-        assert process.returncode == 3, err[-2000:]
+        assert process.returncode == 4, err[-2000:]
         summary = json.loads((run / "summary.json").read_text())
-        assert summary["complete"] is False and "ended with no record (worker process ragzoo-evaluate-" in \
-            summary["stopped"] and "exit code -9" in summary["stopped"], summary["stopped"]
-        assert "rerun with --resume" in err
+        assert summary["complete"] is False and summary["stopped"] is None
+        assert summary["lost"]["why"].startswith("worker process ragzoo-evaluate-") and \
+            "exit code -9" in summary["lost"]["why"], summary["lost"]
+        assert "ended with no record" in err and "rerun with --resume" in err
         kept = len(_records(run))
         assert kept < n
         process = _start(helpers, [*argv, "--resume"])

@@ -17,12 +17,13 @@ def test_what_a_worker_process_sends_summarises_as_the_whole_record():
     record = {"id": "q1", "metrics": {"em": 1.0}, "error": None, "reasks": 2, "lenient_reads": 1, "degradations": 1,
               "lm_calls": 3, "prompt_tokens": 30, "completion_tokens": 5, "cost": 0.25, "retrievals": 2,
               "cached_calls": 1, "cached_prompt_tokens": 10, "cached_completion_tokens": 2, "cached_cost": 0.05,
-              "latency": 1.5, "question": "who?", "prediction": "x", "lm_trace": [{"predictor": "answer"}]}
+              "latency": 1.5, "question": "who?", "prediction": "x", "lm_trace": [{"predictor": "answer"}],
+              "metric_errors": {"em": "AttributeError: no field"}}
     failed = {**record, "id": "q2", "error": {"kind": "timeout", "message": "late"}, "metrics": {"em": 0.0}}
     assert set(SUMMARY_KEYS) <= set(record)
     whole = summarize([record, failed], ["em"], total=3)
     assert summarize([summary_view(record), summary_view(failed)], ["em"], total=3) == whole
-    assert whole["lenient_reads"] == 2 and whole["failures"] == 1
+    assert whole["lenient_reads"] == 2 and whole["failures"] == 1 and whole["metric_failures"] == {"em": 2}
 
 
 def test_a_run_without_n_records_the_questions_it_was_asked(tmp_path, questions_file, capsys):

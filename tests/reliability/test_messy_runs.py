@@ -185,7 +185,7 @@ def test_ctrl_c_during_evaluate_is_one_line_and_keeps_what_finished(tmp_path, qu
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_question_lost_to_an_internal_error_is_a_stop_not_a_clean_run(tmp_path, monkeypatch, processes):
     """Review: a question whose run raised past `run_example` (an internal error) was logged and dropped: the run
-    said nothing else, `stopped` was None and `ragzoo evaluate` exited 0 with n=4/5."""
+    said nothing else and `ragzoo evaluate` exited 0 with n=4/5. Now the summary says what was lost (exit 4)."""
     from ragzoo import runs
 
     retriever = StaticRetriever(make_passages(5))
@@ -205,8 +205,8 @@ def test_a_question_lost_to_an_internal_error_is_a_stop_not_a_clean_run(tmp_path
             summary = evaluate(program, make_examples(5), "em", tmp_path / "run", progress=False,
                                processes=processes)  # a forked worker runs the faulty function too
     assert summary["n"] == 4 and summary["complete"] is False and summary["processes"] == processes
-    assert summary["stopped"] == ("1 question(s) ended with no record (example q2: the writer's view broke); rerun "
-                                  "with --resume to run them")
+    assert summary["lost"] == {"questions": 1, "why": "example q2: the writer's view broke"}
+    assert summary["stopped"] is None  # not a budget stop: a grid would stop every cell on one
 
 
 def test_the_abort_rule_firing_on_the_last_question_stops_nothing(tmp_path, monkeypatch):
@@ -234,7 +234,9 @@ def test_the_abort_rule_firing_on_the_last_question_stops_nothing(tmp_path, monk
     assert summary["aborted"] is None and summary["stopped"] is None and summary["complete"] is True
 
 
-def test_a_metric_that_raises_is_said_not_read_as_a_score_of_0(tmp_path, cli, questions_file, monkeypatch):
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_metric_that_raises_is_said_not_read_as_a_score_of_0(tmp_path, cli, questions_file, monkeypatch,
+                                                               processes):
     """Review: a custom `--metric module:function` that raised on every question printed `broken=0.000`, exit 0,
     with no word: a metric bug read as a model scoring 0."""
     (tmp_path / "mymetric.py").write_text("def broken(example, prediction, trace=None):\n"
@@ -242,7 +244,7 @@ def test_a_metric_that_raises_is_said_not_read_as_a_score_of_0(tmp_path, cli, qu
     monkeypatch.syspath_prepend(str(tmp_path))
     with StubLMServer() as server:
         result = cli("evaluate", "--method", "direct", "--data", questions_file(4), *_stub_args(server),
-                     "--metric", "em,mymetric:broken", "--out", tmp_path / "run")
+                     "--metric", "em,mymetric:broken", "--out", tmp_path / "run", "--processes", processes)
     assert result.code == 0, result.err
     assert "WARNING: metric mymetric:broken raised on 4 of 4 questions, each scored 0" in result.err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
