@@ -16,6 +16,8 @@ from pathlib import Path
 
 from ragzoo.errors import ConfigError
 
+CONNECT_TIMEOUT = 10  # seconds a PostgreSQL server has to answer a connection (libpq's connect_timeout)
+_LIBPQ_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")  # drivers that take it
 # what a worker that lost the race to create the schema sees: retried, not refused
 _TRANSIENT = ("already exists", "locked", "UNIQUE constraint", "Duplicate", "duplicate key")
 
@@ -44,12 +46,19 @@ def open_storage(url: str | None, **rdb_options):
     if database is not None and not Path(database).parent.is_dir():
         raise ConfigError(f"--storage {strip_url(url)}: the folder {Path(database).parent} does not exist; create "
                           f"it, or choose another path")
-    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+    if url.partition(":")[0] in _LIBPQ_SCHEMES and "engine_kwargs" not in rdb_options:
+        # a server that accepts the connection and never answers: one line after 10 s, not minutes of silence
+        rdb_options = {**rdb_options, "engine_kwargs": {"connect_args": {"connect_timeout": CONNECT_TIMEOUT}}}
     for attempt in range(20):
         try:
             with schema_lock(url):
                 return optuna.storages.RDBStorage(url, **rdb_options)
+        except (ValueError, ArgumentError) as error:  # a URL SQLAlchemy cannot read (a port that is not a number)
+            raise ConfigError(f"--storage {strip_url(url)}: not a database URL SQLAlchemy can read "
+                              f"({redact(str(error).splitlines()[0] if str(error) else type(error).__name__)}); "
+                              f"e.g. postgresql://USER:PASSWORD@HOST:5432/DB") from None
         except ImportError:  # SQLAlchemy found no driver for the URL's database
             scheme = url.partition(":")[0]
             fix = ("pip install 'ragzoo[postgres]' (the psycopg driver)" if scheme in ("postgresql",

@@ -504,11 +504,10 @@ class OptunaClaims:
         this machine whose process is gone (a SIGKILL, a crash), and a claim that never got a worker or a
         heartbeat (a worker that died inside `ask`) once the grace has passed."""
         import datetime
-        import socket
 
         from optuna.trial import TrialState
 
-        host = socket.gethostname()
+        host = _process_space()
         now = datetime.datetime.now()
         stale: set = set()  # claims whose heartbeat stopped (a worker of any machine): settled here by the same
         # rule, before Optuna's fail_stale_trials would fail them and enqueue a copy whatever the disk says
@@ -587,9 +586,7 @@ class OptunaClaims:
                         continue
                     key = trial.params["cell"]
                     with contextlib.suppress(Exception):  # who ran which cell: the record, and a dead worker found
-                        import socket
-
-                        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+                        trial.set_user_attr("worker", f"{_process_space()}:{os.getpid()}")
                 except BaseException:
                     with contextlib.suppress(Exception):  # never leave a claim running with no one behind it
                         self.study.tell(trial, state=TrialState.FAIL)
@@ -597,7 +594,17 @@ class OptunaClaims:
                 if not self._to_run(key):  # a cell this worker does not know, or one done on disk
                     self.study.tell(trial, state=TrialState.FAIL)
                     continue
+                if self._claimed_before(key, trial):  # queued twice (workers rerunning at once): the earlier runs it
+                    self.study.tell(trial, state=TrialState.PRUNED)
+                    continue
                 return key, trial
+
+    def _claimed_before(self, key, trial) -> bool:
+        """Whether an earlier claim on `key` still waits or runs: the one that runs the cell, not this copy."""
+        from optuna.trial import TrialState
+
+        return any(other.number < trial.number and self._key_of(other) == key
+                   for other in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)))
 
     def heartbeat(self, trial) -> None:
         if trial is not None and hasattr(self.storage, "record_heartbeat"):
@@ -611,14 +618,26 @@ class OptunaClaims:
 
         if trial is None:
             return
-        with self._lock:
+        with self._lock:  # skip_if_finished: another worker may have ended a claim it took for stale (a paused VM)
             if ok:
-                self.study.tell(trial, 0.0)
+                self.study.tell(trial, 0.0, skip_if_finished=True)
             else:
-                self.study.tell(trial, state=TrialState.FAIL)
+                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
                 if requeue:
                     with contextlib.suppress(Exception):
                         self.study.enqueue_trial({"cell": trial.params["cell"]})
+
+
+def _process_space() -> str:
+    """Where this process's PID means this process: the host name and the PID namespace (two containers on one host
+    network share a host name but not their PIDs: one's worker is not judged dead by a PID absent from the other)."""
+    import socket
+
+    try:
+        space = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}/pidns-{space}"
 
 
 def study_name(grid: Grid, cells: list[Cell]) -> str:
@@ -782,6 +801,11 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         # the grid's budget is reserved call by call in this process; a worker process's calls are not seen here
         raise ConfigError("a grid's --max-cost/--max-calls is counted call by call in this process and cannot see its "
                           "cells' worker processes: drop --processes, or the budget")
+    if storage and (max_cost is not None or max_calls is not None):
+        # each worker counts the cells on disk when it starts and its own calls after: W workers spent W budgets
+        raise ConfigError("a grid's --max-cost/--max-calls is counted in one process: with --storage every worker "
+                          "would spend it whole; give the workers no budget, or run the budgeted grid in one worker "
+                          "without --storage (it resumes from OUT all the same)")
     if grid.processes > 1 and grid.max_concurrency and grid.processes > grid.max_concurrency:
         raise ConfigError(f"--processes {grid.processes} is more than --max-concurrency {grid.max_concurrency}: each "
                           f"process needs a request slot of its own; lower --processes or raise --max-concurrency")

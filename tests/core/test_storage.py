@@ -19,7 +19,7 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("url, says", [
-    ("bogus://x", "cannot connect or set up the database: Can't load plugin: sqlalchemy.dialects:bogus"),
+    ("bogus://x", "not a database URL SQLAlchemy can read (Can't load plugin: sqlalchemy.dialects:bogus)"),
     ("notaurl", "give an Optuna storage URL"),
     ("sqlite:///{tmp}/no/such/dir/s.db", "the folder {tmp}/no/such/dir does not exist"),
     ("postgresql://u:secretpw@127.0.0.1:{port}/db", "cannot connect or set up the database"),
@@ -43,3 +43,31 @@ def test_a_sqlite_storage_in_an_existing_folder_opens_and_reopens(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     optuna.create_study(storage=open_storage(url), study_name="s")
     assert [study.study_name for study in optuna.get_all_study_summaries(open_storage(url))] == ["s"]
+
+
+def test_a_url_with_a_bad_port_is_one_line_and_a_silent_server_is_given_up_on(tmp_path, monkeypatch):
+    """Review (PostgreSQL): `...@127.0.0.1:notaport/db` was an "internal error: ValueError", and a server that
+    accepts the connection and never answers held the command silent for 132 s."""
+    pytest.importorskip("psycopg")
+    import threading
+    import time
+
+    from ragzoo import storage
+
+    for url in ("postgresql://u:secretpw@127.0.0.1:notaport/db", "postgresql://u:secretpw@[::1:5432/db"):
+        with pytest.raises(ConfigError) as refused:
+            open_storage(url)
+        assert "not a database URL" in str(refused.value) and "secretpw" not in str(refused.value)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts (the kernel's backlog) and never says a word
+    held: list = []
+    threading.Thread(target=lambda: held.append(silent.accept()), daemon=True).start()
+    monkeypatch.setattr(storage, "CONNECT_TIMEOUT", 2)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigError) as refused:
+            open_storage(f"postgresql://u:secretpw@127.0.0.1:{silent.getsockname()[1]}/db")
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 20 and "cannot connect" in str(refused.value)

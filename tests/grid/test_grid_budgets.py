@@ -149,3 +149,15 @@ def test_the_calls_a_budget_cut_question_paid_count_against_the_grid_s_budget_on
     assert stub_server.requests == 4
     assert main(argv) == 3
     assert stub_server.requests == 4, capsys.readouterr().err
+
+
+def test_a_budget_with_a_shared_storage_is_refused_before_anything(tmp_path, capsys):
+    """PostgreSQL review: with --storage each worker counted the budget for itself (2 workers, --max-calls 4: 8
+    calls; --max-cost 1.0: $1.63)."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    for budget in (["--max-calls", "4"], ["--max-cost", "1", "--price", "1,1"]):
+        code = main(["sweep", str(grid), "--out", str(tmp_path / "g"), "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                     *budget])
+        errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # the tiny grid names a
+        assert code == 2 and len(errors) == 1 and "with --storage every worker would spend it whole" in errors[0]
+    assert not (tmp_path / "g").exists() and not (tmp_path / "s.db").exists()  # method not in ragzoo first

@@ -54,15 +54,16 @@ def _dead_pid() -> int:
 def _claim_of_a_worker_that_died_before_tell(url, key, how):
     """A first worker claims `key`, runs its cell to the end on disk, and dies before it tells the study: a process
     of this machine that is gone, or a worker of another machine whose heartbeat stopped."""
-    import socket
     import time
+
+    from ragzoo.grid.runner import _process_space
 
     first = OptunaClaims(url, "race", ["x", "y"])
     while True:
         got, trial = first.next()
         if got == key:
             if how == "its process is gone":
-                trial.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+                trial.set_user_attr("worker", f"{_process_space()}:{_dead_pid()}")
             else:
                 trial.set_user_attr("worker", "another-machine:4242")
                 first.heartbeat(trial)
@@ -113,3 +114,66 @@ def test_a_dead_workers_claim_on_a_cell_complete_on_disk_is_told_complete_not_ru
     assert study.trials[number].state.name == "COMPLETE"  # the dead worker's claim: its cell is done
     assert [state for key, state in _states(url) if key == "x"].count("COMPLETE") == 1
     assert [state for key, state in _states(url) if key == "y"].count("COMPLETE") == 1
+
+
+def test_a_claim_from_another_pid_namespace_is_not_judged_by_a_pid_of_this_one(tmp_path):
+    """PostgreSQL review: two containers on one host network share a host name, not their PIDs: a live worker's
+    claim was failed at once by the other, whose namespace has no such PID; and the owner, ending its claim later,
+    crashed on "Cannot tell a FAIL trial"."""
+    import socket
+
+    from optuna.trial import TrialState
+
+    from ragzoo.grid.runner import _process_space
+
+    import os
+
+    assert _process_space() == f"{socket.gethostname()}/pidns-{os.stat('/proc/self/ns/pid').st_ino}"
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    first = OptunaClaims(url, "race", ["x", "y"])
+    key, trial = first.next()
+    trial.set_user_attr("worker", f"{socket.gethostname()}/pidns-1:{_dead_pid()}")  # another namespace's PID
+    second = OptunaClaims(url, "race", ["x", "y"])
+    second._fail_dead_claims()
+    assert optuna.load_study(study_name="race", storage=url).trials[trial.number].state == TrialState.RUNNING
+    trial.set_user_attr("worker", f"{_process_space()}:{_dead_pid()}")  # this namespace's, gone: failed at once
+    second._fail_dead_claims()
+    assert optuna.load_study(study_name="race", storage=url).trials[trial.number].state != TrialState.RUNNING
+    first.done(trial, ok=True)  # its owner ends it after all: no crash, the claim keeps the state it was given
+
+
+def test_a_cell_queued_twice_is_run_by_its_earlier_claim_only(tmp_path, monkeypatch):
+    """PostgreSQL review: workers rerunning a grid at the same moment each enqueued the unfinished cells, and both
+    ran both cells (6 claims for 2 cells; one refused by the run lock, both exit 1)."""
+    import threading
+    import time
+
+    from optuna.trial import TrialState
+
+    monkeypatch.setenv("RAGZOO_GRID_HEARTBEAT", "1")
+    monkeypatch.setenv("RAGZOO_GRID_GRACE", "30")
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    disk = {"x": False, "y": False}
+    first = OptunaClaims(url, "race", ["x", "y"], done_on_disk=disk.get)
+    first.study.enqueue_trial({"cell": "x"})  # the second worker's copy of an unfinished cell
+    second = OptunaClaims(url, "race", ["x", "y"], done_on_disk=disk.get)
+    key, running = first.next()
+    assert key == "x"
+
+    def finish_x():
+        time.sleep(1.5)
+        disk["x"] = True
+        first.done(running, ok=True)
+
+    threading.Thread(target=finish_x, daemon=True).start()
+    ran = []
+    while True:
+        key, trial = second.next()
+        if key is None:
+            break
+        ran.append(key)
+        disk[key] = True
+        second.done(trial, ok=True)
+    assert ran == ["y"]
+    states = [(second._key_of(t), t.state) for t in optuna.load_study(study_name="race", storage=url).trials]
+    assert states.count(("x", TrialState.COMPLETE)) == 1 and ("x", TrialState.PRUNED) in states

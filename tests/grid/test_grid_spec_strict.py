@@ -108,7 +108,7 @@ def test_a_storage_that_cannot_be_opened_is_refused_before_the_grid_folder_is_wr
     grid_file.write_text(_file(BASE), encoding="utf-8")
     out = tmp_path / "out"
     assert main(["sweep", str(grid_file), "--out", str(out), "--storage", "bogus://x"]) == 2
-    assert "--storage bogus://x: cannot connect" in capsys.readouterr().err and not out.exists()
+    assert "--storage bogus://x: not a database URL" in capsys.readouterr().err and not out.exists()
 
 
 def test_report_finds_the_grid_file_from_another_folder(tmp_path, monkeypatch, capsys):
