@@ -40,7 +40,9 @@ from ragzoo.storage import schema_lock
 GRID_FILE = "grid.json"
 CELLS_DIR = "cells"
 SLOTS_DIR = ".ragzoo-slots"  # the machine's shared endpoint limits (`endpoints.share_limits`): empty lock files
-GRID_OUTPUTS = (GRID_FILE, CELLS_DIR, "results.md", "results.csv", "results.json", SLOTS_DIR)  # all a grid writes
+GRID_ID_FILE = ".ragzoo-grid-id"  # this OUT's identity in a shared storage (`grid_identity`)
+GRID_OUTPUTS = (GRID_FILE, CELLS_DIR, "results.md", "results.csv", "results.json", SLOTS_DIR,
+                GRID_ID_FILE)  # all a grid writes
 
 
 def cell_dir(out: Path, cell: Cell) -> Path:
@@ -571,9 +573,11 @@ class OptunaClaims:
                 else:
                     waiting = False
             if waiting:  # other workers still run cells: wait, in case one dies and its cell comes back
-                if self._say is not None and not self._waiting_said:
+                mine = f"{_process_space()}:{os.getpid()}"  # this worker's other --parallel cells are not others'
+                others = [trial for trial in running if trial.user_attrs.get("worker") != mine]
+                if others and self._say is not None and not self._waiting_said:
                     self._waiting_said = True
-                    self._say(f"grid: waiting for {len(running)} cell(s) other workers are running (a dead worker's "
+                    self._say(f"grid: waiting for {len(others)} cell(s) other workers are running (a dead worker's "
                               f"cell comes back after {self.GRACE} s without its heartbeat)")
                 time.sleep(1.0)
                 continue
@@ -640,11 +644,36 @@ def _process_space() -> str:
     return f"{socket.gethostname()}/pidns-{space}"
 
 
-def study_name(grid: Grid, cells: list[Cell]) -> str:
+def study_name(grid: Grid, cells: list[Cell], identity: str = "") -> str:
+    """The grid's study in a shared storage: its name, its cells and the OUT it fills (`grid_identity`), so two
+    OUT folders of one grid in one database are two grids, each with its whole table."""
     import hashlib
 
     digest = hashlib.sha256("\n".join(sorted(c.key for c in cells)).encode()).hexdigest()[:12]
-    return f"ragzoo-grid:{grid.name}:{digest}"
+    return f"ragzoo-grid:{grid.name}:{digest}" + (f":{identity}" if identity else "")
+
+
+def grid_identity(out: Path) -> str:
+    """OUT's identity, made once by whichever worker comes first (an exclusive create, which a shared filesystem
+    keeps atomic too) and read by every other."""
+    import uuid
+
+    path = Path(out) / GRID_ID_FILE
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        deadline = time.monotonic() + 10
+        while True:  # the first worker may be between its create and its write
+            text = path.read_text(encoding="utf-8").strip()
+            if text or time.monotonic() > deadline:
+                return text
+            time.sleep(0.05)
+    identity = uuid.uuid4().hex[:16]
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(identity + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return identity
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -661,7 +690,7 @@ class SweepResult:
     terminated: bool = False  # ... by SIGTERM rather than Ctrl-C
 
 
-def write_grid_file(grid: Grid, out: Path, cells: list[Cell]) -> None:
+def write_grid_file(grid: Grid, out: Path, cells: list[Cell], *, shared: bool = False) -> None:
     from ragzoo.files import atomic_write_json
     from ragzoo.secrets import scrub, strip_url
     from ragzoo.ownership import claim, mark
@@ -686,6 +715,14 @@ def write_grid_file(grid: Grid, out: Path, cells: list[Cell]) -> None:
             previous = {}
         if previous.get("name") != grid.name:
             raise ConfigError(f"{out} holds grid {previous.get('name')!r}, not {grid.name!r}; choose another --out")
+        theirs = sorted(c.get("key") for c in previous.get("cells") or [] if isinstance(c, dict))
+        if shared and theirs and theirs != sorted(c.key for c in cells):
+            # workers sharing OUT that resolved the grid apart (a corpus found on one machine and not another)
+            # would each run their own cells into one folder and one table
+            differ = sorted(set(theirs) ^ {c.key for c in cells})
+            raise ConfigError(f"{out} holds grid {grid.name!r} with other cells than this worker's ({len(differ)} "
+                              f"differ, e.g. {differ[0]}): every worker of a --storage grid must resolve the same "
+                              f"grid (the same file, flags, and for reproduce the same corpora on every machine)")
         if previous == record:
             mark(out, "grid", GRID_OUTPUTS)
             return
@@ -817,7 +854,8 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
 
         register_url(storage, paths=False)  # a database password is hidden from every output and record too
         open_storage(storage)  # a storage that cannot be opened is refused before the grid folder is written
-    write_grid_file(grid, out, cells)
+    write_grid_file(grid, out, cells, shared=bool(storage))
+    identity = grid_identity(out) if storage else ""
     from ragzoo import tracking
 
     track = track or tracking.Tracker(None, "sweep")  # MLflow: the grid's run, one nested run per cell ran
@@ -862,7 +900,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             return False
         return not needs_run(cell_state(out, by_key[key]), retry_failed)
 
-    claims = (OptunaClaims(storage, study_name(grid, cells), [c.key for c in todo],
+    claims = (OptunaClaims(storage, study_name(grid, cells, identity), [c.key for c in todo],
                            choices=[c.key for c in cells], say=say, keys_as_of=states_read_at,
                            done_on_disk=done_on_disk) if storage
               else LocalClaims([c.key for c in todo]))

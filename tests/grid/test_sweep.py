@@ -260,3 +260,45 @@ def test_a_cell_that_lost_a_question_is_a_failed_cell_not_a_budget_stop_of_the_g
     assert len(cells) >= 2 and all((cell / "run" / "summary.json").is_file() for cell in cells)
     lost = [json.loads((cell / "run" / "summary.json").read_text())["lost"] for cell in cells]
     assert sum(1 for item in lost if item) == 1
+
+
+def test_two_out_folders_of_one_grid_in_one_database_are_two_whole_grids(tmp_path, capsys):
+    """PostgreSQL review: "alice" and "bob" ran one grid file into two OUT folders with one database; the study was
+    the grid's alone, so the workers split its cells and each table was silently partial (exit 0)."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    storage = f"sqlite:///{tmp_path / 'grid.db'}"
+    for name in ("alice", "bob"):
+        assert main(["sweep", str(grid), "--out", str(tmp_path / name), "--storage", storage, "--quiet"]) == 0
+    done = {name: sorted(p.name for p in (tmp_path / name / "cells").iterdir()) for name in ("alice", "bob")}
+    assert done["alice"] == done["bob"] and len(done["alice"]) >= 2
+    assert (tmp_path / "alice" / "results.md").read_text() == (tmp_path / "bob" / "results.md").read_text()
+    # a rerun into alice joins alice's study again: nothing to do
+    assert main(["sweep", str(grid), "--out", str(tmp_path / "alice"), "--storage", storage, "--quiet"]) == 0
+    import optuna
+
+    assert len([n for n in optuna.get_all_study_names(storage) if n.startswith("ragzoo-grid:")]) == 2
+
+
+def test_a_storage_worker_that_resolved_other_cells_is_refused_at_a_shared_out(tmp_path, capsys):
+    """PostgreSQL review: two machines whose caches differed resolved `reproduce` with different corpora and ran two
+    grids into one OUT (every cell paid twice, grid.json overwritten, exit 0)."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    out, storage = tmp_path / "out", f"sqlite:///{tmp_path / 'grid.db'}"
+    assert main(["sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet", "--methods", "direct"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and "with other cells than this worker's" in errors[0], errors
+
+
+def test_one_storage_worker_does_not_wait_for_its_own_cells_as_other_workers(tmp_path, stub_server, grid_env,
+                                                                            capsys):
+    """PostgreSQL review: a single worker with --parallel 2 said "waiting for 1 cell(s) other workers are running"
+    of its own other cell."""
+    stub_server.latency = 0.3
+    grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    code = main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                 "--parallel", "2"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "other workers are running" not in err
