@@ -295,8 +295,8 @@ def test_one_storage_worker_does_not_wait_for_its_own_cells_as_other_workers(tmp
                                                                             capsys):
     """PostgreSQL review: a single worker with --parallel 2 said "waiting for 1 cell(s) other workers are running"
     of its own other cell."""
-    stub_server.latency = 0.3
-    grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    stub_server.latency = 0.15
+    grid = write_tiny(tmp_path / "tiny.toml", n=1, lms=stub_lms(stub_server))
     code = main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--storage", f"sqlite:///{tmp_path / 's.db'}",
                  "--parallel", "2"])
     err = capsys.readouterr().err
