@@ -48,7 +48,8 @@ def open_storage(url: str | None, **rdb_options):
                           f"it, or choose another path")
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-    if url.partition(":")[0] in _LIBPQ_SCHEMES and "engine_kwargs" not in rdb_options:
+    if (url.partition(":")[0] in _LIBPQ_SCHEMES and "engine_kwargs" not in rdb_options
+            and "connect_timeout" not in url.partition("?")[2]):  # the URL's own wins
         # a server that accepts the connection and never answers: one line after 10 s, not minutes of silence
         rdb_options = {**rdb_options, "engine_kwargs": {"connect_args": {"connect_timeout": CONNECT_TIMEOUT}}}
     for attempt in range(20):

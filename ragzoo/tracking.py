@@ -406,6 +406,8 @@ def log_folder(client, run_id: str, folder: Path) -> None:
         tags.append(RunTag("ragzoo.dry_run", "true"))
     if summary.get("stopped") or summary.get("aborted"):
         tags.append(RunTag("ragzoo.stopped", _text(summary.get("stopped") or summary.get("aborted"))))
+    if isinstance(summary.get("lost"), dict):  # questions that ended with no record (a worker killed): not whole
+        tags.append(RunTag("ragzoo.lost", _text(f"{summary['lost'].get('questions')}: {summary['lost'].get('why')}")))
     for start in range(0, max(len(params), len(metrics), 1), 100):  # MLflow's batch limit is 100 params
         client.log_batch(run_id, metrics=metrics[start:start + 100], params=params[start:start + 100],
                          tags=tags if start == 0 else [])

@@ -673,6 +673,10 @@ class UsageCallback(BaseCallback):
             name = caller_name()
         except Exception:  # naming is a nicety; counting must never depend on it (DSPy swallows errors here)
             name = "?"
+        with self._lock:
+            pending = self._pending.get(call_id)
+        if pending is not None:  # started already: the callback is both global and the LM's, DSPy calls it twice;
+            return  # a second mark would be the one the cache sets, and not the one the end reads
         mark = open_cache_mark()  # set by DSPy's cache lookup if it answers this call (`install_cache_hit_marks`)
         with self._lock:
             self._pending.setdefault(call_id, (instance, inputs, time.perf_counter(), name, mark))

@@ -365,8 +365,8 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
         earlier = usage_totals(read_predictions(run / PREDICTIONS_FILE), extra_usage(run))
         if max_calls is not None:
             max_calls += int(earlier["lm_calls"] - earlier["cached_calls"])
-        if max_cost is not None:
-            max_cost += earlier["cost"]
+        if max_cost is not None:  # the rented server's time too, as cell_state and evaluate --resume count it
+            max_cost += earlier["cost"] + float(extra_usage(run).get("server_cost") or 0)
     code = ragzoo_main(evaluate_argv(cell, run, artifact, cell.n, resume, max_cost, max_calls=max_calls,
                                      retry_failed=retry_failed, **prices))
     return {**cell_state(out, cell), "exit": code, "stage": "evaluate"}
@@ -715,14 +715,17 @@ def write_grid_file(grid: Grid, out: Path, cells: list[Cell], *, shared: bool = 
             previous = {}
         if previous.get("name") != grid.name:
             raise ConfigError(f"{out} holds grid {previous.get('name')!r}, not {grid.name!r}; choose another --out")
-        theirs = sorted(c.get("key") for c in previous.get("cells") or [] if isinstance(c, dict))
-        if shared and theirs and theirs != sorted(c.key for c in cells):
+        theirs = {c.get("key") for c in previous.get("cells") or [] if isinstance(c, dict)}
+        ours = {c.key for c in cells}
+        if shared and theirs and not (theirs <= ours or ours <= theirs):
             # workers sharing OUT that resolved the grid apart (a corpus found on one machine and not another)
-            # would each run their own cells into one folder and one table
-            differ = sorted(set(theirs) ^ {c.key for c in cells})
-            raise ConfigError(f"{out} holds grid {grid.name!r} with other cells than this worker's ({len(differ)} "
+            # would each run their own cells into one folder and one table; a subset (--methods) or the whole
+            # grid after one is the same grid
+            differ = sorted(theirs ^ ours)
+            raise ConfigError(f"{out} holds grid {grid.name!r} with cells this worker does not have ({len(differ)} "
                               f"differ, e.g. {differ[0]}): every worker of a --storage grid must resolve the same "
-                              f"grid (the same file, flags, and for reproduce the same corpora on every machine)")
+                              f"grid (the same file, flags, and for reproduce the same corpora on every machine); "
+                              f"or choose another --out")
         if previous == record:
             mark(out, "grid", GRID_OUTPUTS)
             return

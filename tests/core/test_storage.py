@@ -71,3 +71,21 @@ def test_a_url_with_a_bad_port_is_one_line_and_a_silent_server_is_given_up_on(tm
     finally:
         silent.close()
     assert time.monotonic() - started < 20 and "cannot connect" in str(refused.value)
+
+
+def test_a_connect_timeout_in_the_url_is_the_user_s(monkeypatch):
+    """Diff review: ragzoo's 10 s default replaced a `?connect_timeout=60` the URL gave (SQLAlchemy lets
+    connect_args win over the URL's query)."""
+    import optuna
+
+    seen = []
+
+    def capture(url, **options):
+        seen.append(options)
+        return object()
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", capture)
+    open_storage("postgresql://u:pw@127.0.0.1:5432/db?connect_timeout=60")
+    open_storage("postgresql://u:pw@127.0.0.1:5432/db")
+    assert "engine_kwargs" not in seen[0]
+    assert seen[1]["engine_kwargs"] == {"connect_args": {"connect_timeout": 10}}

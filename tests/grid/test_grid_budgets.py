@@ -161,3 +161,20 @@ def test_a_budget_with_a_shared_storage_is_refused_before_anything(tmp_path, cap
         errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # the tiny grid names a
         assert code == 2 and len(errors) == 1 and "with --storage every worker would spend it whole" in errors[0]
     assert not (tmp_path / "g").exists() and not (tmp_path / "s.db").exists()  # method not in ragzoo first
+
+
+def test_a_resumed_cell_s_earlier_server_time_is_counted_once_against_the_grid_s_budget(tmp_path, stub_server,
+                                                                                      grid_env, capsys):
+    """Diff review: the grid's spend on disk counted a cell's rented-server time, and the cell's evaluate --resume
+    counted it again (only its tokens were added back): $40 of $100 left read as spent."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid), "--out", str(out), "--quiet", "--methods", "direct"]
+    assert main([*argv, "--price-per-hour", "36"]) == 0, capsys.readouterr().err
+    (cell,) = (out / "cells").iterdir()
+    ledger = cell / "run" / "extra_usage.jsonl"
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [line["why"] for line in lines] == ["server"]
+    ledger.write_text(json.dumps({**lines[0], "server_cost": 60.0}) + "\n")  # as if the server ran for an hour
+    assert main([*argv, "-n", "4", "--price-per-hour", "36", "--max-cost", "100"]) == 0, capsys.readouterr().err
+    assert json.loads((cell / "run" / "summary.json").read_text())["n"] == 4

@@ -284,11 +284,16 @@ def test_a_storage_worker_that_resolved_other_cells_is_refused_at_a_shared_out(t
     grids into one OUT (every cell paid twice, grid.json overwritten, exit 0)."""
     grid = write_tiny(tmp_path / "tiny.toml", n=2)
     out, storage = tmp_path / "out", f"sqlite:///{tmp_path / 'grid.db'}"
+    # a subset first (--methods), then the whole grid: the same grid, one worker (diff review: this was refused)
     assert main(["sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet", "--methods", "direct"]) == 0
+    assert main(["sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet"]) == 0
     capsys.readouterr()
-    assert main(["sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet"]) == 2
+    other = tmp_path / "other.toml"  # the same grid resolved with another split: its cells are not OUT's
+    other.write_text(grid.read_text().replace("dev_first500", "dev_distractor"), encoding="utf-8")
+    assert "dev_distractor" in other.read_text()
+    assert main(["sweep", str(other), "--out", str(out), "--storage", storage, "--quiet"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
-    assert len(errors) == 1 and "with other cells than this worker's" in errors[0], errors
+    assert len(errors) == 1 and "with cells this worker does not have" in errors[0], errors
 
 
 def test_one_storage_worker_does_not_wait_for_its_own_cells_as_other_workers(tmp_path, stub_server, grid_env,

@@ -228,3 +228,24 @@ def test_a_server_that_reports_no_usage_is_paid_counted_and_budgeted_not_a_cache
     call = trace.lm_calls[0]
     assert not call.cached and call.prompt_tokens > 20 and call.completion_tokens > 0
     assert meter.usage.lm_calls == 1 and meter.usage.cached_calls == 0
+
+
+def test_a_cache_hit_is_free_when_the_usage_callback_is_both_global_and_the_lm_s():
+    """Diff review: with no active LM, `metering()` adds the usage callback globally too, and with another callback
+    active DSPy starts it twice per call; the second start opened the mark the cache set, the end read the first:
+    a cache hit counted as a paid call."""
+    from dspy.utils.callback import BaseCallback
+
+    from ragzoo.stubserver import StubLMServer
+
+    class Mine(BaseCallback):
+        pass
+
+    with StubLMServer() as server:
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1")  # cache on
+        messages = [{"role": "user", "content": f"say hi {uuid.uuid4().hex}"}]
+        with dspy.context(callbacks=[Mine()]), metering() as meter:
+            lm(messages=messages)
+            lm(messages=messages)
+        assert server.requests == 1
+    assert (meter.usage.lm_calls, meter.usage.cached_calls) == (2, 1)
