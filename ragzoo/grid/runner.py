@@ -357,6 +357,11 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
                 return {**cell_state(out, cell), "exit": 3, "stage": "compile"}  # the compile used the budget
     run = base / "run"
     resume = (run / CONFIG_FILE).is_file()
+    if resume:
+        from ragzoo.files import in_use
+
+        if in_use(run):  # a live process writes it: a worker whose claim was taken for stale (a paused machine)
+            return {**cell_state(out, cell), "exit": 0, "stage": "evaluate", "elsewhere": True}
     if resume and (max_calls is not None or max_cost is not None):
         # what is left of the grid's budget (counted from every cell on disk, this one's run too) as the cell's
         # own, which `evaluate --resume` counts from its run folder's earlier calls: not counted twice
@@ -1014,7 +1019,11 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                 result.states[key] = state
                 if not state.get("skipped"):
                     result.ran.append(key)
-                if not ok and not interrupted.is_set():
+                if state.get("elsewhere"):  # not this worker's to run, nor a failure: left to its writer
+                    if say is not None:
+                        say(f"grid: cell {key} is being written by another process (its worker's heartbeat was "
+                            f"late): left to it; the table shows it as it is on disk now")
+                elif not ok and not interrupted.is_set():
                     if state.get("exit") == 3:
                         result.stopped = result.stopped or budget_left() or "budget reached inside a cell"
                         stop.set()

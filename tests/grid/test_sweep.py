@@ -307,3 +307,26 @@ def test_one_storage_worker_does_not_wait_for_its_own_cells_as_other_workers(tmp
     err = capsys.readouterr().err
     assert code == 0, err
     assert "other workers are running" not in err
+
+
+def test_a_cell_another_live_process_writes_is_left_to_it_not_failed(tmp_path, capsys):
+    """PostgreSQL review: a worker paused past its heartbeat's grace (a VM paused, Ctrl-Z) had its claim taken; the
+    taker's evaluate was refused by the run's lock and the cell counted failed (exit 1) while its writer went on."""
+    import fcntl
+    import os
+
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    out = tmp_path / "out"
+    argv = ["sweep", str(grid), "--out", str(out), "--methods", "direct"]
+    assert main([*argv, "-n", "1"]) == 0
+    (cell,) = (out / "cells").iterdir()
+    held = os.open(cell / "run", os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # its writer, alive
+        capsys.readouterr()
+        code = main(argv)
+        err = capsys.readouterr().err
+    finally:
+        os.close(held)
+    assert "is being written by another process" in err and "failed" not in err, err
+    assert code == 0 and json.loads((cell / "run" / "summary.json").read_text())["n"] == 1
