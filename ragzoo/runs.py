@@ -402,8 +402,10 @@ def _run_lock(out: Path) -> Iterator[None]:
 
     folder = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     handle = None
+    _RUN_LOCK_FDS.add(folder)
     try:
         handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
+        _RUN_LOCK_FDS.add(handle.fileno())
         if held_elsewhere(folder) or held_elsewhere(handle.fileno()):
             raise refuse(handle)
         handle.seek(0)
@@ -413,8 +415,52 @@ def _run_lock(out: Path) -> Iterator[None]:
         yield
     finally:
         if handle is not None:
+            _RUN_LOCK_FDS.discard(handle.fileno())
             handle.close()
+        _RUN_LOCK_FDS.discard(folder)
         os.close(folder)  # closing the last descriptor releases the folder's lock
+
+
+# The descriptors `_run_lock` holds. A process forked while they are open (a cell's `--processes` workers, while
+# other --parallel cells run) would share their locks until it exits, so its run's lock outlived its writer: the
+# child closes its copies (the parent's still hold the locks).
+_RUN_LOCK_FDS: set[int] = set()
+
+
+def _close_inherited_run_locks() -> None:
+    for descriptor in list(_RUN_LOCK_FDS):
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+    _RUN_LOCK_FDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited_run_locks)
+
+
+def run_held(out: str | os.PathLike) -> bool:
+    """Whether another live process writes run folder `out` (holds `_run_lock`): the folder's lock, or where a
+    filesystem cannot lock a folder (NFS), the lock file's."""
+    import fcntl
+
+    from ragzoo.files import in_use
+
+    held = in_use(out)
+    if held is not None:
+        return held
+    try:
+        descriptor = os.open(Path(out) / LOCK_FILE, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)  # and with it the lock just taken, if any
+    return False
 
 
 @contextlib.contextmanager

@@ -357,11 +357,10 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
                 return {**cell_state(out, cell), "exit": 3, "stage": "compile"}  # the compile used the budget
     run = base / "run"
     resume = (run / CONFIG_FILE).is_file()
-    if resume:
-        from ragzoo.files import in_use
+    from ragzoo.runs import run_held
 
-        if in_use(run):  # a live process writes it: a worker whose claim was taken for stale (a paused machine)
-            return {**cell_state(out, cell), "exit": 0, "stage": "evaluate", "elsewhere": True}
+    if run.is_dir() and run_held(run):  # a live process writes it: another sweep, or a worker whose claim was
+        return {**cell_state(out, cell), "exit": 0, "stage": "evaluate", "elsewhere": True}  # taken for stale
     if resume and (max_calls is not None or max_cost is not None):
         # what is left of the grid's budget (counted from every cell on disk, this one's run too) as the cell's
         # own, which `evaluate --resume` counts from its run folder's earlier calls: not counted twice
@@ -722,15 +721,15 @@ def write_grid_file(grid: Grid, out: Path, cells: list[Cell], *, shared: bool = 
             raise ConfigError(f"{out} holds grid {previous.get('name')!r}, not {grid.name!r}; choose another --out")
         theirs = {c.get("key") for c in previous.get("cells") or [] if isinstance(c, dict)}
         ours = {c.key for c in cells}
-        if shared and theirs and not (theirs <= ours or ours <= theirs):
-            # workers sharing OUT that resolved the grid apart (a corpus found on one machine and not another)
-            # would each run their own cells into one folder and one table; a subset (--methods) or the whole
-            # grid after one is the same grid
+        if shared and theirs and theirs != ours:
+            # workers sharing OUT that resolved the grid apart (a corpus found on one machine and not another, a
+            # --methods subset) would each run their cells in a study of their own, uncoordinated, into one folder
             differ = sorted(theirs ^ ours)
-            raise ConfigError(f"{out} holds grid {grid.name!r} with cells this worker does not have ({len(differ)} "
+            raise ConfigError(f"{out} holds grid {grid.name!r} with other cells than this worker's ({len(differ)} "
                               f"differ, e.g. {differ[0]}): every worker of a --storage grid must resolve the same "
-                              f"grid (the same file, flags, and for reproduce the same corpora on every machine); "
-                              f"or choose another --out")
+                              f"grid (the same file and flags, for reproduce the same corpora on every machine); a "
+                              f"grid run before with --methods/--datasets is extended without --storage, or into "
+                              f"another --out")
         if previous == record:
             mark(out, "grid", GRID_OUTPUTS)
             return
@@ -1013,7 +1012,8 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
             finally:
                 beat.set()
             ok = state.get("status") == "done"
-            cell_track.finish(cell_dir(out, cell), name=cell.key, status="FINISHED" if ok else "FAILED")
+            if not state.get("elsewhere"):  # another process's cell: its writer logs it
+                cell_track.finish(cell_dir(out, cell), name=cell.key, status="FINISHED" if ok else "FAILED")
             with lock:
                 running.pop(key, None)
                 result.states[key] = state
@@ -1021,8 +1021,9 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                     result.ran.append(key)
                 if state.get("elsewhere"):  # not this worker's to run, nor a failure: left to its writer
                     if say is not None:
-                        say(f"grid: cell {key} is being written by another process (its worker's heartbeat was "
-                            f"late): left to it; the table shows it as it is on disk now")
+                        say(f"grid: cell {key} is held by another live ragzoo process (another sweep into this "
+                            f"OUT, or a worker whose claim was taken for stale): left to it; the table shows the "
+                            f"cell as it is on disk now")
                 elif not ok and not interrupted.is_set():
                     if state.get("exit") == 3:
                         result.stopped = result.stopped or budget_left() or "budget reached inside a cell"

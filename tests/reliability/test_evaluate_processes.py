@@ -290,3 +290,56 @@ def test_a_rented_server_s_time_is_in_the_summary_and_bounds_every_process_count
         usage["server_seconds"] / 50, rel=1e-3, abs=1e-5)
     assert usage["total_cost"] == pytest.approx(usage["cost"] + usage["server_cost"], abs=2e-6)
     assert f"+ server ${usage['server_cost']:.4f}" in result.out
+
+
+def test_a_forked_process_does_not_keep_a_run_s_lock_after_its_writer_let_go(tmp_path):
+    """Third diff review: a cell's --processes workers, forked while other --parallel cells held their run folders,
+    shared those locks until they exited, so a finished cell read as still being written."""
+    from ragzoo import runs
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with runs._run_lock(run):
+        child = os.fork()
+        if child == 0:  # a worker of another cell, still running after this run's writer let go
+            time.sleep(30)  # killed below
+            os._exit(0)
+    try:
+        deadline = time.monotonic() + 3  # the child runs its at-fork hook when it is scheduled, not at once
+
+        def child_holds() -> bool:
+            names = []
+            for fd in os.listdir(f"/proc/{child}/fd"):
+                try:
+                    names.append(os.readlink(f"/proc/{child}/fd/{fd}"))
+                except OSError:
+                    pass
+            return any(name.startswith(str(run)) for name in names)
+
+        while child_holds() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not runs.run_held(run)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
+def test_where_a_folder_cannot_be_locked_the_run_s_lock_file_tells(tmp_path, monkeypatch):
+    """Third diff review: on NFS a folder cannot be flock'ed (`in_use` None), and the run's lock file is its only
+    guard: a cell another machine's worker held was run again, refused, and counted failed."""
+    import fcntl
+
+    from ragzoo import files, runs
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / runs.LOCK_FILE).write_text("4242")
+    monkeypatch.setattr(files, "in_use", lambda path: None)
+    assert not runs.run_held(run)
+    holder = os.open(run / runs.LOCK_FILE, os.O_RDWR)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert runs.run_held(run)
+    finally:
+        os.close(holder)
+    assert not runs.run_held(run)
