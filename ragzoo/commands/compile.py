@@ -358,6 +358,8 @@ def run(args: argparse.Namespace) -> int:
     info = programs.info(config["method"])
     knobs = knob_dict(config.get("knob"))
     resolved = programs.resolve_knobs(config["method"], knobs)  # unknown/mistyped knobs fail before any work
+    if config.get("search"):
+        search_space(config["search"])  # a malformed or repeated --search too, before the index is built
     if dry_run:
         lm_spec = config.get("lm") or "dry-run"
         if not is_dry_run_spec(lm_spec):
