@@ -157,13 +157,29 @@ def _let_go(path: str | os.PathLike) -> None:
         os.close(descriptor)
 
 
-def _forget_held() -> None:  # a forked child: the parent's builds are the parent's to hold
-    for descriptor in _HELD.values():
+# Other descriptors whose locks say "being written" (a run's, `ragzoo.runs._run_lock`): a process forked while they
+# are open (a cell's --processes workers, while other --parallel cells run) would share those locks until it exits,
+# so a run's lock would outlive its writer
+_NOT_FOR_CHILDREN: set[int] = set()
+
+
+def keep_lock_from_children(descriptor: int) -> None:
+    """`descriptor` holds a lock of this process's: a forked child closes its copy (`forget_lock` once closed)."""
+    _NOT_FOR_CHILDREN.add(descriptor)
+
+
+def forget_lock(descriptor: int) -> None:
+    _NOT_FOR_CHILDREN.discard(descriptor)
+
+
+def _forget_held() -> None:  # a forked child: the parent's builds and runs are the parent's to hold
+    for descriptor in [*_HELD.values(), *_NOT_FOR_CHILDREN]:
         try:
             os.close(descriptor)
         except OSError:
             pass
     _HELD.clear()
+    _NOT_FOR_CHILDREN.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -181,14 +197,15 @@ def lock_while_open(handle) -> None:
         pass
 
 
-def in_use(path: str | os.PathLike) -> bool | None:
-    """Whether a live process holds the lock of `path` (a staging folder, a partial download): True, False, or
-    None where that cannot be told (no such lock on this file system, or the path cannot be opened). The kernel
-    drops the lock when its process dies, in whatever namespace it ran."""
+def in_use(path: str | os.PathLike, *, writable: bool = False) -> bool | None:
+    """Whether a live process holds the lock of `path` (a staging folder, a partial download, a run's lock file):
+    True, False, or None where that cannot be told (no such lock on this file system, or the path cannot be
+    opened). The kernel drops the lock when its process dies, in whatever namespace it ran. `writable`: open the
+    file for writing, as NFS's emulated flock needs for an exclusive lock."""
     import fcntl
 
     try:
-        descriptor = os.open(path, os.O_RDONLY)
+        descriptor = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
     except OSError:
         return None
     try:

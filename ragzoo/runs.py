@@ -400,12 +400,14 @@ def _run_lock(out: Path) -> Iterator[None]:
             return True if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
         return False
 
+    from ragzoo.files import forget_lock, keep_lock_from_children
+
     folder = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     handle = None
-    _RUN_LOCK_FDS.add(folder)
+    keep_lock_from_children(folder)
     try:
         handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
-        _RUN_LOCK_FDS.add(handle.fileno())
+        keep_lock_from_children(handle.fileno())
         if held_elsewhere(folder) or held_elsewhere(handle.fileno()):
             raise refuse(handle)
         handle.seek(0)
@@ -415,52 +417,21 @@ def _run_lock(out: Path) -> Iterator[None]:
         yield
     finally:
         if handle is not None:
-            _RUN_LOCK_FDS.discard(handle.fileno())
+            forget_lock(handle.fileno())
             handle.close()
-        _RUN_LOCK_FDS.discard(folder)
+        forget_lock(folder)
         os.close(folder)  # closing the last descriptor releases the folder's lock
-
-
-# The descriptors `_run_lock` holds. A process forked while they are open (a cell's `--processes` workers, while
-# other --parallel cells run) would share their locks until it exits, so its run's lock outlived its writer: the
-# child closes its copies (the parent's still hold the locks).
-_RUN_LOCK_FDS: set[int] = set()
-
-
-def _close_inherited_run_locks() -> None:
-    for descriptor in list(_RUN_LOCK_FDS):
-        with contextlib.suppress(OSError):
-            os.close(descriptor)
-    _RUN_LOCK_FDS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_inherited_run_locks)
 
 
 def run_held(out: str | os.PathLike) -> bool:
     """Whether another live process writes run folder `out` (holds `_run_lock`): the folder's lock, or where a
     filesystem cannot lock a folder (NFS), the lock file's."""
-    import fcntl
+    from ragzoo import files
 
-    from ragzoo.files import in_use
-
-    held = in_use(out)
-    if held is not None:
-        return held
-    try:
-        descriptor = os.open(Path(out) / LOCK_FILE, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(descriptor)  # and with it the lock just taken, if any
-    return False
+    held = files.in_use(out)
+    if held is None:
+        held = files.in_use(Path(out) / LOCK_FILE, writable=True)
+    return bool(held)
 
 
 @contextlib.contextmanager
@@ -1035,7 +1006,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                 return None
             try:
                 record = run_example(program, example, position, resolved, deadline=deadline, deliver=accept,
-                                     late=note_late)
+                                     late=note_unrecorded)
             except BudgetExceeded as error:
                 with lock:
                     if not stop:
@@ -1060,18 +1031,21 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         unfinished: list[int] = []  # questions past their deadline still at the LM when the run ended
         lost: list[str] = []  # why questions ended with no record (an internal error, a worker process gone)
 
-        def note_late(line: dict) -> None:
-            """LM calls of a question past its deadline that returned after its timeout record: paid, so kept
-            in the run's EXTRA_USAGE_FILE (while the run is open; a call returning after the run ended is not)."""
-            if closing.is_set():
-                return
+        def note_unrecorded(line: dict) -> None:
+            """What no record holds but was paid, kept in the run's EXTRA_USAGE_FILE while the run is open: LM calls
+            of a question past its deadline that returned after its timeout record (a call returning after the
+            run ended is not kept), the calls of a question cut by the budget, a rented server's time."""
+            if not closing.is_set():
+                keep_unrecorded(line)
+
+        def keep_unrecorded(line: dict) -> None:
             with lock:
                 late_lines.append(line)
                 if out is not None:
                     try:
                         _append_extra_usage(out / EXTRA_USAGE_FILE, [line])
                     except OSError as error:
-                        logger.warning("evaluate: the usage of a late LM call was not kept: %s", error)
+                        logger.warning("evaluate: the usage of %s was not kept: %s", line.get("why"), error)
 
         def accept(record: dict, line: bytes | None = None) -> bool | None:
             """Keep one finished record (from this process's threads), or a worker process's `line` (as
@@ -1120,8 +1094,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     metering(run_max_calls, run_max_cost) as run_meter, _collector_set_aside():
                 if todo and processes > 1:
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
-                                                    run_max_calls, run_max_cost, accept, stop, out, late=note_late,
-                                                    unfinished=unfinished, lost=lost)
+                                                    run_max_calls, run_max_cost, accept, stop, out,
+                                                    late=note_unrecorded, unfinished=unfinished, lost=lost)
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
@@ -1129,15 +1103,9 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         finally:
             closing.set()
             if run_meter is not None and run_meter.price_per_hour:  # a server rented by the hour: this run's time
-                run_meter.update_server_cost()
-                rented = {"why": "server", "id": None, "server_seconds": round(run_meter.usage.server_seconds, 3),
-                          "server_cost": run_meter.usage.server_cost}
-                late_lines.append(rented)
-                if out is not None:
-                    try:
-                        _append_extra_usage(out / EXTRA_USAGE_FILE, [rented])
-                    except OSError as error:
-                        logger.warning("evaluate: this run's server time was not kept: %s", error)
+                run_meter.update_server_cost()  # (kept however the run ended, Ctrl-C too)
+                keep_unrecorded({"why": "server", "id": None, "server_cost": run_meter.usage.server_cost,
+                                 "server_seconds": round(run_meter.usage.server_seconds, 3)})
             if writer is not None:
                 try:
                     writer.close()

@@ -674,12 +674,10 @@ class UsageCallback(BaseCallback):
         except Exception:  # naming is a nicety; counting must never depend on it (DSPy swallows errors here)
             name = "?"
         with self._lock:
-            pending = self._pending.get(call_id)
-        if pending is not None:  # started already: the callback is both global and the LM's, DSPy calls it twice;
-            return  # a second mark would be the one the cache sets, and not the one the end reads
-        mark = open_cache_mark()  # set by DSPy's cache lookup if it answers this call (`install_cache_hit_marks`)
-        with self._lock:
-            self._pending.setdefault(call_id, (instance, inputs, time.perf_counter(), name, mark))
+            if call_id in self._pending:  # started already: the callback is both global and the LM's, DSPy calls
+                return  # it twice; a second mark would be the one the cache sets, not the one the end reads
+            mark = open_cache_mark()  # set by DSPy's cache lookup if it answers this call (`install_cache_hit_marks`)
+            self._pending[call_id] = (instance, inputs, time.perf_counter(), name, mark)
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: Exception | None = None) -> None:
         with self._lock:

@@ -200,8 +200,8 @@ def search_space(pairs: list[str]) -> dict[str, list[str]]:
             for name, values in knob_dict(pairs).items()}
 
 
-def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict, optimizers: list[str],
-                dry_run: bool, track=None) -> int:
+def _run_search(config: dict, lm, retriever, train: list, dev: list, space: dict[str, list[str]],
+                optimizers: list[str], dry_run: bool, track=None) -> int:
     from pathlib import Path
 
     import dspy
@@ -209,14 +209,9 @@ def _run_search(config: dict, lm, retriever, train: list, dev: list, knobs: dict
     from ragzoo.artifacts import save
     from ragzoo.commands.common import EXIT_STOPPED, build_adapter, lm_description, say_defaults
     from ragzoo.engines import is_dry_run
-    from ragzoo.errors import ConfigError
     from ragzoo.optimizers import search_knobs
     from ragzoo.optimizers.knob_search import claim_once
 
-    if knobs:
-        raise ConfigError("--knob and --search cannot be combined; give fixed knobs as a single value, "
-                          "e.g. --search k=5")
-    space = search_space(config["search"])
     storage = None if dry_run else config.get("storage")  # an estimate is not a search to share or resume
     # rerunning the same command resumes its study in --storage; with other options that change answers (adapter,
     # re-asks, LM, endpoint, ...: the list every resume checks) it is another study, never these trials
@@ -358,8 +353,10 @@ def run(args: argparse.Namespace) -> int:
     info = programs.info(config["method"])
     knobs = knob_dict(config.get("knob"))
     resolved = programs.resolve_knobs(config["method"], knobs)  # unknown/mistyped knobs fail before any work
-    if config.get("search"):
-        search_space(config["search"])  # a malformed or repeated --search too, before the index is built
+    space = search_space(config["search"]) if config.get("search") else None  # before the index is built
+    if space is not None and knobs:
+        raise ConfigError("--knob and --search cannot be combined; give fixed knobs as a single value, "
+                          "e.g. --search k=5")
     if dry_run:
         lm_spec = config.get("lm") or "dry-run"
         if not is_dry_run_spec(lm_spec):
@@ -375,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     retriever = build_retriever(config.get("retriever"), examples=[*train, *dev]) if info.uses_retrieval else None
     if config.get("search"):
         try:
-            return _run_search(config, lm, retriever, train, dev, knobs, optimizers, dry_run, track)
+            return _run_search(config, lm, retriever, train, dev, space, optimizers, dry_run, track)
         except Exception as error:
             budget = find_budget_error(error)
             if budget is None:

@@ -366,11 +366,12 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
         # own, which `evaluate --resume` counts from its run folder's earlier calls: not counted twice
         from ragzoo.runs import PREDICTIONS_FILE, extra_usage, read_predictions, usage_totals
 
-        earlier = usage_totals(read_predictions(run / PREDICTIONS_FILE), extra_usage(run))
+        unrecorded = extra_usage(run)
+        earlier = usage_totals(read_predictions(run / PREDICTIONS_FILE), unrecorded)
         if max_calls is not None:
             max_calls += int(earlier["lm_calls"] - earlier["cached_calls"])
         if max_cost is not None:  # the rented server's time too, as cell_state and evaluate --resume count it
-            max_cost += earlier["cost"] + float(extra_usage(run).get("server_cost") or 0)
+            max_cost += earlier["cost"] + float(unrecorded.get("server_cost") or 0)
     code = ragzoo_main(evaluate_argv(cell, run, artifact, cell.n, resume, max_cost, max_calls=max_calls,
                                      retry_failed=retry_failed, **prices))
     return {**cell_state(out, cell), "exit": code, "stage": "evaluate"}

@@ -109,7 +109,8 @@ def test_a_knob_given_twice_and_search_options_without_a_search_are_refused(tmp_
     cases = {("--search", "k=3", "--search", "k=5"): "knob 'k' is given twice (k=3 and k=5)",
              ("--knob", "k=3", "--knob", "k=5"): "knob 'k' is given twice (k=3 and k=5)",
              ("--storage", f"sqlite:///{tmp_path / 's.db'}"): "--storage and --trials belong to a knob search",
-             ("--trials", "3"): "--storage and --trials belong to a knob search"}
+             ("--trials", "3"): "--storage and --trials belong to a knob search",
+             ("--knob", "k=3", "--search", "k=5"): "--knob and --search cannot be combined"}
     for extra, message in cases.items():
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
