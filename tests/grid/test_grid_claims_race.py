@@ -43,6 +43,18 @@ def test_a_cell_completed_before_the_disk_was_read_and_not_done_there_is_enqueue
     assert _waiting_keys(second) == ["x", "y"]
 
 
+def _run_all(claims, disk: dict) -> list[str]:
+    """A worker runs every cell it still gets (each done on disk as it ends); the keys in the order it ran them."""
+    ran = []
+    while True:
+        key, trial = claims.next()
+        if key is None:
+            return ran
+        ran.append(key)
+        disk[key] = True
+        claims.done(trial, ok=True)
+
+
 def _dead_pid() -> int:
     import subprocess
     import sys
@@ -101,15 +113,7 @@ def test_a_dead_workers_claim_on_a_cell_complete_on_disk_is_told_complete_not_ru
     disk["x"] = True  # the dead worker's cell is complete on disk
     if found_by == "a worker that joins":
         second = OptunaClaims(url, "race", ["x", "y"], keys_as_of=read_at, done_on_disk=disk.get)
-    ran = []
-    while True:  # the second worker runs what is left
-        key, trial = second.next()
-        if key is None:
-            break
-        ran.append(key)
-        disk[key] = True
-        second.done(trial, ok=True)
-    assert ran == ["y"]
+    assert _run_all(second, disk) == ["y"]
     study = optuna.load_study(study_name="race", storage=url)
     assert study.trials[number].state.name == "COMPLETE"  # the dead worker's claim: its cell is done
     assert [state for key, state in _states(url) if key == "x"].count("COMPLETE") == 1
@@ -166,14 +170,6 @@ def test_a_cell_queued_twice_is_run_by_its_earlier_claim_only(tmp_path, monkeypa
         first.done(running, ok=True)
 
     threading.Thread(target=finish_x, daemon=True).start()
-    ran = []
-    while True:
-        key, trial = second.next()
-        if key is None:
-            break
-        ran.append(key)
-        disk[key] = True
-        second.done(trial, ok=True)
-    assert ran == ["y"]
+    assert _run_all(second, disk) == ["y"]
     states = [(second._key_of(t), t.state) for t in optuna.load_study(study_name="race", storage=url).trials]
     assert states.count(("x", TrialState.COMPLETE)) == 1 and ("x", TrialState.PRUNED) in states

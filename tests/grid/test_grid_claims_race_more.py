@@ -7,19 +7,9 @@ from __future__ import annotations
 import pytest
 
 from ragzoo.grid.runner import OptunaClaims
+from tests.grid.test_grid_claims_race import _run_all
 
 optuna = pytest.importorskip("optuna")
-
-
-def _run_all(claims, disk) -> list[str]:
-    ran = []
-    while True:
-        key, trial = claims.next()
-        if key is None:
-            return ran
-        ran.append(key)
-        disk[key] = True
-        claims.done(trial, ok=True)
 
 
 def test_a_waiting_claim_on_a_cell_done_on_disk_since_the_worker_read_it_is_not_run(tmp_path):

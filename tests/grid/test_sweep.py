@@ -241,19 +241,11 @@ def test_a_partial_cell_is_set_beside_neither_the_paper_nor_another_row(tmp_path
 def test_a_cell_that_lost_a_question_is_a_failed_cell_not_a_budget_stop_of_the_grid(tmp_path, monkeypatch, capsys):
     """Diff review: a question that ended with no record made its evaluate exit 3, which the grid reads as a budget
     stop: "budget reached inside a cell" with no budget given, and the other cells never ran."""
-    from ragzoo import runs
+    from tests.lost_question import first_question_lost
 
-    real, fired = runs.run_example, []
-
-    def loses_one(program, example, position, *args, **kwargs):
-        if not fired:
-            fired.append(position)
-            raise RuntimeError("an internal error in one question")
-        return real(program, example, position, *args, **kwargs)
-
-    monkeypatch.setattr(runs, "run_example", loses_one)
     grid = write_tiny(tmp_path / "tiny.toml", n=2)
-    code = main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--quiet"])
+    with first_question_lost(monkeypatch):
+        code = main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--quiet"])
     err = capsys.readouterr().err
     assert code != 0 and "budget" not in err, err
     cells = sorted((tmp_path / "out" / "cells").iterdir())

@@ -45,6 +45,14 @@ def _service(program, base_url: str, monkeypatch, *, timeout: float = 30.0, **op
     return ProgramService(program, lm, name="ragzoo-rag", method="rag", **options)
 
 
+def _questions_asked(service, monkeypatch) -> list:
+    """The questions the program is asked, in order (the server's `answer`, wrapped)."""
+    asked: list = []
+    answer = service.answer
+    monkeypatch.setattr(service, "answer", lambda question: asked.append(question) or answer(question))
+    return asked
+
+
 # -- stream=true -----------------------------------------------------------------------------------------
 
 def test_the_openai_client_streams_the_answer_as_chat_completion_chunks(program, monkeypatch):
@@ -122,9 +130,7 @@ def test_dspy_predict_against_the_server_gets_the_programs_answer_in_its_output_
 
     with StubLMServer(_echo_question) as lm_server:
         service = _service(program, lm_server.base_url, monkeypatch)
-        asked = []
-        answer = service.answer
-        monkeypatch.setattr(service, "answer", lambda question: asked.append(question) or answer(question))
+        asked = _questions_asked(service, monkeypatch)
         with BackgroundServer(create_app(service)) as server:
             lm = dspy.LM("openai/ragzoo-rag", api_base=server.url + "/v1", api_key="unused", cache=False,
                          num_retries=0)
@@ -295,9 +301,7 @@ def test_dspy_s_json_adapter_request_is_answered_as_json_with_the_question_alone
 
     with StubLMServer(_echo_question) as lm_server:
         service = _service(program, lm_server.base_url, monkeypatch)
-        asked = []
-        answer = service.answer
-        monkeypatch.setattr(service, "answer", lambda question: asked.append(question) or answer(question))
+        asked = _questions_asked(service, monkeypatch)
         with BackgroundServer(create_app(service)) as server:
             lm = dspy.LM("openai/ragzoo-rag", api_base=server.url + "/v1", api_key="unused", cache=False,
                          num_retries=0)
@@ -338,9 +342,7 @@ def test_a_budget_stop_is_a_status_clients_do_not_retry(program, monkeypatch):
 
     with StubLMServer(_echo_question) as lm_server:
         service = _service(program, lm_server.base_url, monkeypatch, max_calls=0)
-        asked = []
-        answer = service.answer
-        monkeypatch.setattr(service, "answer", lambda question: asked.append(question) or answer(question))
+        asked = _questions_asked(service, monkeypatch)
         with BackgroundServer(create_app(service)) as server:
             client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=2)
             with pytest.raises(openai.APIStatusError) as refused:

@@ -306,21 +306,12 @@ def test_a_dry_run_logs_no_score_and_a_run_whose_logging_failed_ends_failed(tmp_
     def refused(*args, **kwargs):
         raise RuntimeError("the artifact store refused the upload")
 
-    from ragzoo import runs  # a run that lost a question is tagged so, not shown as a clean FINISHED run
+    from tests.lost_question import first_question_lost
 
-    real, lost = runs.run_example, []
-
-    def loses_one(program, example, position, *args, **kwargs):
-        if not lost:
-            lost.append(position)
-            raise RuntimeError("an internal error")
-        return real(program, example, position, *args, **kwargs)
-
-    monkeypatch.setattr(runs, "run_example", loses_one)
-    assert main([*argv, "--out", str(tmp_path / "lost")]) == 4
+    with first_question_lost(monkeypatch):  # a run that lost a question is tagged so, not a clean FINISHED run
+        assert main([*argv, "--out", str(tmp_path / "lost")]) == 4
     tag = _run_of(client, tmp_path / "lost").data.tags["ragzoo.lost"]
     assert tag.startswith("1: example ") and tag.endswith(": an internal error"), tag
-    monkeypatch.setattr(runs, "run_example", real)
     monkeypatch.setattr(tracking, "log_folder", refused)
     capsys.readouterr()
     assert main([*argv, "--out", str(tmp_path / "broken")]) == 0  # the run folder is complete: a warning only
