@@ -591,10 +591,13 @@ def _run(preset, settings, program, trainset, valset, metric, seed, threads, res
     if name in ("BootstrapFewShotWithRandomSearch", "Ensemble"):
         return _random_search(preset, settings, program, trainset, valset, metric, seed, threads, result)
     if name == "KNNFewShot":
-        from ragzoo.optimizers.knn import KNNProgram
+        from ragzoo.optimizers.knn import KNNProgram, bootstrap_problem
 
         bootstrap = {k: v for k, v in settings.items() if k not in ("k", "embedder")}
         bootstrap["metric"] = metric.name  # re-resolved by name when a saved KNN program is loaded
+        problem = bootstrap_problem(bootstrap)
+        if problem:  # refused before the compile is saved: its artifact would not load
+            raise ConfigError(f"optimizer {preset.name!r}: {problem}")
         return KNNProgram(program, trainset, k=int(settings.get("k", 3)), bootstrap=bootstrap,
                           metric=metric, **({"embedder": settings["embedder"]} if "embedder" in settings else {}))
     teleprompter = build_teleprompter(preset, settings, metric, threads, seed, trainset, checkpoint)

@@ -19,6 +19,32 @@ import dspy
 
 DEFAULT_EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
 
+# What a KNN program's bootstrap settings may hold, compiled or loaded: `BootstrapFewShot`'s counts, bounded, and
+# its metric by built-in name. A saved program is read from someone else's files: it must not make loading import
+# code (a `module:function` metric) nor one question cost more than a compile's settings could (max_rounds passes
+# over the k neighbours).
+BOOTSTRAP_LIMITS = {"max_bootstrapped_demos": 100, "max_labeled_demos": 1000, "max_rounds": 10, "max_errors": 1000}
+
+
+def bootstrap_problem(bootstrap: dict) -> str | None:
+    """Why `bootstrap` cannot be a KNN program's bootstrap settings (None: it can)."""
+    from ragzoo.metrics import DIAGNOSTICS, METRICS
+
+    for name, value in bootstrap.items():
+        if name == "metric":
+            if not isinstance(value, str) or value not in {**METRICS, **DIAGNOSTICS}:
+                return (f"its metric must be a built-in metric name ({', '.join(METRICS)}), got {value!r}: a saved "
+                        f"KNN program imports no code")
+        elif name == "metric_threshold":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return f"metric_threshold must be a number, got {value!r}"
+        elif name in BOOTSTRAP_LIMITS:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BOOTSTRAP_LIMITS[name]:
+                return f"{name} must be a whole number from 0 to {BOOTSTRAP_LIMITS[name]}, got {value!r}"
+        else:
+            return f"{name!r} is not one of its settings ({', '.join(['metric', 'metric_threshold', *BOOTSTRAP_LIMITS])})"
+    return None
+
 _models: dict[str, Any] = {}
 _models_lock = threading.Lock()
 

@@ -32,7 +32,7 @@ from typing import Any
 from ragzoo.errors import ArtifactError, ConfigError
 from ragzoo.leakage import restore as restore_seen
 from ragzoo.leakage import seen_by
-from ragzoo.secrets import storable, strip_spec
+from ragzoo.secrets import scrub, storable, strip_spec
 from ragzoo.files import is_transient_dir, atomic_write_bytes, atomic_write_json, discard_dir, fsync_dir, jsonable, staging_dir
 from ragzoo.ownership import claim, replace
 
@@ -161,7 +161,7 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
         data = _program_json(program)  # DSPy's JSON state, serialised here: JSON only, never a pickle
         atomic_write_bytes(program_file, data)
         if structure.get("kind") == "knn":
-            atomic_write_json(staging / KNN_TRAINSET_FILE, structure.pop("trainset"))
+            atomic_write_json(staging / KNN_TRAINSET_FILE, scrub(structure.pop("trainset")))  # as program.json
         manifest = {
             "format_version": FORMAT_VERSION,
             "method": method,
@@ -198,8 +198,7 @@ def _program_json(program) -> bytes:
         raise ArtifactError(f"the compiled program holds a value that is not JSON ({error}); ragzoo saves "
                             f"programs as JSON only: keep only JSON values (text, numbers, lists) in its state") \
             from None
-    from ragzoo.secrets import scrub  # demos are LM outputs: an upstream that echoed the key must not get it kept
-
+    # scrubbed: demos are LM outputs, and an upstream that echoed the key must not get it kept
     data = json.dumps(scrub(state), indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
     json.loads(data)  # never publish a program.json that does not parse
     return data
@@ -328,10 +327,13 @@ def _check_manifest_types(manifest: dict, manifest_file: Path) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_KNN_K:
             raise _corrupt(manifest_file, f"the KNN 'k' must be an integer from 1 to {MAX_KNN_K}, got {k!r}")
         bootstrap = structure.get("bootstrap") or {}
-        if not isinstance(bootstrap, dict) or not all(
-                isinstance(v, (str, bool, type(None))) or (isinstance(v, (int, float)) and 0 <= v <= 1000)
-                for v in bootstrap.values()):
-            raise _corrupt(manifest_file, "the KNN 'bootstrap' settings must be numbers from 0 to 1000 or strings")
+        if not isinstance(bootstrap, dict):
+            raise _corrupt(manifest_file, "the KNN 'bootstrap' settings must be an object")
+        from ragzoo.optimizers.knn import bootstrap_problem
+
+        problem = bootstrap_problem(bootstrap)
+        if problem:
+            raise _corrupt(manifest_file, f"the KNN 'bootstrap' settings: {problem}")
         if not isinstance(structure.get("embedder", ""), str):
             raise _corrupt(manifest_file, "the KNN 'embedder' must be a model name")
 

@@ -56,9 +56,28 @@ def _recorded_questions(config: dict, question: str) -> list:
     return examples
 
 
+def _on_this_machine(url: str) -> bool:
+    """Whether `url`'s host is a loopback address (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _use_recorded_lm(config: dict) -> None:
     """No --lm with --program: the LM the artifact was compiled with (model, api base, price; the key from the
-    environment). Says which in one line on stderr, with the adapter `follow_recorded_adapter` chose."""
+    environment). Says which in one line on stderr, with the adapter `follow_recorded_adapter` chose. A recorded
+    server off this machine is refused unless --api-base names it: an artifact from someone else must not send
+    your questions and key to their server (as its retriever is refused, `ragzoo.artifacts`)."""
     import sys
 
     from ragzoo.artifacts import read_manifest
@@ -71,14 +90,24 @@ def _use_recorded_lm(config: dict) -> None:
     spec = compiled.get("lm") if isinstance(compiled.get("lm"), str) else None
     if not spec and recorded.get("model"):  # saved from Python: the manifest's LM description only
         model = str(recorded["model"])
-        spec = ("dry-run:" + (recorded.get("priced_model") or "")).rstrip(":") if recorded.get("dry_run") else model
+        priced = recorded.get("priced_model")
+        spec = ("dry-run:" + (priced if isinstance(priced, str) else "")).rstrip(":") if recorded.get("dry_run") \
+            else model
     if not spec:
         raise ConfigError(f"{config['program']} records no LM; pass --lm openai/gpt-4o-mini (key in the "
                           f"environment) or --lm dry-run")
     api_base = compiled.get("api_base") if compiled.get("lm") else None
+    if api_base is not None and not isinstance(api_base, str):
+        raise ConfigError(f"{config['program']}: its manifest's config.api_base is not a URL ({api_base!r}); pass "
+                          f"--lm and --api-base")
     if recorded.get("api_base") and not api_base:
         raise ConfigError(f"{config['program']} was compiled with {spec} at {recorded['api_base']} but does not "
                           f"record the server's URL; pass --lm {spec} --api-base http://{recorded['api_base']}/v1")
+    if config.get("api_base") is None and api_base and not _on_this_machine(api_base):
+        # an artifact is untrusted input: a server it names would get the questions and the key in the environment
+        raise ConfigError(f"{config['program']} was compiled with {spec} at {api_base}; an artifact's LM server "
+                          f"is followed only on this machine (loopback): pass --api-base {api_base} to send your "
+                          f"questions and key there, or --lm to choose another LM")
     config["lm"] = spec
     if config.get("api_base") is None:
         config["api_base"] = api_base

@@ -69,3 +69,37 @@ def test_ask_runs_a_dry_run_artifact_as_recorded(tmp_path, capsys, recorded):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(out)["lm_calls"] and "dry-run" in err
+
+
+@pytest.mark.parametrize("server", ["http://203.0.113.7:8000/v1", "https://models.example.org/v1"])
+def test_a_recorded_server_off_this_machine_is_refused_before_any_request(tmp_path, monkeypatch, capsys, server):
+    """An artifact is untrusted input: the server it names would get the question and the key in the environment."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-user-own-key-1234567890")
+    with StubLMServer() as stub:
+        assert _compile(tmp_path / "art", "--lm", "openai/stub-model", "--api-base", stub.base_url + "/v1",
+                        "--no-cache") == 0
+        manifest_path = tmp_path / "art" / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest["config"] = {**manifest["config"], "api_base": server}
+        manifest_path.write_text(json.dumps(manifest))
+        before = stub.requests
+        capsys.readouterr()
+        code = main(["ask", "--program", str(tmp_path / "art"), QUESTION])
+        out, err = capsys.readouterr()
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert server in err and "--api-base" in err and "sk-user" not in err
+        # naming the server yourself is the statement of trust: the stub (standing in for it) answers
+        code = main(["ask", "--program", str(tmp_path / "art"), "--api-base", stub.base_url + "/v1", QUESTION])
+        assert code == 0 and stub.requests > before
+
+
+def test_a_recorded_api_base_that_is_not_text_is_one_line(tmp_path, capsys):
+    assert _compile(tmp_path / "art", "--lm", "dry-run") == 0
+    manifest_path = tmp_path / "art" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["config"] = {**manifest["config"], "lm": "openai/stub-model", "api_base": 5}
+    manifest_path.write_text(json.dumps(manifest))
+    capsys.readouterr()
+    code = main(["ask", "--program", str(tmp_path / "art"), QUESTION])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "api_base" in err

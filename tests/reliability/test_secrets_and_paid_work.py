@@ -229,3 +229,18 @@ def test_an_unreadable_file_is_one_line_saying_which(name, argv_of, tmp_path, cl
     result = cli(*argv_of(art, questions, tmp_path / ("run2" if name == "q.jsonl" else "run")))
     assert result.code == 2 and len(result.err_lines) == 1, result.err
     assert name in result.err and "Permission denied" in result.err and "internal error" not in result.err
+
+
+@pytest.mark.parametrize("optimizer", ["labeled", "knn"])
+def test_a_secret_quoted_by_the_training_questions_is_in_no_file_of_the_artifact(tmp_path, cli, monkeypatch,
+                                                                                   optimizer):
+    """The secrets rule covers everything ragzoo writes: program.json's demos and a KNN program's training set."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What does {KEY} unlock, item {i}?",
+                                        "answer": f"door {i} {KEY}"}) + "\n" for i in range(6)))
+    result = cli("compile", "--method", "direct", "--data", data, "--train-n", "4", "--dev-n", "0", "--optimizer",
+                 optimizer, "--lm", "dry-run", "--out", tmp_path / "art")
+    assert result.code == 0, result.err
+    written = _files_text(tmp_path / "art")
+    assert KEY not in written and "***" in written

@@ -137,8 +137,8 @@ def test_what_stays_inside_the_data_folder_needs_no_trust(tmp_path, monkeypatch)
         assert untrusted_retriever(spec), spec
 
 
-def test_a_knn_artifact_cannot_name_its_own_embedding_model(tmp_path, cli):
-    """The KNN embedder is a model load (a path or a hub download): only the default, unless trusted."""
+def _knn_artifact(tmp_path, *, bootstrap=None, embedder=None) -> Path:
+    """A `direct` artifact rewritten as a KNN program with the given bootstrap settings and embedder."""
     from ragzoo.cli import main
 
     out = tmp_path / "direct"
@@ -150,13 +150,40 @@ def test_a_knn_artifact_cannot_name_its_own_embedding_model(tmp_path, cli):
 
     state = {f"program.{name}": value for name, value in state.items() if name != "metadata"}
     data = json.dumps(state).encode()
-    manifest.update(structure={"kind": "knn", "members": 1, "k": 3, "bootstrap": {},
-                               "embedder": "https://example.invalid/evil-model"},
-                    program_sha256=hashlib.sha256(data).hexdigest())
+    structure = {"kind": "knn", "members": 1, "k": 3, "bootstrap": bootstrap or {}}
+    if embedder is not None:
+        structure["embedder"] = embedder
+    manifest.update(structure=structure, program_sha256=hashlib.sha256(data).hexdigest())
     (out / "program.json").write_bytes(data)
     (out / "manifest.json").write_text(json.dumps(manifest))
     (out / "knn_trainset.json").write_text(json.dumps([{"fields": {"question": "q", "answer": "a"},
                                                          "inputs": ["question"]}]))
+    return out
+
+
+@pytest.mark.parametrize("bootstrap, named", [
+    ({"metric": "builtins:print"}, "builtins:print"),  # loading would import and call any function
+    ({"metric": "this:s"}, "this:s"),
+    ({"metric": "em", "max_rounds": 1000}, "max_rounds"),  # one question would cost a thousand passes
+    ({"metric": "em", "teacher_settings": "x"}, "teacher_settings"),
+    ({"metric": "em", "max_errors": 2.5}, "max_errors"),
+])
+def test_a_knn_artifact_s_bootstrap_settings_import_no_code_and_are_bounded(tmp_path, cli, bootstrap, named):
+    out = _knn_artifact(tmp_path, bootstrap=bootstrap)
+    result = cli("ask", "--program", out, "who?", *DRY)
+    assert result.code == 2 and len(result.err_lines) == 1 and named in result.err, result.err
+    assert "Zen of Python" not in result.out
+
+
+def test_knn_settings_that_would_not_load_are_refused_at_compile(tmp_path, cli):
+    result = cli("compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0",
+                 "--optimizer", "knn", "--optimizer-setting", "max_rounds=11", *DRY, "--out", tmp_path / "k")
+    assert result.code == 2 and "max_rounds" in result.err and not (tmp_path / "k").exists(), result.err
+
+
+def test_a_knn_artifact_cannot_name_its_own_embedding_model(tmp_path, cli):
+    """The KNN embedder is a model load (a path or a hub download): only the default, unless trusted."""
+    out = _knn_artifact(tmp_path, embedder="https://example.invalid/evil-model")
     result = cli("ask", "--program", out, "who?", *DRY)
     assert result.code == 2 and len(result.err_lines) == 1 and "evil-model" in result.err, result.err
     assert "--trust-retriever" in result.err
