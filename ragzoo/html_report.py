@@ -325,6 +325,9 @@ def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return front
 
 
+_PLOTLY_JS_SLOT = "<ragzoo-plotly-js>"  # a "<" no text of a record reaches the page with (escaped)
+
+
 def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: int = 0) -> str:
     """The page. `runs`: one dict per run as `ragzoo.commands.report` loaded it, with its `label`, `dir`,
     `dry_run`, `metrics` (names) and `keyed` (records by question key)."""
@@ -379,21 +382,24 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
                                      autoescape=jinja2.select_autoescape(["html", "j2"]))
 
     def block(value) -> str:
-        """A JSON script block's text: secrets redacted over the whole text (one pass, not one per string: the
-        records were scrubbed when written; this is the second line of defence), and every `<` written as the
-        JSON escape \\u003c: `</script>` would end the element early, and `<!--` then `<script` (a question
-        about HTML) would keep the page's own `</script>` from ending it, swallowing the page's code."""
-        return redact(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))).replace("<", "\\u003c")
+        """A JSON script block's text, every `<` written as the JSON escape \\u003c: `</script>` would end the
+        element early, and `<!--` then `<script` (a question about HTML) would keep the page's own `</script>`
+        from ending it, swallowing the page's code."""
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")).replace("<", "\\u003c")
 
-    return environment.get_template(_TEMPLATE).render(
+    page = environment.get_template(_TEMPLATE).render(
         generator=GENERATOR, table=table, methods=methods, metric=metric, figures=block(_figures(methods, metric)),
         stage_rows=stage_rows, predictor_rows=predictor_rows,
         attribution_lines=[line for line in attribution_lines if line],
-        plotly_js=plotly.offline.get_plotlyjs(), payload=block(data), n_questions=len(keys),
+        plotly_js=_PLOTLY_JS_SLOT, payload=block(data), n_questions=len(keys),
         details=[(f"{q}-{m}", block(detail)) for q, row in enumerate(details) for m, detail in enumerate(row)
                  if detail is not None],
         classes=[*ATTRIBUTION_CLASSES, NOT_COMPUTED, DRY_RUN], has_attribution=any(
             set(m["attribution"]) - {NOT_COMPUTED, DRY_RUN} for m in methods), dry=any(m["dry_run"] for m in methods))
+    # secrets redacted over the whole page, in one pass: every table cell, note and stage line shows text the LM
+    # or the data wrote (the records were scrubbed when written; this is the second line of defence); plotly's
+    # own code goes in after, never rewritten by a pattern that finds key shapes
+    return redact(page).replace(_PLOTLY_JS_SLOT, plotly.offline.get_plotlyjs(), 1)
 
 
 def write(path: str, table: dict, runs: list[dict], *, metric: str | None = None, seed: int = 0) -> Path:

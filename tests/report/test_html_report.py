@@ -179,6 +179,28 @@ def test_evaluate_keep_prompts_keeps_each_calls_prompt_and_reply_redacted_for_th
     assert "Who wrote Hamlet?" in page and key not in page
 
 
+def test_a_secret_in_any_text_a_record_holds_is_redacted_from_the_whole_page(tmp_path, monkeypatch, capsys):
+    """Records are scrubbed when written; a run written by another version (or by hand) may still hold a key's
+    value, in its answers, stage lines, labels: the page is the second line of defence, everywhere on it."""
+    import plotly.offline
+
+    key = "abcd1234SECRETvalue99"
+    monkeypatch.setenv("MY_SERVICE_TOKEN", key)
+    folder = _run(tmp_path / "a", "rag", 6)
+    path = Path(folder) / "predictions.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        record["prediction"] = f"tok {key}"
+        record["stages"]["answer"]["answers"] = [f"tok {key}"]
+        record["stages"]["filter"]["decision"] = f"keep {key}"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out = _page(tmp_path, [folder])
+    assert code == 0
+    page = out.read_text(encoding="utf-8")
+    assert key not in page and "tok ***" in page
+    assert plotly.offline.get_plotlyjs() in page and "<ragzoo-plotly-js>" not in page  # plotly's code as it is
+
+
 # --- in a browser ----------------------------------------------------------------------------------------------
 
 def _chromium():
