@@ -189,7 +189,9 @@ def answer_metric(names) -> str | None:
                  and name != "judge_faithful"), None)
 
 
-def _right(record: dict, metric: str | None = None) -> bool:
+def is_right(record: dict, metric: str | None = None) -> bool:
+    """Whether the record's answer is right: `metric` (else the record's own first answer metric,
+    `answer_metric`) at or above RIGHT."""
     metrics = record.get("metrics") or {}
     metric = metric or answer_metric(list(metrics))
     if metric is None:
@@ -204,7 +206,7 @@ def attribute(record: dict) -> str | None:
     if record.get("error"):
         return "failed"
     judged = answer_metric(list(record.get("metrics") or {})) is not None
-    if judged and _right(record):
+    if judged and is_right(record):
         return "correct"
     if is_unknown(record.get("prediction")):
         return "abstained"
@@ -353,7 +355,7 @@ def flips(records_a: list[dict], records_b: list[dict], key=lambda record: recor
     shared = [k for k in a if k in b]
 
     def won(x: dict, y: dict) -> bool:
-        return _right(x, metric) and not _right(y, metric)
+        return is_right(x, metric) and not is_right(y, metric)
 
     a_only = Counter(b[k].get("attribution") or "not computed" for k in shared if won(a[k], b[k]))
     b_only = Counter(a[k].get("attribution") or "not computed" for k in shared if won(b[k], a[k]))

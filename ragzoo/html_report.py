@@ -32,7 +32,7 @@ GENERATOR = "ragzoo report --html"
 ATTRIBUTION_CLASSES = ("correct", "retrieval_miss", "filtered_out", "reader_miss", "abstained", "failed")
 NOT_COMPUTED = "not computed"
 DRY_RUN = "n/a (dry-run)"  # a placeholder answer has no cause to attribute
-RIGHT = 0.5  # a first-metric score at or above this is "right" for the flip filter
+
 COSTS = (("lm_calls_per_question", "LM calls / question"), ("tokens_per_question", "tokens / question"),
          ("cost_per_question", "$ / question"))
 _TEMPLATE = "report.html.j2"
@@ -115,12 +115,6 @@ def runs_table(table: list[dict]) -> dict:
     if any(row.get("dry_run") for row in table):
         notes.append("dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
     return {"title": "ragzoo runs", "header": header, "rows": lines, "notes": notes}
-
-
-def _right(record: dict | None, metric: str | None) -> bool | None:
-    if record is None or metric is None:
-        return None
-    return float((record.get("metrics") or {}).get(metric) or 0.0) >= RIGHT
 
 
 def _attribution(record: dict) -> str:
@@ -288,7 +282,8 @@ def _figures(methods: list[dict], metric: str | None) -> dict[str, dict]:
                            row=1, col=column)
     cost.update_yaxes(title_text=f"{metric} (mean, 95% CI)" if scored else "per question", row=1, col=1)
     cost.update_layout(height=400, margin={"t": 60, "b": 40, "l": 60, "r": 20},
-                       title={"text": "" if scored else "dry runs: no accuracy (placeholder answers); cost only",
+                       title={"text": "" if scored else "dry runs: no accuracy (placeholder answers); cost only"
+                              if all(m["dry_run"] for m in methods) else "no answer metric every run has: cost only",
                               "font": {"size": 12}})
     bars = go.Figure()
     for klass in (*ATTRIBUTION_CLASSES, NOT_COMPUTED, DRY_RUN):
@@ -335,6 +330,7 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
     import plotly.offline
 
     from ragzoo import stats
+    from ragzoo.diagnostics import is_right
     from ragzoo.secrets import redact
 
     names = [name for name in (runs[0]["metrics"] if runs else []) if all(name in r["metrics"] for r in runs)]
@@ -372,7 +368,7 @@ def render(table: dict, runs: list[dict], *, metric: str | None = None, seed: in
         # a dry run's answers are placeholders: neither right nor wrong (null)
         questions.append({"id": str(first.get("id")), "q": str(first.get("question") or "")[:200],
                           "gold": first.get("gold"),
-                          "r": [None if r is None else [None if run["dry_run"] else 1 if _right(r, metric) else 0,
+                          "r": [None if r is None else [None if run["dry_run"] else 1 if is_right(r, metric) else 0,
                                                         _attribution(r), bool(r.get("error"))]
                                 for r, run in zip(found, runs)]})
         details.append([None if r is None else _detail(r) for r in found])

@@ -371,6 +371,9 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             status.append("stopped by budget")
         if n and failures / n > MOSTLY_FAILED:
             status.append(f"mostly failed {failures}/{n}")
+        metric_failures = {name: count for name in names
+                           if (count := sum(1 for r in records if name in (r.get("metric_errors") or {})))}
+        status += [f"{name} raised on {count}" for name, count in metric_failures.items()]
         table.append({
             "run": run["dir"], "method": label, "knobs": config.get("knobs") or {},
             "dataset": config.get("dataset") or config.get("data") or "?", "split": config.get("split"),
@@ -391,6 +394,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             "failures": failures, "abstained": abstained, "complete": not partial,
             "mostly_failed": bool(n and failures / n > MOSTLY_FAILED),
             "status": "; ".join(status) or "complete", "left_out_metrics": left_out,
+            "metric_failures": metric_failures,
         })
     return table
 
@@ -446,9 +450,25 @@ def format_table(table: list[dict], *, common: int | None = None, shared: bool =
         notes.append("* dry-run: placeholder answers from no LM, so no accuracy figure; calls and tokens are real")
     if show_ci and any(row.get("ci") for row in table):
         notes.append("[low, high]: 95% percentile bootstrap CI over questions (10000 resamples, seeded)")
+    notes += comparability_notes(table, common=common, shared=shared)
+    if any(not row["complete"] for row in table):
+        notes.append("(partial): killed, stopped or not finished; rerun its evaluate with --resume")
+    return "\n".join(out + ([""] + notes if notes else []))
+
+
+def comparability_notes(table: list[dict], *, common: int | None = None, shared: bool = False) -> list[str]:
+    """What a reader of `rows`' figures must know before comparing them, in the text table and the HTML page alike:
+    metrics left out, scores a raising metric made 0, different questions, datasets or set-ups. `common`: how many
+    questions every run answered."""
+    notes = []
     left = sorted({name for row in table for name in row.get("left_out_metrics", [])})
     if left:
         notes.append(f"metrics left out because not every run has them: {', '.join(left)} (--metric to choose)")
+    raised = [f"{row['method']}: {name} on {count}" for row in table
+              for name, count in (row.get("metric_failures") or {}).items()]
+    if raised:
+        notes.append(f"warning: a metric raised and scored those questions 0 ({'; '.join(raised)}); see "
+                     f"metric_errors in the run's predictions.jsonl")
     if len(table) > 1 and common is not None:
         sizes = [row["n_done"] for row in table]
         if shared:
@@ -465,9 +485,7 @@ def format_table(table: list[dict], *, common: int | None = None, shared: bool =
         if differing:
             notes.append(f"warning: the runs differ in {'; '.join(differing)}: a difference in their figures may "
                          f"come from that, not from the method")
-    if any(not row["complete"] for row in table):
-        notes.append("(partial): killed, stopped or not finished; rerun its evaluate with --resume")
-    return "\n".join(out + ([""] + notes if notes else []))
+    return notes
 
 
 def compare(run_a: str, run_b: str, *, metric: str | None = None, seed: int = 0, show: int = 20) -> dict:
@@ -785,6 +803,8 @@ def write_html(args: argparse.Namespace) -> int:
         table = html_report.runs_table(table_rows)
         loaded = [_load(run_dir) for run_dir in run_dirs]
         labels = _labels(loaded)
+        table["notes"] += comparability_notes(table_rows, common=len(shared_ids(loaded)) if len(loaded) > 1 else None,
+                                              shared=args.shared)
         common = shared_ids(loaded) if args.shared and len(loaded) > 1 else None
         for run, row in zip(loaded, table_rows):  # the plot's points are the table's figures, usage included
             run["means"], run["cis"] = row["metrics"], row["ci"]
@@ -843,8 +863,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(found, indent=2, default=str) if args.json else format_compare(found))
         return 0
     table = rows(args.runs, metric=args.metric, shared=args.shared, ci=args.ci or bool(args.plot), seed=args.seed)
-    if args.json:
-        print(json.dumps(table, indent=2))
+    if args.json:  # a dry run's means are of placeholder answers: no figure (null), as the table's n/a
+        print(json.dumps([{**row, "metrics": {name: None for name in row["metrics"]}, "ci": {}} if row["dry_run"]
+                          else row for row in table], indent=2))
     else:
         common = len(shared_ids([{"records": _records(run)} for run in args.runs])) if len(args.runs) > 1 else None
         print(format_table(table, common=common, shared=args.shared, show_ci=args.ci))

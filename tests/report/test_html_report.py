@@ -201,6 +201,65 @@ def test_a_secret_in_any_text_a_record_holds_is_redacted_from_the_whole_page(tmp
     assert plotly.offline.get_plotlyjs() in page and "<ragzoo-plotly-js>" not in page  # plotly's code as it is
 
 
+def _block(page: str, name: str):
+    return json.loads(page.split(f'id="{name}">', 1)[1].split("</script>", 1)[0].replace("<\\/", "</"))
+
+
+def test_runs_that_share_no_metric_are_judged_each_by_its_own_and_not_called_dry_runs(tmp_path):
+    """Review: a grid of HotPotQA (em, f1) and StrategyQA (acc) cells shares no metric; the page marked every answer
+    wrong (the shared metric was None) and titled its cost plot "dry runs"."""
+    em_run = Path(_run(tmp_path / "em", "rag", 6))
+    acc_run = Path(_run(tmp_path / "acc", "cot", 6))
+    config = json.loads((acc_run / "config.json").read_text())
+    (acc_run / "config.json").write_text(json.dumps({**config, "metrics": ["acc"], "dataset": "strategyqa"}))
+    records = [json.loads(line) for line in (acc_run / "predictions.jsonl").read_text().splitlines()]
+    for record in records:
+        record["metrics"] = {"acc": record["metrics"]["em"]}
+    (acc_run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out = _page(tmp_path, [str(em_run), str(acc_run)])
+    assert code == 0
+    page = out.read_text(encoding="utf-8")
+    questions = _block(page, "report-data")["questions"]
+    expected = {run: [r["metrics"][metric] >= 0.5 for r in (json.loads(line) for line in
+                      (folder / "predictions.jsonl").read_text().splitlines())]
+                for run, folder, metric in ((0, em_run, "em"), (1, acc_run, "acc"))}
+    assert any(expected[0]) and any(expected[1])
+    for run in (0, 1):
+        assert [q["r"][run][0] == 1 for q in questions] == expected[run]
+    assert "dry runs" not in page and "no answer metric every run has" in page
+
+
+def test_the_page_carries_the_warnings_the_text_table_gives(tmp_path, capsys):
+    """Review: runs of other questions, datasets or set-ups, and a metric that raised, were said under the text
+    table and nowhere on the page, which put their means side by side."""
+    a = Path(_run(tmp_path / "a", "rag", 6))
+    b = Path(_run(tmp_path / "b", "cot_rag", 6, seed=1))
+    config = json.loads((b / "config.json").read_text())
+    (b / "config.json").write_text(json.dumps({**config, "dataset": "2wikimultihopqa"}))
+    records = [json.loads(line) for line in (b / "predictions.jsonl").read_text().splitlines()]
+    for record in records[:2]:
+        record["id"] = "other-" + record["id"]
+    records[3]["metric_errors"] = {"em": "ZeroDivisionError: division by zero"}
+    (b / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["report", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    code, out = _page(tmp_path, [str(a), str(b)])
+    page = out.read_text(encoding="utf-8")
+    assert code == 0
+    for said in ("answered different questions", "different datasets/splits", "a metric raised",
+                 "cot_rag: em on 1"):
+        assert said in text and said in page, said
+    assert "em raised on 1" in text  # the run's status too
+
+
+def test_report_json_gives_no_score_for_a_dry_run(tmp_path, capsys):
+    runs = [_run(tmp_path / "a", "rag", 4, dry_run=True), _run(tmp_path / "b", "cot_rag", 4)]
+    assert main(["report", *runs, "--json", "--ci"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["metrics"] == {"em": None, "f1": None} and rows[0]["ci"] == {}
+    assert isinstance(rows[1]["metrics"]["em"], float) and rows[1]["ci"]
+
+
 # --- in a browser ----------------------------------------------------------------------------------------------
 
 def _chromium():
