@@ -34,6 +34,10 @@ class ColBERTv2Client(BaseRetriever):
         self.shown = strip_endpoint(url)  # what messages name: no userinfo or token of the server's URL
         if not url.startswith(("http://", "https://")):
             raise RetrieverError(f"ColBERTv2 URL must start with http:// or https://, got {self.shown!r}")
+        try:
+            self._base = httpx.URL(url)  # a GET adds query and k to the URL's own parameters (an index name, a key)
+        except httpx.InvalidURL as error:
+            raise RetrieverError(f"ColBERTv2 URL {self.shown!r} is not a valid URL ({error})") from None
         self.url = url
         self.post = post
         self.timeout = timeout
@@ -106,7 +110,8 @@ class ColBERTv2Client(BaseRetriever):
                 if self.post:
                     response = self._http.post(self.url, json={"query": query, "k": k})
                 else:
-                    response = self._http.get(self.url, params={"query": query, "k": k})
+                    # httpx's `params=` would replace the URL's own query string, not add to it
+                    response = self._http.get(self._base.copy_merge_params({"query": query, "k": k}))
             except httpx.TimeoutException:
                 reason = f"timed out after {self.timeout:g}s"
             except httpx.TransportError as error:
@@ -189,13 +194,16 @@ def _too_long(response, url: str, query: str, post: bool) -> str:
 
 
 def _decode(response, url: str) -> dict:
+    from ragzoo.secrets import redact  # what the server says may quote the credentials it was sent
+
     try:
         payload = response.json()
     except ValueError:
-        raise RetrieverError(f"ColBERTv2 server {url} answered with malformed JSON: {response.text[:120]!r}")
+        raise RetrieverError(f"ColBERTv2 server {url} answered with malformed JSON: "
+                             f"{redact(repr(response.text[:120]))}")
     if not isinstance(payload, dict):
         raise RetrieverError(f"ColBERTv2 server {url} answered a {type(payload).__name__}, not a JSON object")
     if payload.get("error"):
         message = payload.get("message") or payload.get("error")
-        raise RetrieverError(f"ColBERTv2 server {url} answered with an error payload: {str(message)[:200]}")
+        raise RetrieverError(f"ColBERTv2 server {url} answered with an error payload: {redact(str(message)[:200])}")
     return payload

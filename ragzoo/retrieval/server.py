@@ -54,6 +54,7 @@ from urllib.parse import parse_qsl
 
 from ragzoo.errors import RagzooError
 from ragzoo.retrieval.base import MAX_K, Passage, Retriever
+from ragzoo.secrets import redact
 
 DEFAULT_K = 10
 MAX_QUERY_CHARS = 16_000
@@ -103,11 +104,11 @@ def public_spec(retriever: Retriever) -> str:
     scheme, sep, rest = spec.partition(":")
     if not sep:
         return spec
-    if scheme == "colbertv2":
-        return "colbertv2"  # the upstream URL may carry a host, a path or a key that is nobody's business
+    if scheme.lower() == "colbertv2" or "://" in rest:  # as the spec parser reads it: the scheme in any case
+        return scheme.lower()  # the upstream URL may carry a host, a path or a key that is nobody's business
     target, qsep, options = rest.partition("?")
     name = target.rstrip("/").rsplit("/", 1)[-1]
-    return f"{scheme}:{name}{qsep}{options}"
+    return redact(f"{scheme}:{name}{qsep}{options}")
 
 
 def softmax(scores: Sequence[float]) -> list[float]:
@@ -316,8 +317,8 @@ class RetrievalApp:
             future = asyncio.get_running_loop().create_future()
             self.batcher.put((searched, extra, future))
             passages = await future
-        except RagzooError as exc:
-            await self._error(send, 500, f"retriever failed: {exc}")
+        except RagzooError as exc:  # redacted: an upstream's error may quote the credentials it was sent
+            await self._error(send, 500, f"retriever failed: {redact(str(exc))}")
             return
         except Exception as exc:
             await self._error(send, 500, f"retriever failed: {type(exc).__name__}")

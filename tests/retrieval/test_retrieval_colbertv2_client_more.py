@@ -27,15 +27,24 @@ ANSWERS = {  # path -> (status, body)
     "/errorpayload": (200, {"error": True, "message": "Index not loaded"}),
     "/malformed": (200, None),
     "/echoauth": (401, "the request's Authorization header"),  # a server that echoes what it was sent
+    "/echopayload": (200, "an error payload quoting the request's Authorization header"),
+    "/echomalformed": (200, "a page that is not JSON, quoting the request's Authorization header"),
 }
+SEEN: list[str] = []  # the paths (with their query strings) the server was asked
 
 
 class _Answers(BaseHTTPRequestHandler):
     def do_GET(self):
-        status, body = ANSWERS[self.path.partition("?")[0]]
+        SEEN.append(self.path)
+        status, body = ANSWERS.get(self.path.partition("?")[0], (200, {"topk": []}))
+        said = f"for {self.headers.get('Authorization')} and {PASSWORD}"
         if self.path.startswith("/echoauth"):
             body = {"message": f"denied: {self.headers.get('Authorization')}"}
+        elif self.path.startswith("/echopayload"):
+            body = {"error": True, "message": f"index not loaded {said}"}
         data = b"<html>oops</html>" if body is None else json.dumps(body).encode()
+        if self.path.startswith("/echomalformed"):
+            data, body = f"<html>{said}</html>".encode(), None
         self.send_response(status)
         self.send_header("Content-Type", "text/html" if body is None else "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -100,3 +109,27 @@ def test_a_refused_url_is_named_without_its_credentials(url):
         message = str(caught.value)
         assert "127.0.0.1:8893/api" in message, message  # still says what was given
         assert USER not in message and PASSWORD not in message, message
+
+
+def test_a_get_keeps_the_urls_own_parameters(server):
+    """Review: httpx's `params=` replaced the URL's query string, so `?index=...` (or a key) never reached the
+    server on a GET; a POST kept it."""
+    client = ColBERTv2Client(f"http://127.0.0.1:{server}/search?index=wiki17&apikey=abc", retries=0, timeout=5)
+    SEEN.clear()
+    client("who wrote it?", 3)
+    from urllib.parse import parse_qs, urlsplit
+
+    assert len(SEEN) == 1 and urlsplit(SEEN[0]).path == "/search"
+    assert parse_qs(urlsplit(SEEN[0]).query) == {"index": ["wiki17"], "apikey": ["abc"], "query": ["who wrote it?"],
+                                                 "k": ["3"]}
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:18866x/", "http://[::1/"])
+def test_a_url_that_cannot_be_parsed_is_one_line_at_once(url, capsys):
+    from ragzoo.cli import main
+
+    with pytest.raises(RetrieverError, match="not a valid URL"):
+        ColBERTv2Client(url)
+    assert main(["search", "--retriever", f"colbertv2:{url}", "hello"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a valid URL" in err and len(err.splitlines()) == 1 and "internal error" not in err

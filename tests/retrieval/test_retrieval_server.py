@@ -194,3 +194,42 @@ def test_serve_help_shows_defaults_and_takes_the_query_limit(monkeypatch, capsys
     monkeypatch.setattr("ragzoo.retrieval.specs.make_retriever", lambda spec: object())
     assert main(["serve", "--max-query-chars", "12345", "--port", "9999"]) == 0
     assert served["max_query_chars"] == 12345 and served["port"] == 9999 and served["host"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("spec", ["ColBERTv2:http://127.0.0.1:18861/search?api_key=S3cretPassw0rdXYZ",
+                                  "COLBERTV2:http://h:1/a/hf_AbCdEfGh1234567890",
+                                  "colbertv2:http://alice:S3cretPassw0rdXYZ@h:1/search"])
+def test_health_names_no_upstream_url_or_key_whatever_the_scheme_s_case(spec):
+    """Review: the spec parser reads the scheme in any case; /health compared it in lower case only and showed the
+    last path segment and the query string (a key) of `ColBERTv2:...`."""
+    from ragzoo.retrieval.base import BaseRetriever
+    from ragzoo.retrieval.server import public_spec
+
+    class Upstream(BaseRetriever):
+        def _search(self, query, k):
+            return []
+
+    backend = Upstream()
+    backend.spec = spec
+    assert public_spec(backend) == "colbertv2"
+
+
+def test_a_failed_search_s_message_is_redacted_in_the_servers_answer(monkeypatch, retriever):
+    """Review: an upstream's error payload quoting credentials reached the client in the server's 500 body (the CLI
+    redacted its own output; the HTTP answer was not)."""
+    from fastapi.testclient import TestClient
+
+    from ragzoo.errors import RetrieverError
+    from ragzoo.retrieval.base import BaseRetriever
+
+    monkeypatch.setenv("UPSTREAM_API_KEY", "S3cretPassw0rdXYZ")
+
+    class Failing(BaseRetriever):
+        spec = "bm25:corpus.jsonl"
+
+        def _search(self, query, k):
+            raise RetrieverError("upstream said: index not loaded for key S3cretPassw0rdXYZ (Bearer abc123def456)")
+
+    answer = TestClient(create_app(Failing())).get("/", params={"query": "river", "k": 2})
+    assert answer.status_code == 500 and "index not loaded" in answer.json()["message"]
+    assert "S3cretPassw0rdXYZ" not in answer.text and "abc123def456" not in answer.text
