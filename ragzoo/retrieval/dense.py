@@ -57,6 +57,13 @@ def model_identity(model: str) -> tuple[str, str]:
     return model, f"name:{model}"
 
 
+def _recorded(model: str) -> str:
+    """The model as an index records it to embed its queries: a path made absolute (a relative one named another
+    folder's model, or none, once the index was used from elsewhere), a name as given."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if model.lower() not in _PACKAGED_ALIASES and path.exists() else model
+
+
 def _files_fingerprint(path: Path) -> str:
     """What a model at a path is, beside where: each file's name, size and modification time (as a corpus is
     fingerprinted), so that new weights written to the same folder (a fine-tune's output) key a new index
@@ -193,7 +200,7 @@ def build_dense_index(corpus: Path, out_dir: Path, model: str = DEFAULT_MODEL, f
             kind, nprobe = "ivf", 32
         faiss.write_index(index, str(staging / FAISS_FILE))
         meta = {"backend": BACKEND, "corpus": fingerprint, "num_docs": num_docs, "dim": int(dim),
-                "faiss": kind, "nprobe": nprobe, "settings": _settings(model, engine), "model": model,
+                "faiss": kind, "nprobe": nprobe, "settings": _settings(model, engine), "model": _recorded(model),
                 "engine": engine, "versions": _versions(engine), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "build_seconds": round(time.perf_counter() - started, 3),
                 "files": f"{EMBEDDINGS_FILE} (float32 [num_docs, dim]), {FAISS_FILE}, passages.jsonl + offsets"}
@@ -232,6 +239,12 @@ class DenseRetriever(BaseRetriever):
         self.spec = spec or f"dense:{self.index_dir}"
         self.model_name = self.meta["model"]
         self.engine = self.meta.get("engine", DEFAULT_ENGINE)  # queries are embedded like the passages were
+        built_with = (self.meta.get("settings") or {}).get("model")
+        here = model_identity(self.model_name)[1]
+        if built_with and here != built_with:  # other weights would embed the queries: every ranking wrong
+            raise RetrieverError(f"dense index {self.index_dir} was embedded with {built_with}, but its model "
+                                 f"{self.model_name!r} is {here} here; rebuild the index (ragzoo index build) or "
+                                 f"use it where that model is")
         self.encoder = load_encoder(self.model_name, self.engine)
         self.index = faiss.read_index(str(self.index_dir / FAISS_FILE))
         if self.meta.get("nprobe"):

