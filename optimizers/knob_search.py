@@ -283,7 +283,17 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
                 record.update(score=0.0, error=str(error))
                 stop, result = None, None
             except BaseException:  # Ctrl-C or a crash: give the point up so a rerun redoes it
-                _release(marker)
+                try:
+                    if storage:  # what the cut trial sent is paid: a rerun's budget counts it (`_stored_spend`)
+                        record["spent"] = {"lm_calls": meter.usage.lm_calls - meter.usage.cached_calls - sent_before,
+                                           "cost": meter.usage.total_cost - cost_before}
+                        record["stopped"] = "interrupted"
+                        study.add_trial(optuna.trial.create_trial(
+                            params=_params(knobs, optimizer), distributions=distributions,
+                            state=optuna.trial.TrialState.FAIL,
+                            user_attrs={"point": key, "record": _storable(record)}))
+                finally:
+                    _release(marker)
                 raise
             record["spent"] = {"lm_calls": meter.usage.lm_calls - meter.usage.cached_calls - sent_before,
                                "cost": meter.usage.total_cost - cost_before}

@@ -240,3 +240,27 @@ def test_a_killed_search_resumes_its_killed_trial(tmp_path, make_examples):
         result = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, trainset=examples[:6], valset=examples[6:],
                               optimizers=["none"], n_trials=10, seed=0, storage=storage)
     assert result.ran_here == 2 and len(lm.calls) == 8 and len(result.trials) == 3 and result.pending == 0
+
+
+def test_a_trial_cut_by_ctrl_c_counts_against_the_budget_of_the_rerun(tmp_path, make_examples):
+    """Review: a trial cut by SIGTERM or Ctrl-C released its claim without storing what it had sent, so the rerun
+    got the whole --max-calls again (29 requests under --max-calls 20)."""
+    examples, retriever, lm = _needs_three_passages(make_examples)
+    answer = lm.responses["answer"]
+
+    def interrupted(call):
+        if len(lm.calls) == 7:  # the 3rd call of the 2nd trial
+            raise KeyboardInterrupt
+        return answer(call)
+
+    lm.responses["answer"] = interrupted
+    common = dict(trainset=examples[:6], valset=examples[6:], optimizers=["none"], n_trials=10, seed=0,
+                  storage=_storage("sqlite", tmp_path), max_calls=10)
+    with dspy.context(lm=lm), pytest.raises(KeyboardInterrupt):
+        search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, **common)
+    first = len(lm.calls) - 1  # the call that raised was never answered
+    _, _, lm2 = _needs_three_passages(make_examples)
+    with dspy.context(lm=lm2):
+        second = search_knobs("_tinyqa", retriever, {"k": [1, 2, 3]}, **common)
+    assert first == 6 and first + len(lm2.calls) <= 10, (first, len(lm2.calls))
+    assert second.stopped and second.spent_before["lm_calls"] == 6
