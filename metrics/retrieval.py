@@ -102,8 +102,8 @@ def gold_titles_if_any(example: Any) -> list[str] | None:
     """`gold_titles`, or None where it would raise (stage diagnostics ask it of every question of a run)."""
     for name in ("supporting_titles", "gold_titles"):
         value = field(example, name)
-        if value:
-            return [str(title) for title in value]
+        if value:  # one title as a string (a CSV cell) is one title, not its letters
+            return [value] if isinstance(value, str) else [str(title) for title in value]
     facts = field(example, "supporting_facts")
     if facts:
         return list(dict.fromkeys(str(fact[0]) for fact in facts if fact))

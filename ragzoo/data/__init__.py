@@ -157,8 +157,10 @@ def load_file(path: str | os.PathLike, *, question_field: str = QUESTION_KEY, an
     """
     label = str(Path(path).expanduser())
     items = iter_file(path, format)
-    records = _records(items, question_field=question_field, answers_field=answers_field,
-                       id_field=id_field)
+    records = list(_records(items, question_field=question_field, answers_field=answers_field,
+                            id_field=id_field))
+    if not records:  # blank lines, `[]`, a CSV header: a run of it would be a "scored" run of nothing
+        raise DataError(f"{label}: holds no question")
     return [to_example(record) for record in select(records, n=n, seed=seed, ordered=False, label=label)]
 
 

@@ -184,3 +184,22 @@ def test_activerag_sampled_file_becomes_retrieved_passages(data_dir):
     assert len(examples) == 500
     assert all(e.retrieved == [{"title": p["title"], "text": p["text"]} for p in r["retrieved"]]
                for e, r in zip(examples, normalized))
+
+
+@pytest.mark.parametrize("name, text", [("blank.jsonl", "\n\n"), ("empty.json", "[]"),
+                                        ("header.csv", "question,answers\n")])
+def test_a_file_with_no_question_is_refused_before_any_run_folder(tmp_path, name, text, capsys):
+    """Review: blank lines, `[]` or a header-only CSV ran as `n=0/0 em=0.000`, exit 0, with a run folder."""
+    from ragzoo.cli import main
+    from ragzoo.data import load_file
+    from ragzoo.errors import DataError
+
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DataError, match="holds no question"):
+        load_file(path)
+    code = main(["evaluate", "--method", "direct", "--data", str(path), "--lm", "dry-run", "--out",
+                 str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "holds no question" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()

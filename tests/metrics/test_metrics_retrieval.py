@@ -134,3 +134,12 @@ def test_unknown_rate_counts_the_empty_answers_concat_pf_falls_back_on():
     preds = [dspy.Prediction(answer=""), dspy.Prediction(answer="Paris"), RuntimeError("failed")]
     assert unknown_rate(preds) == pytest.approx(1 / 3)
     assert unknown_metric(None, preds[0]) == 1.0 and unknown_metric(None, preds[2]) == 0.0
+
+
+def test_one_gold_title_given_as_a_string_is_one_title():
+    """Review: a CSV cell (or a JSONL string) of one title was read letter by letter: recall 0 and no gold pid."""
+    from ragzoo.metrics.retrieval import gold_titles
+
+    assert gold_titles({"supporting_titles": "Ed Wood (film)"}) == ["Ed Wood (film)"]
+    assert gold_titles({"gold_titles": ["Ed Wood (film)", "Scott Derrickson"]}) == ["Ed Wood (film)",
+                                                                                    "Scott Derrickson"]
