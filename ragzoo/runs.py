@@ -25,6 +25,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -279,14 +280,24 @@ def _extra_usage_lines(path: Path) -> list[dict]:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, UnicodeDecodeError):
         return []
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), 1):
         try:
             line = json.loads(raw)
         except json.JSONDecodeError:
             continue  # a line cut by a crash
         if isinstance(line, dict):
+            wrong = [key for key in (*USAGE_KEYS, "server_seconds", "server_cost")
+                     if line.get(key) is not None and not is_count(line[key])]
+            if wrong:  # what was paid is summed from these: a damaged figure must not become an error or a nan
+                raise RunError(f"{path}:{number} is corrupt ({', '.join(wrong)} not a finite number >= 0); "
+                               f"restore the line or remove the run")
             lines.append(line)
     return lines
+
+
+def is_count(value) -> bool:
+    """A usage figure as a run's files may hold it: a finite number, not below 0 (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def read_predictions(path: Path, repair: bool = False) -> list[dict]:

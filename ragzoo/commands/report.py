@@ -167,7 +167,7 @@ def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, li
     from pathlib import Path
 
     from ragzoo.errors import RunError
-    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, summarize
+    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, is_count, summarize
 
     def corrupt(name: str, what: str) -> RunError:
         return RunError(f"{Path(run_dir) / name} is corrupt ({what}); rerun the evaluation or remove the run")
@@ -188,9 +188,8 @@ def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, li
     if config.get("defaults_used") is not None and not isinstance(config["defaults_used"], dict):
         raise corrupt(CONFIG_FILE, "'defaults_used' is not an object")
 
-    def count(value) -> bool:  # a usage figure: a finite number, not below 0
-        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                 and math.isfinite(value) and value >= 0)
+    def count(value) -> bool:
+        return value is None or is_count(value)
 
     for index, record in enumerate(records, 1):
         numbers = [record.get(key) for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cost",
@@ -206,7 +205,8 @@ def _checked_run(run_dir: str, config, summary, records) -> tuple[dict, dict, li
                         (isinstance(gold, list) and all(isinstance(g, str) for g in gold))) \
                 or not _stages_fit(record.get("stages")) or not _trace_fits(record.get("lm_trace")) \
                 or not all(_ids(record.get(key)) for key in ("gold_pids", "supporting_titles")) \
-                or not isinstance(record.get("error") or {}, dict):
+                or not isinstance(record.get("error") or {}, dict) \
+                or not isinstance(record.get("passages") or [], list):
             raise corrupt(PREDICTIONS_FILE, f"record {index} has a field of the wrong type or out of range (scores "
                                             f"are in [0, 1], usage figures finite and not negative)")
     if not isinstance(summary, dict) or not isinstance(summary.get("metrics", {}), dict) \

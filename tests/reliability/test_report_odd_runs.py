@@ -61,6 +61,7 @@ def test_a_plot_name_matplotlib_cannot_write_is_refused_before_the_table(tmp_pat
     (lambda record, config: record.update(gold_pids=5), "predictions.jsonl is corrupt"),
     (lambda record, config: record.update(supporting_titles=7), "predictions.jsonl is corrupt"),
     (lambda record, config: record.update(lm_trace=[{"prompt_tokens": "abc"}]), "predictions.jsonl is corrupt"),
+    (lambda record, config: record.update(passages=5), "predictions.jsonl is corrupt"),
     (lambda record, config: config.update(split={"a": 1}), "'split' is not a string"),
     (lambda record, config: config.update(defaults_used=[1]), "'defaults_used' is not an object"),
 ])
@@ -77,3 +78,21 @@ def test_a_hand_edited_run_is_refused_as_corrupt_not_scored(tmp_path, questions_
     (run / "predictions.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
     (run / "config.json").write_text(json.dumps(config))
     _refused(["report", str(run), "--ci"], capsys, says)
+
+
+@pytest.mark.parametrize("line, says", [({"why": "retried", "id": "q0", "lm_calls": "abc"}, "lm_calls"),
+                                        ({"why": "late", "id": "q0", "cost": "nan"}, "cost"),
+                                        ({"why": "server", "server_cost": -3.0}, "server_cost")])
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--html"]])
+def test_a_damaged_ledger_line_is_one_line_naming_it(tmp_path, questions_file, capsys, line, says, extra):
+    """Review: a non-numeric figure in extra_usage.jsonl was an internal error (ValueError), "nan" a `spent $ nan`."""
+    import json
+    from pathlib import Path
+
+    run = Path(_run(tmp_path, questions_file))
+    (run / "extra_usage.jsonl").write_text(json.dumps({"why": "retried", "id": "q1", "lm_calls": 1}) + "\n"
+                                           + json.dumps(line) + "\n")
+    if extra == ["--html"]:
+        extra = ["--html", str(tmp_path / "r.html")]
+    err = _refused(["report", str(run), *extra], capsys, "extra_usage.jsonl:2 is corrupt")
+    assert says in err
