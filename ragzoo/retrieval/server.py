@@ -127,6 +127,10 @@ def topk_payload(query: str, passages: list[Passage]) -> dict[str, Any]:
                      for rank, (p, prob) in enumerate(zip(passages, probs), start=1)]}
 
 
+class _Stopped(Exception):
+    """A search still waiting when a stop could wait no longer (`RetrievalApp.cut`): answered 503."""
+
+
 class _Batcher:
     """Searches on worker threads, micro-batched: a worker takes every search waiting (up to `max_batch`),
     groups them by k and answers each group with one `retriever.batch` call (bm25s scores a batch for less
@@ -221,6 +225,7 @@ class RetrievalApp:
         self.pending = 0
         self.served = 0
         self.rejected = 0
+        self._waiting: set[asyncio.Future] = set()  # the searches in flight (`cut`)
         self.state = SimpleNamespace(retriever=retriever, max_query_chars=max_query_chars)
         self.ready = threading.Event()
         self._warm_mode = warm
@@ -234,6 +239,13 @@ class RetrievalApp:
             self._info["num_docs"] = len(retriever)  # type: ignore[arg-type]
         except TypeError:
             pass
+
+    def cut(self) -> None:
+        """On the event loop, when a stop can wait no longer (`run_app`'s on_hurry): every search still waiting is
+        answered 503 at once, instead of its connection being cut (a traceback in the log, a bare 500 sent)."""
+        for future in list(self._waiting):
+            if not future.done():
+                future.set_exception(_Stopped())
 
     # -- readiness ------------------------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -313,10 +325,18 @@ class RetrievalApp:
                                          f"retry shortly", [(b"retry-after", self.retry_after.encode())])
             return
         self.pending += 1
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.add(future)
         try:
-            future = asyncio.get_running_loop().create_future()
             self.batcher.put((searched, extra, future))
             passages = await future
+        except _Stopped:
+            await self._error(send, 503, "the server is stopping; retry on another or later",
+                              [(b"retry-after", self.retry_after.encode())])
+            return
+        except asyncio.CancelledError:  # the connection was cut (the stop's last step): one line, no traceback
+            log.info("a search in flight was cut by the server's stop")
+            return
         except RagzooError as exc:  # redacted: an upstream's error may quote the credentials it was sent
             await self._error(send, 500, f"retriever failed: {redact(str(exc))}")
             return
@@ -324,6 +344,7 @@ class RetrievalApp:
             await self._error(send, 500, f"retriever failed: {type(exc).__name__}")
             return
         finally:
+            self._waiting.discard(future)
             self.pending -= 1
         payload = topk_payload(query, passages)
         self.served += 1
@@ -627,9 +648,11 @@ def _stopping_server(config, grace: float | None, on_hurry, coalesce: float = 0.
 def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8893, path: str = "/",
           log_level: str = "warning", max_query_chars: int = MAX_QUERY_CHARS,
           max_pending: int = DEFAULT_MAX_PENDING, grace: float | None = None) -> None:
-    """Bind first, then warm up (`/health` says "warming" until the first searches ran). Stops as `run_app`."""
-    run_app(create_app(retriever, path=path, max_query_chars=max_query_chars, max_pending=max_pending,
-                       warm="background"), host=host, port=port, log_level=log_level, grace=grace)
+    """Bind first, then warm up (`/health` says "warming" until the first searches ran). Stops as `run_app`: the
+    searches still waiting once the grace is over are answered 503 (`RetrievalApp.cut`)."""
+    app = create_app(retriever, path=path, max_query_chars=max_query_chars, max_pending=max_pending,
+                     warm="background")
+    run_app(app, host=host, port=port, log_level=log_level, grace=grace, on_hurry=app.cut)
 
 
 class BackgroundServer:

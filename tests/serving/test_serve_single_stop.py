@@ -120,3 +120,50 @@ def test_ctrl_c_twice_cuts_an_answer_stuck_at_the_lm_and_exits_130(served, artif
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "ragzoo serve: interrupted" in err and "1 question" in err, err
     assert port_is_free(server.port)
+
+
+def test_a_search_stuck_upstream_is_answered_503_by_a_second_signal_without_a_traceback(served):
+    """Review: a search waiting on a hung ColBERTv2 upstream, cut by the stop, printed asyncio's CancelledError
+    traceback ("Exception in ASGI application") and sent a bare 500; it is answered 503, in JSON, in one line."""
+    import socket
+
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(8)
+    held: list = []
+
+    def accept():  # takes the connection, reads the request, never answers
+        while True:
+            try:
+                connection, _ = upstream.accept()
+            except OSError:
+                return
+            held.append(connection)
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{upstream.getsockname()[1]}/search"
+        server = served("--retriever", f"colbertv2:{url}").healthy()
+        got: dict = {}
+
+        def search():
+            try:
+                reply = httpx.get(server.url + "/", params={"query": "who?", "k": 2}, timeout=60)
+                got.update(status=reply.status_code, body=reply.json())
+            except (httpx.HTTPError, ValueError) as exc:
+                got.update(error=repr(exc))
+
+        thread = threading.Thread(target=search, daemon=True)
+        thread.start()
+        assert wait_until(lambda: held, 15)
+        os.kill(server.process.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        os.kill(server.process.pid, signal.SIGTERM)
+        code, err = server.end(seconds=15)
+        thread.join(timeout=10)
+    finally:
+        upstream.close()
+        for connection in held:
+            connection.close()
+    assert got.get("status") == 503 and "stopping" in got["body"]["message"], got
+    assert code == 0 and "Traceback" not in err and "CancelledError" not in err, err
