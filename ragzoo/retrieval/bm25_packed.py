@@ -218,6 +218,8 @@ def norms(lengths: np.ndarray, k1: float, b: float) -> np.ndarray:
     `bm25._write_score_matrix` (so weights computed from it are bit-identical to the CSC's)."""
     k1, b = np.float32(k1), np.float32(b)
     avg_len = float(np.asarray(lengths).mean())
+    if avg_len == 0:  # no passage has a term (a corpus of stopwords): no posting to weight, nothing to divide by
+        avg_len = 1.0
     return k1 * ((1 - b) + b * np.asarray(lengths).astype(np.float32) / np.float32(avg_len))
 
 

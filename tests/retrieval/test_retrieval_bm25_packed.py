@@ -473,3 +473,17 @@ def test_the_vocabulary_loads_as_sorted_arrays_with_the_same_ids(tmp_path):
     assert packed.tokenize(queries) == csc.tokenize(queries)
     for a, b in zip(packed.batch(queries, 3), csc.batch(queries, 3)):
         assert [(p.pid, p.score) for p in a] == [(p.pid, p.score) for p in b]
+
+
+def test_a_corpus_of_stopwords_builds_without_a_warning_and_finds_nothing(tmp_path):
+    """Review: its average length is 0, and the packed build printed numpy's "invalid value encountered in divide"."""
+    import json
+    import warnings
+
+    corpus = tmp_path / "stop.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "text": text}) + "\n"
+                              for i, text in enumerate(["the", "a an the", "of the"])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning fails the build
+        _csc, packed = _both(tmp_path, corpus)
+    assert packed.batch(["the", "anything"], 3) == [[], []]
