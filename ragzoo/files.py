@@ -125,15 +125,19 @@ def staging_dir(final: str | os.PathLike) -> Path:
     drops it). This process holds a lock on it until then (`in_use`): its PID in the name says nothing to a
     process in another PID namespace (a second container sharing the folder), which removed a live build's."""
     final = Path(final)
+    made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()]  # deepest first
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}{STAGING_MARK}{os.getpid()}-{time.time_ns()}-",
                                     dir=final.parent))
     os.chmod(staging, dir_mode())
     _hold(staging)
+    if made:
+        _MADE_FOR[str(staging)] = made
     return staging
 
 
 _HELD: dict[str, int] = {}  # staging folder -> the descriptor whose lock says a build is writing it
+_MADE_FOR: dict[str, list[Path]] = {}  # staging folder -> the folders made to hold it: a discarded build removes them
 
 
 def _hold(path: Path) -> None:
@@ -180,6 +184,7 @@ def _forget_held() -> None:  # a forked child: the parent's builds and runs are 
             pass
     _HELD.clear()
     _NOT_FOR_CHILDREN.clear()
+    _MADE_FOR.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -242,6 +247,7 @@ def replace_dir(staging: str | os.PathLike, final: str | os.PathLike,
             os.replace(backup, final)
         raise
     _let_go(staging)
+    _MADE_FOR.pop(str(staging), None)  # published: the folders that hold it are the user's now
     carried: list[tuple[str, str]] = []
     intact = True
     if backup is not None and keep and backup.is_dir() and not backup.is_symlink():
@@ -267,6 +273,13 @@ def replace_dir(staging: str | os.PathLike, final: str | os.PathLike,
 
 
 def discard_dir(staging: str | os.PathLike) -> None:
+    """Drop a `staging_dir` build, and the folders made to hold it that are still empty (a failed build leaves
+    nothing of its own behind)."""
     _let_go(staging)
     shutil.rmtree(staging, ignore_errors=True)
+    for folder in _MADE_FOR.pop(str(staging), ()):
+        try:
+            folder.rmdir()
+        except OSError:  # something else is in it now: not ours to remove
+            break
 

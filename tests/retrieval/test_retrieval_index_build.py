@@ -217,3 +217,18 @@ def test_a_build_holds_its_staging_folder_until_it_is_published(tmp_path, corpus
     monkeypatch.setattr(ownership, "replace_dir", publish)
     assert build(corpus, tmp_path / "idx") == 0
     assert seen == [True] and folders and not set(folders) & set(files._HELD), files._HELD  # let go once published
+
+
+def test_a_failed_build_leaves_no_folder_it_made_to_hold_the_index(tmp_path, corpus, capsys):
+    """Review: `--out new/deep/idx` over a corpus with a bad line failed in one line but left new/ and new/deep/."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "p1", "text": "fine"}) + "\n{not json\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    for out in (tmp_path / "new" / "deep" / "idx", tmp_path / "mine" / "deeper" / "idx"):
+        assert main(["index", "build", "--corpus", str(bad), "--out", str(out)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and not (tmp_path / "mine" / "deeper").exists()
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"  # a folder that was there stays
+    assert main(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "new" / "deep" / "idx")]) == 0
+    assert (tmp_path / "new" / "deep" / "idx" / "meta.json").is_file()  # a published build keeps its folders
