@@ -679,6 +679,16 @@ def _is_grid_folder(path: str) -> bool:
     return (Path(path) / GRID_FILE).is_file() and not (Path(path) / CONFIG_FILE).is_file()
 
 
+def _has_answers(run_dir) -> bool:
+    """Whether a cell's run has started and finished a question (a stopped or running cell may have neither)."""
+    from pathlib import Path
+
+    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE
+
+    predictions = Path(run_dir) / PREDICTIONS_FILE
+    return (Path(run_dir) / CONFIG_FILE).is_file() and predictions.is_file() and predictions.stat().st_size > 0
+
+
 def _cell_runs(grid_out: str) -> list[str]:
     """The run directories of a grid folder's cells that have started (in the grid file's order)."""
     from pathlib import Path
@@ -686,10 +696,9 @@ def _cell_runs(grid_out: str) -> list[str]:
     from ragzoo.errors import ConfigError
     from ragzoo.grid.runner import cell_dir
     from ragzoo.grid.table import grid_of_folder
-    from ragzoo.runs import CONFIG_FILE
 
     found = [str(cell_dir(Path(grid_out), cell) / "run") for cell in grid_of_folder(grid_out).cells()]
-    found = [run_dir for run_dir in found if (Path(run_dir) / CONFIG_FILE).is_file()]
+    found = [run_dir for run_dir in found if _has_answers(run_dir)]
     if not found:
         raise ConfigError(f"grid folder {grid_out} has no evaluated cell yet; run its sweep first")
     return found
@@ -702,7 +711,6 @@ def report_grid(grid_out: str, args: argparse.Namespace) -> int:
 
     from ragzoo.grid import table as results
     from ragzoo.grid.runner import cell_dir
-    from ragzoo.runs import CONFIG_FILE
 
     grid = results.grid_of_folder(grid_out)
     built = results.build(grid, grid_out, seed=args.seed)
@@ -718,7 +726,7 @@ def report_grid(grid_out: str, args: argparse.Namespace) -> int:
             done = f"{entry['n']}/{entry['n_asked']}, " if "n" in entry else ""
             run_dir = cell_dir(Path(grid_out), cell) / "run"
             print(f"  {cell.describe()}: {run_dir} ({done}{entry.get('status', '?')})")
-            if (run_dir / CONFIG_FILE).is_file():
+            if _has_answers(run_dir):
                 started.append((cell.describe(), str(run_dir)))
         if started:
             print_diagnostics([run_dir for _, run_dir in started], labels=[label for label, _ in started])
@@ -782,7 +790,7 @@ def write_html(args: argparse.Namespace) -> int:
         run_dirs, labels, figures = [], [], []
         for row in built["rows"]:
             for label, entry in row["cells"].items():
-                if "n" in entry and entry.get("key") in cells:
+                if entry.get("n") and entry.get("key") in cells:  # a cell with no question finished: no run yet
                     run_dirs.append(str(cell_dir(Path(args.runs[0]), cells[entry["key"]]) / "run"))
                     labels.append(row["row"] + (f" · {label}" if several else ""))
                     # the plot's points are the table's figures, on the paper's scale

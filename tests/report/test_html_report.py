@@ -441,6 +441,34 @@ def test_html_report_of_a_grid_folder_puts_the_papers_numbers_beside_ours(tmp_pa
     browser.save_screenshot(str(ARTIFACTS / "html_report_grid.png"))
 
 
+def test_a_grid_with_a_cell_started_but_no_question_finished_is_reported(tmp_path, monkeypatch, capsys):
+    """Review: a cell stopped (or still running) before its first record made `report GRID` print the table then
+    fail (exit 2), and `--html` refuse the whole grid."""
+    from pathlib import Path
+
+    from ragzoo.grid.runner import cell_dir
+    from ragzoo.grid.table import grid_of_folder
+    from ragzoo.stubserver import StubLMServer, adapter_responder
+
+    monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    with StubLMServer(adapter_responder) as server:
+        grid = tmp_path / "grid.toml"
+        grid.write_text(GRID.format(base=server.base_url), encoding="utf-8")
+        assert main(["sweep", str(grid), "--out", str(tmp_path / "g"), "--quiet"]) == 0
+    cells = [cell for cell in grid_of_folder(str(tmp_path / "g")).cells()
+             if (cell_dir(Path(tmp_path / "g"), cell) / "run" / "config.json").is_file()]
+    assert len(cells) == 2
+    run = cell_dir(Path(tmp_path / "g"), cells[0]) / "run"
+    (run / "predictions.jsonl").write_text("")
+    (run / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "g")]) == 0
+    captured = capsys.readouterr()
+    assert "no finished question" not in captured.err and cells[1].describe() in captured.out
+    code, out = _page(tmp_path, [str(tmp_path / "g")])
+    assert code == 0 and out.is_file()
+
+
 def test_browser_tests_skip_without_chromium_unless_ci_requires_it(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("RAGZOO_REQUIRE_CHROMIUM", raising=False)
