@@ -313,6 +313,9 @@ def plot_metadata(path: str | os.PathLike) -> dict | None:
     return None
 
 
+_WHOLLY_RAGZOOS = {"run", "artifact", "index", "checkpoint"}  # folders no other file goes into (a grid's may)
+
+
 def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str, marked_by: str | os.PathLike | None = None,
                remedy: str | None = None) -> Path:
     """The path of a file a command is about to write, refused (ConfigError, one line) when its folder is missing,
@@ -327,6 +330,10 @@ def check_file(path: str | os.PathLike, mark: str, what: str, *, flag: str, mark
                           f"another {flag} path")
     if target.is_dir():
         raise ConfigError(f"cannot write the {what} to {path}: it is a folder; give a file name to {flag}")
+    inside = kind_of(parent)
+    if inside in _WHOLLY_RAGZOOS:  # its every file is ragzoo's: a --force would take it, a resume could trip on it
+        raise ConfigError(f"cannot write the {what} to {path}: {parent} is a {NOUNS[inside]}, which holds only "
+                          f"what ragzoo writes there; choose another {flag} path")
     if target.exists() or target.is_symlink():
         witness = Path(marked_by) if marked_by is not None else target
         try:

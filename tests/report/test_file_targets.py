@@ -54,3 +54,19 @@ def test_report_html_keeps_a_users_page_and_plot_flags_share_the_rule(tmp_path, 
     assert main(["report", run, "--html", str(page)]) == 2
     assert "this command did not write it" in capsys.readouterr().err
     assert page.read_text() == "<html>my notes</html>"
+
+
+@pytest.mark.parametrize("flag, name", [("--html", "report.html"), ("--plot", "plot.png")])
+def test_a_report_is_not_written_into_a_run_folder(tmp_path, capsys, flag, name):
+    """Review: `report RUN --html RUN/report.html` was accepted, and a later `evaluate --out RUN --force` left the
+    page among the run's files."""
+    from ragzoo.cli import main
+
+    run = tmp_path / "run"
+    assert main(["evaluate", "--method", "direct", "--dataset", "hotpotqa", "-n", "3", "--lm", "dry-run", "--out",
+                 str(run)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(run), flag, str(run / name)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "ragzoo run directory" in err and len(err.splitlines()) == 1
+    assert not (run / name).exists()
