@@ -585,6 +585,15 @@ def _check_state(state: dict, program_file: Path) -> None:
         if len(demos) > MAX_DEMOS_PER_PREDICTOR:
             raise ArtifactError(f"{program_file}: {name!r} has {len(demos)} demos, more than the "
                                 f"{MAX_DEMOS_PER_PREDICTOR} ragzoo loads; the file was edited, recompile the program")
+        signature = value.get("signature", {})
+        fields = signature.get("fields", []) if isinstance(signature, dict) else None
+        if not isinstance(signature, dict) or not isinstance(signature.get("instructions", ""), str) \
+                or not isinstance(fields, list) or not all(
+                    isinstance(item, dict) and all(isinstance(item.get(key, ""), str) for key in ("prefix", "description"))
+                    for item in fields):
+            # a wrong type loaded without a word, then failed every question ("AttributeError: instructions")
+            raise ArtifactError(f"{program_file}: the signature of {name!r} is not text instructions and fields; the "
+                                f"file was edited, recompile the program")
 
 
 def _assemble(fresh, manifest: dict, path: Path, method: str, knobs: dict, retriever, trust: bool = False):

@@ -127,6 +127,9 @@ def test_a_complete_copy_left_by_a_killed_swap_is_not_loaded(artifact, tiny_retr
     ({"forward": "x"}, "keys DSPy does not save"),
     ({"config": {"n": 5, "temperature": 2.0}}, "keys DSPy does not save"),
     ({"traces": "x"}, "traces of"),
+    ({"signature": {"instructions": 5, "fields": []}}, "signature of"),  # loaded, then failed every question
+    ({"signature": {"instructions": "Answer.", "fields": [{"prefix": 7}]}}, "signature of"),
+    ({"signature": "x"}, "signature of"),
 ])
 def test_an_edited_predictor_state_is_refused(artifact, tiny_retriever, edit, says):
     """The program file, edited with its manifest's sha256 redone: an `lm` of its own would answer instead of the
