@@ -482,13 +482,16 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                     metric: str | Callable = "em", seed: int = 0, threads: int = 1, settings: dict | None = None,
                     max_calls: int | None = None, max_cost: float | None = None,
                     validate: bool = True, stages: bool = True, stage_resources: dict | None = None,
-                    checkpoint: CompileCheckpoint | None = None) -> CompileResult:
+                    checkpoint: CompileCheckpoint | None = None,
+                    earlier: tuple[int, float] = (0, 0.0)) -> CompileResult:
     """Compile `program` with the optimizer preset `optimizer` on `trainset`, score it on `valset`.
 
     With `stages` (default), a program that declares `compile_stages()` first has those predictors compiled
     on their own labels (`ragzoo.optimizers.stages`), then the whole program end to end.
     `stage_resources` hands stages what building their labels may need (e.g. {"logprob_fn": ...}).
-    `checkpoint` keeps the optimizer's progress where DSPy allows and continues from it (see the module doc)."""
+    `checkpoint` keeps the optimizer's progress where DSPy allows and continues from it (see the module doc).
+    `earlier`: (calls, USD) earlier runs of this compile spent, which `max_calls`/`max_cost` are what is left of
+    (`ragzoo.usage.Budget`)."""
     Budget(max_calls, max_cost)  # a bad budget fails before any work
     preset, preset_settings = get_preset(optimizer)
     preset_settings.update(settings or {})
@@ -505,7 +508,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
     result = CompileResult(program=program, optimizer=optimizer, settings=_jsonable_settings(preset_settings),
                            metric=safe.name, score=None, val_n=len(valset))
     random.seed(seed)
-    with metering(max_calls, max_cost) as meter:  # nested in a caller's meter, its budget applies too
+    with metering(max_calls, max_cost, earlier=earlier) as meter:  # nested in a caller's meter, its budget too
         staged_demos: dict = {}
         declared = program_stages(program) if stages and preset.teleprompter else []
         if declared:

@@ -255,7 +255,7 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
     programs_here: dict[str, Any] = {}
     stopped_here: list[dict] = []
     ran_here = 0
-    with metering(max_calls, max_cost) as meter:
+    with metering(max_calls, max_cost, earlier=(spent_calls, spent_cost)) as meter:
         for index, point in enumerate(todo):
             key = _key(point)
             if key in finished():

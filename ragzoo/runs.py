@@ -1102,11 +1102,13 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         run_meter = None
         try:
             with (dspy.context(adapter=adapter) if adapter is not None else contextlib.nullcontext()), \
-                    metering(run_max_calls, run_max_cost) as run_meter, _collector_set_aside():
+                    metering(run_max_calls, run_max_cost, earlier=(earlier_calls, earlier_cost)) as run_meter, \
+                    _collector_set_aside():
                 if todo and processes > 1:
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
                                                     run_max_calls, run_max_cost, accept, stop, out,
-                                                    late=note_unrecorded, unfinished=unfinished, lost=lost)
+                                                    late=note_unrecorded, unfinished=unfinished, lost=lost,
+                                                    earlier=(earlier_calls, earlier_cost))
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
@@ -1130,11 +1132,6 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                            f"the first failed write and keeps the {len(previous) + len(new_records)} examples written: "
                            f"free disk space (or fix the folder) and rerun with --resume")
         records = previous + new_records
-        if stop and (earlier_calls or earlier_cost) and stop[0].startswith(("LM call budget", "LM cost budget")):
-            flag, limit = (("--max-calls", f"{max_calls}") if stop[0].startswith("LM call")
-                           else ("--max-cost", f"{max_cost:g}"))
-            stop[0] = (f"{stop[0].split(' (', 1)[0]} ({flag} {limit} over this run folder's runs: the earlier ones "
-                       f"spent {earlier_calls} call(s) and ${earlier_cost:.4f}); raise {flag} to continue")
         if aborted and len(records) >= len(examples):  # the rule fired on the last question: nothing was stopped
             stop.remove(aborted.pop())
         # questions that ended with no record and no stop (an internal error, a worker process killed): never a
@@ -1426,7 +1423,7 @@ def _remove_slot_files(folder: Path) -> None:
 def _run_in_processes(todo: list, processes: int, threads: int, program, metrics, deadline, max_calls, max_cost,
                       accept: Callable[..., Any], stop: list, out: Path | None = None,
                       late: Callable[[dict], Any] | None = None, unfinished: list | None = None,
-                      lost: list | None = None) -> str | None:
+                      lost: list | None = None, earlier: tuple[int, float] = (0, 0.0)) -> str | None:
     """Run `todo` in `processes` forked workers of `threads` threads each; hand every record to `accept` here.
 
     Fork, not spawn: a worker gets the program, retriever, LM and DSPy settings as they are (nothing to pickle or
@@ -1499,13 +1496,16 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
                 logger.warning("evaluate: %s; its unfinished questions are not recorded (--resume runs them)", said)
                 if lost is not None:
                     lost.insert(0, said)
-        if budget:  # a worker names its own share: the user's figure is the whole budget
+        if budget:  # a worker names its own share: the user's figure is the whole budget (earlier runs' spend too)
+            calls, cost = earlier
             if budget[0].startswith("LM call budget") and max_calls is not None:
-                return (f"LM call budget reached (--max-calls {max_calls}, split evenly over the {processes} "
-                        f"processes); raise --max-calls to continue")
+                before = f", {calls} of them spent by earlier runs" if calls else ""
+                return (f"LM call budget reached (--max-calls {max_calls + calls}{before}, {'the rest ' * bool(calls)}"
+                        f"split evenly over the {processes} processes); raise --max-calls to continue")
             if budget[0].startswith("LM cost budget") and max_cost is not None:
-                return (f"LM cost budget reached (--max-cost {max_cost:g}, split evenly over the {processes} "
-                        f"processes); raise --max-cost to continue")
+                before = f", ${cost:.4f} of it spent by earlier runs" if cost else ""
+                return (f"LM cost budget reached (--max-cost {max_cost + cost:g}{before}, {'the rest ' * bool(cost)}"
+                        f"split evenly over the {processes} processes); raise --max-cost to continue")
             return budget[0]
         return None
     finally:

@@ -392,10 +392,12 @@ class Budget:
     answered from DSPy's cache costs nothing and is given back (`release()`): a question cut short by a budget
     replays its paid calls from the cache on resume without spending the budget again. With `price_per_hour`
     (a server rented by the hour), the spend checked before each call is the tokens' cost plus the wall time
-    since the budget opened x the rate (`clock`: seconds, default `monotonic`)."""
+    since the budget opened x the rate (`clock`: seconds, default `monotonic`). `earlier`: (calls, USD) that earlier
+    runs of the same work (a resumed run, compile or search) already spent of the flag's budget, which
+    `max_calls`/`max_cost` are what is left of: a stop says the flag's own numbers."""
 
     def __init__(self, max_calls: int | None = None, max_cost: float | None = None, *,
-                 price_per_hour: float | None = None, clock=None):
+                 price_per_hour: float | None = None, clock=None, earlier: tuple[int, float] = (0, 0.0)):
         if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
             raise ConfigError(f"--max-calls must be a non-negative integer, got {max_calls!r}")
         if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
@@ -410,6 +412,7 @@ class Budget:
         self.spent = 0.0
         self.held = 0.0  # USD reserved by the calls in flight
         self.exceeded: str | None = None
+        self.earlier_calls, self.earlier_cost = int(earlier[0]), float(earlier[1])
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
 
@@ -420,15 +423,20 @@ class Budget:
         with self._lock:
             while self.exceeded is None:
                 if self.max_calls is not None and self.started >= self.max_calls:
-                    self.exceeded = (f"LM call budget reached ({self.started} of --max-calls {self.max_calls}); "
-                                     "raise --max-calls to continue")
+                    earlier = f", {self.earlier_calls} of them by earlier runs" if self.earlier_calls else ""
+                    self.exceeded = (f"LM call budget reached ({self.started + self.earlier_calls} of --max-calls "
+                                     f"{self.max_calls + self.earlier_calls}{earlier}); raise --max-calls to continue")
                 elif self.max_cost is not None:
                     server = self.server_cost()
-                    what = (f"${self.spent + server:.4f}: tokens ${self.spent:.4f} + server ${server:.4f} "
-                            f"for {self.elapsed():.0f} s at ${self.price_per_hour:g}/h" if self.price_per_hour
-                            else f"${self.spent:.4f}")
+                    spent = self.spent + server + self.earlier_cost
+                    what = (f"${spent:.4f}: tokens ${self.spent:.4f} + server ${server:.4f} for "
+                            f"{self.elapsed():.0f} s at ${self.price_per_hour:g}/h" if self.price_per_hour
+                            else f"${spent:.4f}")
+                    if self.earlier_cost:
+                        what += f", ${self.earlier_cost:.4f} of it by earlier runs"
+                    limit = self.max_cost + self.earlier_cost
                     if self.spent + server >= self.max_cost:
-                        self.exceeded = (f"LM cost budget reached ({what} of --max-cost {self.max_cost:g}); "
+                        self.exceeded = (f"LM cost budget reached ({what} of --max-cost {limit:g}); "
                                          "raise --max-cost to continue")
                     elif self.spent + server + self.held + estimate > self.max_cost:
                         if self.held > 0:  # the calls in flight may cost less than they hold: wait for them
@@ -437,7 +445,7 @@ class Budget:
                             self._settled.wait(1.0)
                             continue
                         self.exceeded = (f"LM cost budget reached ({what} spent; the next call could cost up to "
-                                         f"${estimate:.6f}, past --max-cost {self.max_cost:g}); raise --max-cost "
+                                         f"${estimate:.6f}, past --max-cost {limit:g}); raise --max-cost "
                                          f"to continue")
                 break
             if self.exceeded is not None:
@@ -914,7 +922,8 @@ def _carries_usage_callback(lm) -> bool:
 
 @contextlib.contextmanager
 def metering(max_calls: int | None = None, max_cost: float | None = None, *,
-             price_per_hour: float | None = None, budget: Budget | None = None) -> Iterator[Meter]:
+             price_per_hour: float | None = None, budget: Budget | None = None,
+             earlier: tuple[int, float] = (0, 0.0)) -> Iterator[Meter]:
     """Open a meter over every LM call made inside the block, in every thread DSPy starts for it.
 
     With `max_calls`/`max_cost`, a call past the budget raises `BudgetExceeded` before it is sent (the
@@ -922,14 +931,14 @@ def metering(max_calls: int | None = None, max_cost: float | None = None, *,
     made while it is open. A server rented by the hour (`price_per_hour`, default the active LM's
     `--price-per-hour`) costs the block's wall time x the rate: `meter.usage.server_cost`, apart from the
     tokens' `cost`, and `max_cost` binds on the sum. `budget`: a `Budget` shared by several meters (a grid's,
-    over every cell running at once) instead of `max_calls`/`max_cost`."""
+    over every cell running at once) instead of `max_calls`/`max_cost`; `earlier`: as `Budget`'s."""
     active = dspy.settings.lm
     if price_per_hour is None and active is not None:
         price_per_hour = getattr(active, "price_per_hour", None)
     price_per_hour = check_price_per_hour(price_per_hour)
     if budget is None:
         budget = (None if max_calls is None and max_cost is None
-                  else Budget(max_calls, max_cost, price_per_hour=price_per_hour))
+                  else Budget(max_calls, max_cost, price_per_hour=price_per_hour, earlier=earlier))
     if max_cost is not None and active is not None and not price_per_hour and not is_priced(active):
         raise ConfigError(f"--max-cost cannot bind: model {getattr(active, 'model', active)!r} has no known price "
                           f"(not in LiteLLM's bundled price table); pass --price IN,OUT (USD per million prompt, "

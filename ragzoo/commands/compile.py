@@ -408,6 +408,7 @@ def run(args: argparse.Namespace) -> int:
                                          threads=int(config["threads"]),
                                          settings=_settings(config.get("optimizer_setting")),
                                          max_calls=max_calls, max_cost=max_cost,
+                                         earlier=(earlier.lm_calls - earlier.cached_calls, earlier.total_cost),
                                          stage_resources={"dataset": config.get("dataset")},
                                          **({"checkpoint": checkpoint} if checkpoint is not None else {}))
         except BaseException:

@@ -181,8 +181,13 @@ def test_a_resumed_compile_counts_what_its_earlier_runs_spent(tmp_path, capsys, 
                 "--lm", "openai/stub-model", "--api-base", server.base_url + "/v1", "--no-cache", "--out", str(out)]
         assert main([*argv, "--max-calls", "2"]) == 3
         assert server.requests == 2
+        capsys.readouterr()
         assert main([*argv, "--max-calls", "2", "--resume", "--force"]) == 3
         assert server.requests == 2  # its 2 calls were spent: nothing more under the same budget
+        said = capsys.readouterr().err
+        # in the flag's own numbers (review: "0 of --max-calls 0", a budget the user never gave)
+        assert "(2 of --max-calls 2, 2 of them by earlier runs)" in said, said
+        assert "of --max-calls 0" not in said
         assert main([*argv, "--max-calls", "4", "--resume", "--force"]) == 3
         assert server.requests == 4
         assert main([*argv, "--resume", "--force"]) == 0
