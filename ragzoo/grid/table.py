@@ -90,6 +90,11 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
             flags.append(f"{n_done} questions, the grid asks {grid.n}")
         if n_done and failures / n_done > MOSTLY_FAILED:
             flags.append(f"mostly failed ({failures}/{n_done})")
+        raised: dict[str, int] = {}  # a metric that raised scored the question 0 (`runs.run_example`): said
+        for record in records:
+            for name in record.get("metric_errors") or {}:
+                raised[name] = raised.get(name, 0) + 1
+        flags += [f"{name} raised on {count}" for name, count in raised.items()]
         entry["status"] = "; ".join(flags) or "done"
         entry["metrics"] = {}
         if entry["dry_run"] or not records:

@@ -321,3 +321,20 @@ def test_a_cell_another_live_process_writes_is_left_to_it_not_failed(tmp_path, c
         os.close(held)
     assert "is held by another live ragzoo process" in err and "failed" not in err, err
     assert code == 0 and json.loads((cell / "run" / "summary.json").read_text())["n"] == 1
+
+
+def test_a_metric_that_raised_is_in_the_cell_s_status(tmp_path):
+    """Review: a metric that raised scored those questions 0 and the grid's table said nothing of it."""
+    from ragzoo.grid import table as results
+
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    out = tmp_path / "g"
+    assert main(["sweep", str(grid), "--out", str(out), "--quiet", "--methods", "rag"]) == 0
+    (cell,) = (out / "cells").iterdir()
+    path = cell / "run" / "predictions.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records[0]["metric_errors"] = {"em": "ZeroDivisionError: division by zero"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    built = results.build(results.grid_of_folder(str(out)), str(out))
+    statuses = [entry.get("status") for row in built["rows"] for entry in row["cells"].values() if "n" in entry]
+    assert statuses and all("em raised on 1" in status for status in statuses), statuses
