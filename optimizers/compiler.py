@@ -490,7 +490,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
     on their own labels (`ragzoo.optimizers.stages`), then the whole program end to end.
     `stage_resources` hands stages what building their labels may need (e.g. {"logprob_fn": ...}).
     `checkpoint` keeps the optimizer's progress where DSPy allows and continues from it (see the module doc).
-    `earlier`: (calls, USD) earlier runs of this compile spent, which `max_calls`/`max_cost` are what is left of
+    `earlier`: (calls, USD) earlier runs of this compile spent of `max_calls`/`max_cost`: the budget is what is left
     (`ragzoo.usage.Budget`)."""
     Budget(max_calls, max_cost)  # a bad budget fails before any work
     preset, preset_settings = get_preset(optimizer)

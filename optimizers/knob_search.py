@@ -242,11 +242,7 @@ def search_knobs(method: str, retriever, space: dict[str, list], *, trainset: li
                         for k, v in typed.items()},
                      "optimizer": optuna.distributions.CategoricalDistribution(optimizers)}
 
-    spent_calls, spent_cost = _stored_spend(study) if storage else (0, 0.0)
-    if max_calls is not None:
-        max_calls = max(0, max_calls - spent_calls)
-    if max_cost is not None:
-        max_cost = max(0.0, max_cost - spent_cost)
+    spent_calls, spent_cost = _stored_spend(study) if storage else (0, 0.0)  # the budget is what is left
 
     def finished() -> dict[str, Any]:
         return {t.user_attrs.get("point"): t for t in study.get_trials(deepcopy=False)

@@ -1102,13 +1102,13 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         run_meter = None
         try:
             with (dspy.context(adapter=adapter) if adapter is not None else contextlib.nullcontext()), \
-                    metering(run_max_calls, run_max_cost, earlier=(earlier_calls, earlier_cost)) as run_meter, \
+                    metering(max_calls, max_cost, earlier=(earlier_calls, earlier_cost)) as run_meter, \
                     _collector_set_aside():
                 if todo and processes > 1:
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
                                                     run_max_calls, run_max_cost, accept, stop, out,
                                                     late=note_unrecorded, unfinished=unfinished, lost=lost,
-                                                    earlier=(earlier_calls, earlier_cost))
+                                                    earlier=(earlier_calls, earlier_cost), flags=(max_calls, max_cost))
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
@@ -1423,7 +1423,8 @@ def _remove_slot_files(folder: Path) -> None:
 def _run_in_processes(todo: list, processes: int, threads: int, program, metrics, deadline, max_calls, max_cost,
                       accept: Callable[..., Any], stop: list, out: Path | None = None,
                       late: Callable[[dict], Any] | None = None, unfinished: list | None = None,
-                      lost: list | None = None, earlier: tuple[int, float] = (0, 0.0)) -> str | None:
+                      lost: list | None = None, earlier: tuple[int, float] = (0, 0.0),
+                      flags: tuple[int | None, float | None] = (None, None)) -> str | None:
     """Run `todo` in `processes` forked workers of `threads` threads each; hand every record to `accept` here.
 
     Fork, not spawn: a worker gets the program, retriever, LM and DSPy settings as they are (nothing to pickle or
@@ -1496,15 +1497,17 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
                 logger.warning("evaluate: %s; its unfinished questions are not recorded (--resume runs them)", said)
                 if lost is not None:
                     lost.insert(0, said)
-        if budget:  # a worker names its own share: the user's figure is the whole budget (earlier runs' spend too)
+        if budget:  # a worker names its own share: the user's figure is the flag (`flags`; earlier runs spent some)
             calls, cost = earlier
+            flag_calls, flag_cost = (flags[0] if flags[0] is not None else max_calls,
+                                     flags[1] if flags[1] is not None else max_cost)
             if budget[0].startswith("LM call budget") and max_calls is not None:
                 before = f", {calls} of them spent by earlier runs" if calls else ""
-                return (f"LM call budget reached (--max-calls {max_calls + calls}{before}, {'the rest ' * bool(calls)}"
+                return (f"LM call budget reached (--max-calls {flag_calls}{before}, {'the rest ' * bool(calls)}"
                         f"split evenly over the {processes} processes); raise --max-calls to continue")
             if budget[0].startswith("LM cost budget") and max_cost is not None:
                 before = f", ${cost:.4f} of it spent by earlier runs" if cost else ""
-                return (f"LM cost budget reached (--max-cost {max_cost + cost:g}{before}, {'the rest ' * bool(cost)}"
+                return (f"LM cost budget reached (--max-cost {flag_cost:g}{before}, {'the rest ' * bool(cost)}"
                         f"split evenly over the {processes} processes); raise --max-cost to continue")
             return budget[0]
         return None

@@ -393,8 +393,8 @@ class Budget:
     replays its paid calls from the cache on resume without spending the budget again. With `price_per_hour`
     (a server rented by the hour), the spend checked before each call is the tokens' cost plus the wall time
     since the budget opened x the rate (`clock`: seconds, default `monotonic`). `earlier`: (calls, USD) that earlier
-    runs of the same work (a resumed run, compile or search) already spent of the flag's budget, which
-    `max_calls`/`max_cost` are what is left of: a stop says the flag's own numbers."""
+    runs of the same work (a resumed run, compile or search) already spent of `max_calls`/`max_cost` (the flags'
+    values): this budget is what is left of them, and a stop says the flags' own numbers."""
 
     def __init__(self, max_calls: int | None = None, max_cost: float | None = None, *,
                  price_per_hour: float | None = None, clock=None, earlier: tuple[int, float] = (0, 0.0)):
@@ -403,8 +403,10 @@ class Budget:
         if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
                                      or not math.isfinite(max_cost) or max_cost < 0):
             raise ConfigError(f"--max-cost must be a non-negative number of USD, got {max_cost!r}")
-        self.max_calls = max_calls
-        self.max_cost = None if max_cost is None else float(max_cost)
+        self.earlier_calls, self.earlier_cost = int(earlier[0]), float(earlier[1])
+        self.flag_calls, self.flag_cost = max_calls, None if max_cost is None else float(max_cost)
+        self.max_calls = None if max_calls is None else max(0, max_calls - self.earlier_calls)
+        self.max_cost = None if max_cost is None else max(0.0, float(max_cost) - self.earlier_cost)
         self.price_per_hour = check_price_per_hour(price_per_hour)
         self._clock = clock or monotonic
         self.opened_at = self._clock()
@@ -412,7 +414,6 @@ class Budget:
         self.spent = 0.0
         self.held = 0.0  # USD reserved by the calls in flight
         self.exceeded: str | None = None
-        self.earlier_calls, self.earlier_cost = int(earlier[0]), float(earlier[1])
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
 
@@ -425,7 +426,7 @@ class Budget:
                 if self.max_calls is not None and self.started >= self.max_calls:
                     earlier = f", {self.earlier_calls} of them by earlier runs" if self.earlier_calls else ""
                     self.exceeded = (f"LM call budget reached ({self.started + self.earlier_calls} of --max-calls "
-                                     f"{self.max_calls + self.earlier_calls}{earlier}); raise --max-calls to continue")
+                                     f"{self.flag_calls}{earlier}); raise --max-calls to continue")
                 elif self.max_cost is not None:
                     server = self.server_cost()
                     spent = self.spent + server + self.earlier_cost
@@ -434,7 +435,7 @@ class Budget:
                             else f"${spent:.4f}")
                     if self.earlier_cost:
                         what += f", ${self.earlier_cost:.4f} of it by earlier runs"
-                    limit = self.max_cost + self.earlier_cost
+                    limit = self.flag_cost
                     if self.spent + server >= self.max_cost:
                         self.exceeded = (f"LM cost budget reached ({what} of --max-cost {limit:g}); "
                                          "raise --max-cost to continue")

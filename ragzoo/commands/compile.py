@@ -394,11 +394,7 @@ def run(args: argparse.Namespace) -> int:
     from ragzoo.usage import Usage, metering
 
     earlier = checkpoint.spent() if checkpoint is not None and checkpoint.resumed else Usage()
-    max_calls, max_cost = config.get("max_calls"), config.get("max_cost")
-    if max_calls is not None:
-        max_calls = max(0, max_calls - (earlier.lm_calls - earlier.cached_calls))
-    if max_cost is not None:
-        max_cost = max(0.0, max_cost - earlier.total_cost)
+    max_calls, max_cost = config.get("max_calls"), config.get("max_cost")  # less `earlier`: `usage.Budget`
     with metering() as this_run:  # what this run sends, however it ends
         try:
             with dspy.context(lm=lm, adapter=adapter), contextlib.redirect_stdout(sys.stderr), \

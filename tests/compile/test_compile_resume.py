@@ -188,6 +188,9 @@ def test_a_resumed_compile_counts_what_its_earlier_runs_spent(tmp_path, capsys, 
         # in the flag's own numbers (review: "0 of --max-calls 0", a budget the user never gave)
         assert "(2 of --max-calls 2, 2 of them by earlier runs)" in said, said
         assert "of --max-calls 0" not in said
+        capsys.readouterr()
+        assert main([*argv, "--max-calls", "1", "--resume", "--force"]) == 3  # below what was spent: nothing sent
+        assert server.requests == 2 and "(2 of --max-calls 1, 2 of them by earlier runs)" in capsys.readouterr().err
         assert main([*argv, "--max-calls", "4", "--resume", "--force"]) == 3
         assert server.requests == 4
         assert main([*argv, "--resume", "--force"]) == 0

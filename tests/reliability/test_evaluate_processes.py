@@ -268,6 +268,8 @@ def test_a_resumed_run_counts_what_its_earlier_runs_spent_against_the_budget(tmp
         again = cli(*argv, "--resume", "--max-calls", "3")
         assert again.code == 3 and server.requests == 3, again.err  # spent already: nothing sent
         assert "3 of them" in again.err and "by earlier runs" in again.err and "--max-calls 3" in again.err
+        lower = cli(*argv, "--resume", "--max-calls", "2")  # a flag below what was spent: named as given
+        assert lower.code == 3 and server.requests == 3 and "--max-calls 2" in lower.err, lower.err
         last = cli(*argv, "--resume", "--max-calls", "8")
         assert last.code == 0, last.err
         assert server.requests == 8
