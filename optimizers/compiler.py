@@ -598,8 +598,10 @@ def _run(preset, settings, program, trainset, valset, metric, seed, threads, res
 
         bootstrap = {k: v for k, v in settings.items() if k not in ("k", "embedder")}
         bootstrap["metric"] = metric.name  # re-resolved by name when a saved KNN program is loaded
-        problem = bootstrap_problem(bootstrap)
-        if problem:  # refused before the compile is saved: its artifact would not load
+        # the counts bound what one question may cost; the metric may be any function here (the program in memory
+        # keeps it), only a saved program must name a built-in one (`ragzoo.artifacts.save`)
+        problem = bootstrap_problem({k: v for k, v in bootstrap.items() if k != "metric"})
+        if problem:
             raise ConfigError(f"optimizer {preset.name!r}: {problem}")
         return KNNProgram(program, trainset, k=int(settings.get("k", 3)), bootstrap=bootstrap,
                           metric=metric, **({"embedder": settings["embedder"]} if "embedder" in settings else {}))

@@ -141,6 +141,13 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
     path = check_replaceable(path, overwrite)
 
     structure = _structure(program)
+    if structure.get("kind") == "knn":
+        from ragzoo.optimizers.knn import bootstrap_problem
+
+        problem = bootstrap_problem(structure.get("bootstrap") or {})
+        if problem:  # it would not load: refused before anything is written
+            raise ArtifactError(f"cannot save this KNN program: {problem}; compile it with a built-in metric "
+                                f"to save it")
     fresh = programs.get(method, retriever=None if not info_method.uses_retrieval else _NoRetriever(),
                          **resolved)
     hashes = signature_hashes(fresh)

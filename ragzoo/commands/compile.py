@@ -350,6 +350,12 @@ def run(args: argparse.Namespace) -> int:
         get_preset(name)
     apply_dataset_defaults(config, split_kind="train", metric_kind="headline")
     check_metrics(config["metric"], config)  # and builds an LM judge for --metric judge
+    if any(name.partition(":")[0] == "knn" for name in optimizers):  # a KNN artifact keeps its metric by name
+        from ragzoo.optimizers.knn import bootstrap_problem
+
+        problem = bootstrap_problem({"metric": str(config["metric"]).split(",")[0].strip()})
+        if problem:
+            raise ConfigError(f"--optimizer knn: {problem}; pass a built-in --metric")
     info = programs.info(config["method"])
     knobs = knob_dict(config.get("knob"))
     resolved = programs.resolve_knobs(config["method"], knobs)  # unknown/mistyped knobs fail before any work

@@ -683,10 +683,15 @@ def _has_answers(run_dir) -> bool:
     """Whether a cell's run has started and finished a question (a stopped or running cell may have neither)."""
     from pathlib import Path
 
-    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE
+    from ragzoo.errors import RunError
+    from ragzoo.runs import CONFIG_FILE, PREDICTIONS_FILE, read_predictions
 
-    predictions = Path(run_dir) / PREDICTIONS_FILE
-    return (Path(run_dir) / CONFIG_FILE).is_file() and predictions.is_file() and predictions.stat().st_size > 0
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        return False
+    try:  # a line cut by a kill is no question finished
+        return bool(read_predictions(Path(run_dir) / PREDICTIONS_FILE))
+    except RunError:  # damaged: the report of the cell says how
+        return True
 
 
 def _cell_runs(grid_out: str) -> list[str]:

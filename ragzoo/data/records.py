@@ -162,6 +162,9 @@ def to_record(item: Located, *, question_field: str = QUESTION_KEY, answers_fiel
     record[ID_KEY] = example_id
     record[QUESTION_KEY] = question.strip()
     record[ANSWERS_KEY] = answers
+    for titles in ("supporting_titles", "gold_titles"):  # one title as a string (a CSV cell) is one title
+        if isinstance(record.get(titles), str):
+            record[titles] = [record[titles]] if record[titles] else []
     return record
 
 

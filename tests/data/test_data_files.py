@@ -203,3 +203,14 @@ def test_a_file_with_no_question_is_refused_before_any_run_folder(tmp_path, name
     err = capsys.readouterr().err.strip()
     assert code == 2 and "holds no question" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_one_gold_title_in_a_csv_cell_is_a_list_of_one_title(tmp_path):
+    """Review: a string of gold titles was split into letters by the report's gold marks (the retrieval metric had
+    been fixed alone): the data loader makes it a list of one title, for every reader."""
+    from ragzoo.data import load_file
+
+    path = tmp_path / "q.csv"
+    path.write_text("question,answer,supporting_titles\nWhere is the Louvre?,Paris,Paris\nWho?,Bob,\n")
+    first, second = load_file(path, seed=None)
+    assert first.supporting_titles == ["Paris"] and second.supporting_titles == []

@@ -179,6 +179,35 @@ def test_knn_settings_that_would_not_load_are_refused_at_compile(tmp_path, cli):
     result = cli("compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "0",
                  "--optimizer", "knn", "--optimizer-setting", "max_rounds=11", *DRY, "--out", tmp_path / "k")
     assert result.code == 2 and "max_rounds" in result.err and not (tmp_path / "k").exists(), result.err
+    result = cli("compile", "--method", "direct", "--dataset", "hotpotqa", "--train-n", "2", "--dev-n", "2",
+                 "--optimizer", "knn", "--metric", "metrics.answer:exact_match", *DRY, "--out", tmp_path / "k")
+    assert result.code == 2 and "built-in --metric" in result.err and not (tmp_path / "k").exists(), result.err
+
+
+def test_a_knn_program_with_a_function_as_its_metric_compiles_but_is_not_saved(tmp_path):
+    """Review of the fix: a KNN compile from Python with one's own metric function was refused, though the program
+    in memory keeps the function; only saving it (a saved program names its metric) is refused."""
+    import dspy
+
+    from ragzoo import programs
+    from ragzoo.errors import ArtifactError
+    from ragzoo.lm import make_dry_run_lm
+    from ragzoo.optimizers import compile_program
+
+    def my_metric(example, prediction, trace=None):
+        return 1.0
+
+    examples = [dspy.Example(id=f"q{i}", question=f"what is item {i}?", answers=[f"answer {i}"],
+                             answer=f"answer {i}").with_inputs("question") for i in range(6)]
+    with dspy.context(lm=make_dry_run_lm()):
+        result = compile_program(programs.get("direct"), trainset=examples[:4], valset=[],  # nothing embedded
+                                 optimizer="knn", metric=my_metric)
+    assert result.program.bootstrap_settings["metric"] and result.program._metric is not None
+    from ragzoo import save
+
+    with pytest.raises(ArtifactError, match="cannot save this KNN program.*built-in metric"):
+        save(result.program, tmp_path / "k", method="direct")
+    assert not (tmp_path / "k").exists()
 
 
 def test_a_knn_artifact_cannot_name_its_own_embedding_model(tmp_path, cli):
