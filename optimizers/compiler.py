@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import dspy
 
+from ragzoo.adapters import stamp_compiled_adapter
 from ragzoo.engines import dry_run_metric
 from ragzoo.errors import BudgetExceeded, ConfigError
 from ragzoo.leakage import mark_seen
@@ -526,6 +527,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                     result.notes.append("the staged demos compiled before the budget are kept; no end-to-end "
                                         "compile ran")
             if result.stopped:
+                stamp_compiled_adapter(result.program)
                 return result
         started, before = time.perf_counter(), meter.usage.snapshot()
         try:
@@ -559,6 +561,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
         result.notes.append(f"{optimizer} selected its program on these dev questions, so the dev score is a "
                             f"selection score (optimistic): evaluate on questions the compile never saw")
     mark_seen(result.program, trainset, valset)  # evaluations on these questions are flagged as not held out
+    stamp_compiled_adapter(result.program)  # `ragzoo.save` records it: `load` runs the program as compiled
     return result
 
 

@@ -602,6 +602,31 @@ def default_adapter(name: str | None = None, *, max_reasks: int = DEFAULT_MAX_RE
     return adapter
 
 
+def stamp_compiled_adapter(program) -> None:
+    """Note on a compiled `program` the adapter it was compiled under (and its `max_reasks`), as `ragzoo.save`
+    records it in the manifest when its caller names none (a Python compile-then-save)."""
+    active = adapter_in_force(program, dspy.settings.adapter)
+    program.ragzoo_compiled_under = (adapter_name(active), getattr(active, "max_reasks", None))
+
+
+def compiled_adapter(program) -> tuple[str, int | None]:
+    """(adapter, max_reasks) `program` was compiled under: its stamp, a loaded program's own, else what is active."""
+    stamped = getattr(program, "ragzoo_compiled_under", None)
+    if stamped is not None:
+        return stamped
+    active = adapter_in_force(program, dspy.settings.adapter)
+    return adapter_name(active), getattr(active, "max_reasks", None)
+
+
+def adapter_in_force(program, active):
+    """The adapter `program` runs under when `active` is the caller's: a loaded program's own (`ragzoo_adapter`)
+    unless the caller chose one (`active` is neither None nor `ragzoo.configure`'s default), else `active`."""
+    recorded = getattr(program, "ragzoo_adapter", None)
+    if recorded is not None and (active is None or getattr(active, "ragzoo_default", False)):
+        return recorded
+    return active
+
+
 class _RecordedAdapter:
     """Mixin of a loaded program's class: each call runs under `ragzoo_adapter` (the adapter it was compiled
     with) unless the caller chose one (`dspy.context(adapter=...)`, `dspy.configure`), which wins with a
@@ -614,7 +639,7 @@ class _RecordedAdapter:
         active = dspy.settings.adapter
         if recorded is None:
             return contextlib.nullcontext()
-        if active is None or getattr(active, "ragzoo_default", False):
+        if adapter_in_force(self, active) is recorded:
             return dspy.context(adapter=recorded)
         warn_adapter_mismatch(adapter_name(recorded), adapter_name(active), where=type(self).__name__)
         return contextlib.nullcontext()
@@ -641,7 +666,7 @@ def run_under(program, name: str | None, *, max_reasks: int = DEFAULT_MAX_REASKS
 
 
 __all__ = ["ADAPTERS", "DEFAULT_ADAPTER", "EXTRA_ADAPTERS", "TwoStepLenientAdapter", "LenientChatAdapter", "LenientJSONAdapter", "LenientXMLAdapter",
-           "UnreadableOutput", "adapter_name", "default_adapter", "lenient_parse", "lenient_value", "make_adapter",
-           "run_under", "warn_adapter_mismatch"]
+           "UnreadableOutput", "adapter_in_force", "adapter_name", "compiled_adapter", "default_adapter", "lenient_parse", "lenient_value", "make_adapter",
+           "run_under", "stamp_compiled_adapter", "warn_adapter_mismatch"]
 
 _ = typing  # typing is imported for readers of lenient_value's annotations

@@ -130,7 +130,11 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
     Refuses to replace an existing directory unless `overwrite=True`.
     """
     from ragzoo import programs
+    from ragzoo.adapters import compiled_adapter
 
+    if "adapter" not in info:  # a Python compile-then-save: the adapter it was compiled under, for `load`
+        info["adapter"], reasks = compiled_adapter(program)
+        info.setdefault("max_reasks", reasks)
     path = Path(path)
     origin = programs.origin(program) or {}
     method = method or origin.get("method") or _infer_method(program)

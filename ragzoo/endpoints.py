@@ -304,6 +304,7 @@ class EndpointLimiter:
         self.waited = 0
         self.rate_limited = 0
         self.lowest: int | None = None  # the lowest limit 429s brought it to (the additive increase climbs after)
+        self.configured = False  # a limit was set (`set_limit`): an LM built later without one keeps it
         self._condition = threading.Condition()
 
     def allowed(self) -> int | None:
@@ -315,6 +316,7 @@ class EndpointLimiter:
         with self._condition:
             self.window = None  # a new LM or ceiling from the user: learn the server's capacity again
             self.limit = limit
+            self.configured = True
             self._condition.notify_all()
 
     def _full(self) -> bool:

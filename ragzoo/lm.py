@@ -153,8 +153,9 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
         return make_dry_run_lm(priced, cache=kw.get("cache", False), callbacks=kw.get("callbacks"))
 
     from ragzoo.endpoints import DEFAULT_MAX_CONCURRENCY, check_max_concurrency, endpoint_of, \
-        install_cache_namespace, install_cache_redaction, set_max_concurrency
+        install_cache_namespace, install_cache_redaction, limiter, set_max_concurrency
 
+    asked_concurrency = "max_concurrency" in kw  # or the default, which never lowers nor raises a limit in force
     max_concurrency = check_max_concurrency(kw.pop("max_concurrency", DEFAULT_MAX_CONCURRENCY))
     namespaced = kw.pop("cache_namespace", True)
     price = parse_price(kw.pop("price", None))
@@ -187,8 +188,10 @@ def make_lm(spec: str, api_base: str | None = None, **kw: Any) -> dspy.LM:
 
     _price_lookup(spec)  # reads LiteLLM's price table file now, not inside the first example's deadline
     lm.endpoint = endpoint_of(lm)
-    set_max_concurrency(lm.endpoint, max_concurrency)
-    lm.max_concurrency = max_concurrency
+    in_force = limiter(lm.endpoint)
+    if asked_concurrency or not in_force.configured:  # a second LM of the endpoint (a judge) keeps its limit
+        set_max_concurrency(lm.endpoint, max_concurrency)
+    lm.max_concurrency = in_force.limit
     if price is not None:
         lm.price = price
     if price_per_hour is not None:

@@ -900,7 +900,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     None: as many as `auto_processes` picks for the questions left (one, up to 64 requests in flight)."""
     import dspy
 
-    from ragzoo.adapters import adapter_name, make_adapter
+    from ragzoo.adapters import adapter_in_force, adapter_name, make_adapter
     from ragzoo.metrics.scoring import resolve_metrics, safe_metric
     from ragzoo.usage import Budget, metering
 
@@ -912,8 +912,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     resume = resume or retry_failed
     if isinstance(adapter, str):
         adapter = make_adapter(adapter)
-    elif adapter is None:
-        adapter = dspy.settings.adapter  # None: DSPy's default ChatAdapter (the CLI always passes --adapter)
+    elif adapter is None:  # None: DSPy's default ChatAdapter (the CLI always passes --adapter); a loaded program's own
+        adapter = adapter_in_force(program, dspy.settings.adapter)
     resolved = [(name, safe_metric(fn)) for name, fn in resolve_metrics(metrics)]
     metric_names = [name for name, _ in resolved]
     from ragzoo.metrics.retrieval import check_gold_titles
@@ -1223,11 +1223,17 @@ def _describe_run(run_config: dict, program, recorded: set[str] | None = None) -
     from ragzoo import programs
     from ragzoo.lm import describe_lm
 
+    from ragzoo.secrets import strip_spec
+
     manifest = getattr(program, "ragzoo_manifest", None) or {}
     built = programs.origin(program) or {}
+    members = getattr(program, "programs", None)  # an ensemble: its members share one retriever
+    retriever = getattr(program, "retriever", None) or (getattr(members[0], "retriever", None) if members else None)
     found = {"lm": describe_lm(dspy.settings.lm) if dspy.settings.lm is not None else None,
              "method": manifest.get("method") or built.get("method"),
-             "knobs": manifest.get("knobs") or built.get("knobs"), "optimizer": manifest.get("optimizer")}
+             "knobs": manifest.get("knobs") or built.get("knobs"), "optimizer": manifest.get("optimizer"),
+             # so that a resume with another retriever is refused, and a report says the runs differ in it
+             "retriever": strip_spec(getattr(retriever, "spec", None) or None)}
     for key, value in found.items():
         if key not in run_config and value is not None and (recorded is None or key in recorded):
             run_config[key] = value

@@ -126,8 +126,8 @@ def question_key(record: dict) -> str:
 
 def _optimizer(config: dict) -> str:
     program = config.get("program")
-    if not program:
-        return "none (uncompiled)"
+    if not program:  # a run of a program in memory (Python) records its optimizer itself (`runs._describe_run`)
+        return str(config["optimizer"]) if config.get("optimizer") else "none (uncompiled)"
     try:
         from ragzoo.artifacts import read_manifest
 

@@ -143,3 +143,19 @@ def test_concurrent_price_lookups_leave_stdout_alone():
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(_price_lookup, names))
     assert sys.stdout is before
+
+
+def test_an_lm_built_without_a_limit_keeps_the_endpoint_s_limit_in_force():
+    """Review: a second LM of the same endpoint built without max_concurrency (a judge, another temperature) set
+    the endpoint's limit back to the default 8: the first LM's `max_concurrency=2` ran 8 requests at once."""
+    from ragzoo.endpoints import limiter
+    from ragzoo.lm import make_lm
+
+    base = "http://127.0.0.1:9/only-this-test/v1"  # never contacted: building an LM sends nothing
+    first = make_lm("openai/stub-model", api_base=base, max_concurrency=2)
+    second = make_lm("openai/stub-model", api_base=base, temperature=0.5)
+    assert limiter(first.endpoint).limit == 2 and first.max_concurrency == second.max_concurrency == 2
+    third = make_lm("openai/stub-model", api_base=base, max_concurrency=5)  # asked for: it is the limit now
+    assert limiter(first.endpoint).limit == 5 and third.max_concurrency == 5
+    fresh = make_lm("openai/stub-model", api_base="http://127.0.0.1:9/another-endpoint/v1")
+    assert fresh.max_concurrency == 8  # the default, where none is in force

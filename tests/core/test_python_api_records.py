@@ -1,0 +1,81 @@
+"""What a Python compile-then-save-then-evaluate records, as the CLI does (review of the Python API): the adapter a
+program was compiled under goes into its manifest and `load` runs it so; an evaluation records the adapter the
+program ran under; a run records its retriever, so `resume` refuses another; a report names the optimizer of a
+loaded program; the judge's totals are each evaluation's own."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+import ragzoo
+from ragzoo import programs
+from ragzoo.adapters import default_adapter, make_adapter
+from ragzoo.lm import make_dry_run_lm
+from ragzoo.optimizers import compile_program
+from ragzoo.runs import evaluate
+
+
+def _examples(n: int, prefix: str = "q") -> list:
+    return [dspy.Example(id=f"{prefix}{i}", question=f"what is item {i}?", answers=[f"answer {i}"],
+                         answer=f"answer {i}").with_inputs("question") for i in range(n)]
+
+
+def test_a_program_compiled_and_saved_from_python_keeps_its_adapter_and_runs_under_it(tmp_path):
+    lm = make_dry_run_lm()
+    with dspy.context(lm=lm, adapter=make_adapter("json")):
+        result = compile_program(programs.get("direct"), trainset=_examples(4), valset=[], optimizer="labeled")
+    ragzoo.save(result.program, tmp_path / "art")
+    manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
+    assert manifest["adapter"] == "json" and manifest["max_reasks"] == 2
+    loaded = ragzoo.load(tmp_path / "art")
+    with dspy.context(lm=lm, adapter=default_adapter()):  # what ragzoo.configure(lm=...) sets: no choice
+        summary = evaluate(loaded, _examples(2, "t"), "em", str(tmp_path / "run"), progress=False)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["adapter"] == "json" and config["lenient"] is True and summary["n"] == 2
+    with dspy.context(lm=lm):  # plain dspy.configure(lm=...): no adapter at all, the program's own is in force
+        evaluate(loaded, _examples(2, "t"), "em", str(tmp_path / "run2"), progress=False)
+    assert json.loads((tmp_path / "run2" / "config.json").read_text())["adapter"] == "json"
+    with dspy.context(lm=lm, adapter=make_adapter("chat")), pytest.warns(UserWarning, match="compiled under"):
+        evaluate(loaded, _examples(2, "t"), "em", str(tmp_path / "run3"), progress=False)  # the caller's choice
+    assert json.loads((tmp_path / "run3" / "config.json").read_text())["adapter"] == "chat"
+
+
+def test_a_python_run_records_its_retriever_and_a_resume_with_another_is_refused(tmp_path):
+    from ragzoo.errors import RunError
+    from ragzoo.retrieval.base import Passage
+    from ragzoo.testing import StaticRetriever
+
+    def retriever(name: str) -> StaticRetriever:
+        found = StaticRetriever([Passage(pid=f"{name}{i}", title=f"T{i}", text=f"item {i} answer {i}")
+                                 for i in range(3)])
+        found.spec = f"bm25:{name}.jsonl"
+        return found
+
+    examples = _examples(4, "t")
+    with dspy.context(lm=make_dry_run_lm()):
+        evaluate(programs.get("rag", retriever=retriever("wiki17")), examples[:2], "em", str(tmp_path / "run"),
+                 progress=False)
+        assert json.loads((tmp_path / "run" / "config.json").read_text())["retriever"] == "bm25:wiki17.jsonl"
+        with pytest.raises(RunError, match="retriever"):
+            evaluate(programs.get("rag", retriever=retriever("wiki18")), examples, "em", str(tmp_path / "run"),
+                     resume=True, progress=False)
+        summary = evaluate(programs.get("rag", retriever=retriever("wiki17")), examples, "em", str(tmp_path / "run"),
+                           resume=True, progress=False)
+    assert summary["n"] == 4
+
+
+def test_a_report_names_the_optimizer_of_a_loaded_program_evaluated_from_python(tmp_path, capsys):
+    from ragzoo.cli import main
+
+    lm = make_dry_run_lm()
+    with dspy.context(lm=lm):
+        result = compile_program(programs.get("direct"), trainset=_examples(4), valset=[], optimizer="labeled")
+        ragzoo.save(result.program, tmp_path / "art", optimizer="labeled")
+        evaluate(ragzoo.load(tmp_path / "art"), _examples(2, "t"), "em", str(tmp_path / "run"), progress=False)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "labeled" in out and "none (uncompiled)" not in out
