@@ -116,13 +116,20 @@ class Judge:
         with self._lock:
             self.failed_ids.append(_example_id(example))
 
-    def summary(self) -> dict:
-        usage = self.meter.usage
+    def mark(self) -> tuple:
+        """Where the judge's totals stand now: `summary(since=...)` gives what was added after (one evaluation's,
+        in a process that runs several, as a notebook does)."""
+        with self._lock:
+            return self.meter.usage.snapshot(), len(self.failed_ids)
+
+    def summary(self, since: tuple | None = None) -> dict:
+        usage = self.meter.usage if since is None else self.meter.usage.minus(since[0])
+        with self._lock:
+            failed = list(self.failed_ids)[since[1] if since is not None else 0:]
         return {"lm": self.spec, "lm_calls": usage.lm_calls, "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens, "cost": round(usage.total_cost, 6),
                 "cached_calls": usage.cached_calls, "failed_calls": usage.failed_calls,
-                "failed": len(self.failed_ids),
-                "failed_ids": list(self.failed_ids)}
+                "failed": len(failed), "failed_ids": failed}
 
 
 _JUDGE: Judge | None = None
@@ -215,7 +222,14 @@ def judge_config(metrics) -> dict:
                                                         "fields": list(m.signature.fields)} for m in found}})}
 
 
-def judge_summary(metrics) -> dict:
-    """What summary.json carries about the judge's calls (this invocation's), {} when no metric is judged."""
+def judge_mark(metrics) -> tuple | None:
+    """Where the judge of these metrics stands before an evaluation (`Judge.mark`); None when none is judged."""
     found = _judge_metrics(metrics)
-    return {"judge": found[0].judge.summary()} if found else {}
+    return found[0].judge.mark() if found else None
+
+
+def judge_summary(metrics, since: tuple | None = None) -> dict:
+    """What summary.json carries about the judge's calls, {} when no metric is judged: since `since`
+    (`judge_mark` at the evaluation's start), so each evaluation of a process counts its own."""
+    found = _judge_metrics(metrics)
+    return {"judge": found[0].judge.summary(since)} if found else {}

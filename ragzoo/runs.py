@@ -943,8 +943,9 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         run_config["n"] = len(examples)
     _describe_run(run_config, program, _recorded_keys(out_dir) if resume else None)
     run_config["metrics"] = metric_names
-    from ragzoo.metrics.judge import judge_config, judge_summary
+    from ragzoo.metrics.judge import judge_config, judge_mark, judge_summary
 
+    judge_before = judge_mark(resolved)  # the judge is the process's: this run reports what it adds
     judged = judge_config(resolved)  # an LM-judged metric: its prompts and judge LM, no secret ({} when none)
     run_config.update(judged)
     run_config["compiled_on"] = leaked
@@ -1149,7 +1150,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         unrecorded = extra_usage(out) if out is not None else summed_extra_usage(late_lines)
         summary = summarize(records, metric_names, total=len(examples), extra=extra, unrecorded=unrecorded)
         summary["compiled_on"] = leaked
-        summary.update(judge_summary(resolved))  # the judge's calls, tokens and cost, apart from the program's
+        summary.update(judge_summary(resolved, judge_before))  # the judge's calls, tokens, cost: apart, this run's
         for key in ("method", "program", "dataset", "split", "lm"):
             if key in run_config:
                 summary[key] = run_config[key]

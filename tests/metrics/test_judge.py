@@ -98,6 +98,25 @@ def test_a_failing_verdict_fails_the_metric_for_that_question_only(tmp_path):
     assert summary["judge"]["failed"] == 1 and summary["judge"]["failed_ids"] == ["q1"]
 
 
+def test_each_evaluation_of_a_process_reports_its_own_judge_calls(tmp_path):
+    """Review: the judge is the process's (a notebook evaluates several times): the second run reported the first
+    run's judge calls and failed ids too (6 calls for its 3 questions)."""
+    program_lm = ScriptedLM(default={"answer": "Paris"})
+
+    def verdict(call):
+        if "Question 1?" in call.inputs.get("question", ""):
+            return {"recall": 7.0, "precision": 1.0}  # unreadable: q1's verdict fails
+        return {"recall": 1.0, "precision": 1.0}
+
+    judge_module.use_judge(ScriptedLM({"AnswerOverlap": verdict}), "scripted", Meter())
+    with dspy.context(lm=program_lm):
+        first = evaluate(Answerer(), _examples(3), "em,judge", tmp_path / "one")
+        second = evaluate(Answerer(), _examples(2), "em,judge", tmp_path / "two")
+    assert first["judge"]["lm_calls"] == 3 and first["judge"]["failed_ids"] == ["q1"]
+    assert second["judge"]["lm_calls"] == 2 and second["judge"]["failed_ids"] == ["q1"]
+    assert second["judge"]["failed"] == 1
+
+
 def test_cli_judge_metric_needs_judge_lm_and_records_it(tmp_path, capsys):
     from ragzoo.cli import main
 
