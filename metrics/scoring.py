@@ -31,8 +31,10 @@ def resolve_metrics(metrics: str | Callable | list) -> list[tuple[str, Callable]
         items: list[Any] = [part for part in (p.strip() for p in metrics.split(",")) if part]
     elif callable(metrics):
         items = [metrics]
-    else:
+    elif isinstance(metrics, (list, tuple)):
         items = list(metrics)
+    else:
+        raise ConfigError(f"metrics must be a name, a list of names or a metric function, got {metrics!r}")
     if not items:
         raise ConfigError("no metric given; pass e.g. --metric em,f1")
     return [resolve_metric(item) for item in items]

@@ -141,6 +141,11 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
     info_method = programs.info(method)
     if knobs is None:
         knobs = origin.get("knobs") if origin.get("method") == method else None
+    elif origin.get("method") == method and origin.get("knobs") is not None and \
+            programs.resolve_knobs(method, knobs) != programs.resolve_knobs(method, origin["knobs"]):
+        # `load` rebuilds the program from the manifest's knobs: other ones would load another program
+        raise ArtifactError(f"knobs {knobs} are not those the program was built with ({origin['knobs']}); leave "
+                            f"knobs= out to save the program's own")
     resolved = programs.resolve_knobs(method, knobs or {})
     path = check_replaceable(path, overwrite)
 
@@ -471,6 +476,8 @@ def recorded_adapter(manifest: dict) -> tuple[str | None, int | None]:
 def load_artifact(path: str | os.PathLike, *, retriever=None, retriever_spec: str | None = None,
                   method: str | None = None, knobs: dict | None = None, trust_retriever: bool = False):
     """`load`, returning `(program, manifest)`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArtifactError(f"an artifact is a folder path, got {type(path).__name__} {path!r}")
     path = Path(path)
     if is_transient_dir(path):  # a compile killed between its last write and the swap leaves a complete-looking copy
         raise ArtifactError(f"{path} is the unfinished build or the backup of a compile, not an artifact; load the "

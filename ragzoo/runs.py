@@ -905,10 +905,20 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     from ragzoo.usage import Budget, metering
 
     Budget(max_calls, max_cost)  # a bad budget fails before the run directory is touched
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0):
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float))
+                                 or not math.isfinite(deadline) or deadline <= 0):
         raise RunError(f"--deadline must be a positive number of seconds, got {deadline!r}")
-    if abort_failure_rate is not None and not 0 < float(abort_failure_rate) <= 1:
+    if abort_failure_rate is not None and (isinstance(abort_failure_rate, bool)
+                                           or not isinstance(abort_failure_rate, (int, float))
+                                           or not 0 < abort_failure_rate <= 1):
         raise RunError(f"--abort-failure-rate must be in (0, 1], got {abort_failure_rate!r}")
+    if not callable(program):
+        raise RunError(f"evaluate takes a program (a dspy.Module, e.g. ragzoo.programs.get(...)), got "
+                       f"{type(program).__name__}")
+    unset = [name for name, predictor in getattr(program, "named_predictors", lambda: [])()
+             if getattr(predictor, "lm", None) is None]
+    if unset and dspy.settings.lm is None:  # every question would fail "No LM is loaded", one by one
+        raise RunError("no LM is configured: ragzoo.configure(lm=...) or dspy.context(lm=...) first (or --lm)")
     resume = resume or retry_failed
     if isinstance(adapter, str):
         adapter = make_adapter(adapter)

@@ -18,6 +18,12 @@ from ragzoo.optimizers import compile_program
 from ragzoo.runs import evaluate
 
 
+def _static():
+    from ragzoo.testing import StaticRetriever
+
+    return StaticRetriever([])
+
+
 def _examples(n: int, prefix: str = "q") -> list:
     return [dspy.Example(id=f"{prefix}{i}", question=f"what is item {i}?", answers=[f"answer {i}"],
                          answer=f"answer {i}").with_inputs("question") for i in range(n)]
@@ -79,3 +85,32 @@ def test_a_report_names_the_optimizer_of_a_loaded_program_evaluated_from_python(
     assert main(["report", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "labeled" in out and "none (uncompiled)" not in out
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda tmp: evaluate(programs.get("direct"), _examples(2), None, None), "metrics must be"),
+    (lambda tmp: evaluate(programs.get("direct"), _examples(2), "em", None, abort_failure_rate="x"),
+     "abort-failure-rate"),
+    (lambda tmp: evaluate(programs.get("direct"), _examples(2), "em", None, deadline=float("nan")), "deadline"),
+    (lambda tmp: evaluate("rag", _examples(2), "em", None), "takes a program"),
+    (lambda tmp: ragzoo.load(3), "folder path"),
+    (lambda tmp: ragzoo.save(programs.get("rag", retriever=_static(), k=3), tmp / "art", knobs={"k": 99}),
+     "not those the program"),
+])
+def test_python_misuse_is_one_clear_error(tmp_path, call, says):
+    """Review: each was a TypeError/ValueError from deep inside, or ran every question to fail the same way."""
+    from ragzoo.errors import RagzooError
+
+    with dspy.context(lm=make_dry_run_lm()), pytest.raises(RagzooError, match=says):
+        call(tmp_path)
+    assert not (tmp_path / "art").exists()
+
+
+def test_evaluate_without_an_lm_is_refused_before_any_question(tmp_path):
+    """Review: with no LM configured, every question ran (retrieval included) and failed "No LM is loaded"."""
+    from ragzoo.errors import RunError
+
+    assert dspy.settings.lm is None
+    with pytest.raises(RunError, match="no LM is configured"):
+        evaluate(programs.get("direct"), _examples(3), "em", str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
