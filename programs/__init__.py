@@ -198,6 +198,13 @@ def get(method_id: str, retriever=None, **knobs):
     if method.uses_retrieval:
         if retriever is None:
             raise ConfigError(f"method {method_id!r} needs a retriever (e.g. --retriever bm25:<corpus.jsonl>)")
+        if isinstance(retriever, str):  # a spec, as --retriever takes it (each question had failed "not callable")
+            from ragzoo.retrieval import make_retriever
+
+            retriever = make_retriever(retriever)
+        elif not callable(retriever):
+            raise ConfigError(f"method {method_id!r}: the retriever must be a retriever or a spec string such as "
+                              f"'bm25:<corpus.jsonl>', got {type(retriever).__name__}")
         program = method.cls(retriever=retriever, **arguments)
     else:
         program = method.cls(**arguments)

@@ -468,6 +468,8 @@ def configure(lm=None, *, adapter: str | None = None, max_reasks: int | None = N
 
     if isinstance(lm, str):
         lm = make_lm(lm)
+    elif lm is not None and not isinstance(lm, dspy.BaseLM):
+        raise ConfigError(f"lm must be a dspy LM or a spec such as 'openai/gpt-4o-mini', got {type(lm).__name__}")
     reasks = DEFAULT_MAX_REASKS if max_reasks is None else max_reasks
     chosen = default_adapter(max_reasks=reasks) if adapter is None else make_adapter(adapter, max_reasks=reasks)
     if lm is not None:

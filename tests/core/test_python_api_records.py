@@ -114,3 +114,19 @@ def test_evaluate_without_an_lm_is_refused_before_any_question(tmp_path):
     with pytest.raises(RunError, match="no LM is configured"):
         evaluate(programs.get("direct"), _examples(3), "em", str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_retriever_given_as_a_spec_is_built_and_a_wrong_one_is_refused(tmp_path):
+    """Review: a spec string was taken as the retriever, and every question failed "'str' object is not callable"."""
+    from ragzoo.errors import ConfigError
+
+    corpus = tmp_path / "c.jsonl"
+    words = ["river", "mountain", "castle", "violin", "comet"]
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": word.title(), "text": f"A {word} of note."})
+                              + "\n" for i, word in enumerate(words)))
+    program = programs.get("rag", retriever=f"bm25:{corpus}", k=2)
+    assert [p.pid for p in program.retriever("the violin", 1)] == ["p3"]
+    with pytest.raises(ConfigError, match="retriever must be"):
+        programs.get("rag", retriever=5)
+    with pytest.raises(ConfigError, match="lm must be"):
+        ragzoo.configure(lm=3)
