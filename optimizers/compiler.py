@@ -527,7 +527,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                     result.notes.append("the staged demos compiled before the budget are kept; no end-to-end "
                                         "compile ran")
             if result.stopped:
-                stamp_compiled_adapter(result.program)
+                _stamp(result.program, optimizer)
                 return result
         started, before = time.perf_counter(), meter.usage.snapshot()
         try:
@@ -561,8 +561,15 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
         result.notes.append(f"{optimizer} selected its program on these dev questions, so the dev score is a "
                             f"selection score (optimistic): evaluate on questions the compile never saw")
     mark_seen(result.program, trainset, valset)  # evaluations on these questions are flagged as not held out
-    stamp_compiled_adapter(result.program)  # `ragzoo.save` records it: `load` runs the program as compiled
+    _stamp(result.program, optimizer)
     return result
+
+
+def _stamp(program, optimizer: str) -> None:
+    """What `ragzoo.save` records of a compile its caller does not describe (a Python compile-then-save): the adapter
+    it ran under (`load` runs the program so) and the optimizer (a report names it)."""
+    stamp_compiled_adapter(program)
+    program.ragzoo_optimizer = optimizer
 
 
 # Optimizers that choose among candidates by their score on the valset.

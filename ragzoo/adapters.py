@@ -602,20 +602,27 @@ def default_adapter(name: str | None = None, *, max_reasks: int = DEFAULT_MAX_RE
     return adapter
 
 
+def _recordable(adapter) -> tuple[str | None, int | None]:
+    """(name, max_reasks) of `adapter` as a manifest can record it: a name `make_adapter` builds again, else
+    (None, None) (a user's own adapter class: `load` could not build it, so nothing is recorded)."""
+    name = adapter_name(adapter)
+    return (name, getattr(adapter, "max_reasks", None)) if name in (*ADAPTERS, *EXTRA_ADAPTERS) else (None, None)
+
+
 def stamp_compiled_adapter(program) -> None:
     """Note on a compiled `program` the adapter it was compiled under (and its `max_reasks`), as `ragzoo.save`
     records it in the manifest when its caller names none (a Python compile-then-save)."""
-    active = adapter_in_force(program, dspy.settings.adapter)
-    program.ragzoo_compiled_under = (adapter_name(active), getattr(active, "max_reasks", None))
+    program.ragzoo_compiled_under = _recordable(adapter_in_force(program, dspy.settings.adapter))
 
 
-def compiled_adapter(program) -> tuple[str, int | None]:
-    """(adapter, max_reasks) `program` was compiled under: its stamp, a loaded program's own, else what is active."""
+def compiled_adapter(program) -> tuple[str | None, int | None]:
+    """(adapter, max_reasks) `program` was compiled under, as a manifest records it: its stamp, else a loaded
+    program's own (re-saved, it keeps it whatever is active), else what is active."""
     stamped = getattr(program, "ragzoo_compiled_under", None)
     if stamped is not None:
         return stamped
-    active = adapter_in_force(program, dspy.settings.adapter)
-    return adapter_name(active), getattr(active, "max_reasks", None)
+    own = getattr(program, "ragzoo_adapter", None)
+    return _recordable(own if own is not None else adapter_in_force(program, dspy.settings.adapter))
 
 
 def adapter_in_force(program, active):

@@ -133,8 +133,12 @@ def save(program, path: str | os.PathLike, *, method: str | None = None, knobs: 
     from ragzoo.adapters import compiled_adapter
 
     if "adapter" not in info:  # a Python compile-then-save: the adapter it was compiled under, for `load`
-        info["adapter"], reasks = compiled_adapter(program)
-        info.setdefault("max_reasks", reasks)
+        adapter, reasks = compiled_adapter(program)
+        if adapter is not None:
+            info["adapter"] = adapter
+            info.setdefault("max_reasks", reasks)
+    if "optimizer" not in info and getattr(program, "ragzoo_optimizer", None):  # as compile_program noted it
+        info["optimizer"] = program.ragzoo_optimizer
     path = Path(path)
     origin = programs.origin(program) or {}
     method = method or origin.get("method") or _infer_method(program)

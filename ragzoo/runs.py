@@ -102,6 +102,8 @@ def classify_error(error: BaseException) -> str:
     modules = [type(link).__module__ or "" for link in chain]
     if any(isinstance(link, BudgetExceeded) for link in chain):
         return "budget"
+    if any(isinstance(link, ValueError) and str(link).startswith("No LM is loaded") for link in chain):
+        return "lm"  # DSPy's word for no LM configured: a setup failure, which stops the run early
     if "AdapterParseError" in names or isinstance(error, json.JSONDecodeError):
         return "parse"
     if any(isinstance(link, RetrieverError) for link in chain):
@@ -358,9 +360,11 @@ def check_same_questions(records: list[dict], examples: list, ids: list[str], ou
                            f"edited data file?); use the same data or another --out")
 
 
-def _check_run_dir(out: Path, config: dict, resume: bool, force: bool) -> tuple[Path, bool]:
+def _check_run_dir(out: Path, config: dict, resume: bool, force: bool,
+                   recorded_as: dict | None = None) -> tuple[Path, bool]:
     """Refusals that need no write. Returns the folder to write (a symbolic link to a run: the run folder
-    itself) and whether it already holds a run.
+    itself) and whether it already holds a run. `recorded_as`: values an earlier version recorded for what this
+    run's config says otherwise, which a resume takes as the same (key -> (earlier value, this run's)).
 
     Only a folder ragzoo made for a run (`ragzoo.ownership`) is ever written into: `--resume`/`--force` are
     weighed after that, so they never apply to a user's folder, a look-alike config.json or another kind."""
@@ -377,6 +381,9 @@ def _check_run_dir(out: Path, config: dict, resume: bool, force: bool) -> tuple[
             raise RunError(f"{out / CONFIG_FILE} is unreadable; start a new run with another --out") from None
         if not isinstance(previous, dict) or not isinstance(previous.get("metrics"), list):
             raise RunError(f"{out / CONFIG_FILE} is not a run configuration; start a new run with another --out")
+        for key, (earlier, truth) in (recorded_as or {}).items():
+            if previous.get(key) == earlier:
+                previous = {**previous, key: truth}
         before, now = _resume_view(previous), _resume_view(config)
         # a key the interrupted run did not record matches only an unset one: a config sharing no key with this
         # run's is another run, not this one
@@ -447,7 +454,7 @@ def run_held(out: str | os.PathLike) -> bool:
 
 @contextlib.contextmanager
 def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = False,
-                 force: bool = False) -> Iterator[Path]:
+                 force: bool = False, recorded_as: dict | None = None) -> Iterator[Path]:
     """Create or reopen a run directory and own it while the block runs (the caller writes its config). Refuses a
     folder ragzoo did not make for a run (`ragzoo.ownership.claim`: a user's folder, `.`, $HOME, a git working
     tree, a folder of another kind), a run without `resume`/`force`, a resume whose configuration differs (other
@@ -455,10 +462,10 @@ def open_run_dir(out_dir: str | os.PathLike, config: dict, *, resume: bool = Fal
     run's own files; anything else in the folder stays."""
     from ragzoo.ownership import mark
 
-    out, _ = _check_run_dir(Path(out_dir), config, resume, force)
+    out, _ = _check_run_dir(Path(out_dir), config, resume, force, recorded_as)
     out.mkdir(parents=True, exist_ok=True)
     with _run_lock(out):
-        _, is_run = _check_run_dir(out, config, resume, force)  # again, now that no one else can change it
+        _, is_run = _check_run_dir(out, config, resume, force, recorded_as)  # again: no one else can change it
         mark(out, "run", (*RUN_FILES, LOCK_FILE))
         if force and not resume and is_run:
             for name in RUN_FILES:
@@ -912,13 +919,9 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                                            or not isinstance(abort_failure_rate, (int, float))
                                            or not 0 < abort_failure_rate <= 1):
         raise RunError(f"--abort-failure-rate must be in (0, 1], got {abort_failure_rate!r}")
-    if not callable(program):
+    if not callable(program) or isinstance(program, type):
         raise RunError(f"evaluate takes a program (a dspy.Module, e.g. ragzoo.programs.get(...)), got "
-                       f"{type(program).__name__}")
-    unset = [name for name, predictor in getattr(program, "named_predictors", lambda: [])()
-             if getattr(predictor, "lm", None) is None]
-    if unset and dspy.settings.lm is None:  # every question would fail "No LM is loaded", one by one
-        raise RunError("no LM is configured: ragzoo.configure(lm=...) or dspy.context(lm=...) first (or --lm)")
+                       f"{program.__name__ if isinstance(program, type) else type(program).__name__}")
     resume = resume or retry_failed
     if isinstance(adapter, str):
         adapter = make_adapter(adapter)
@@ -967,7 +970,12 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         writer = None
         out = None
         if out_dir is not None:
-            out = stack.enter_context(open_run_dir(out_dir, run_config, resume=resume, force=force))
+            # a loaded program ran under its own adapter, which versions before 2026-11-26 recorded as the caller's
+            # default "chat": its run resumes (and its config is corrected)
+            own = adapter is getattr(program, "ragzoo_adapter", None) and run_config["adapter"] != "chat"
+            recorded_as = {"adapter": ("chat", run_config["adapter"])} if own else None
+            out = stack.enter_context(open_run_dir(out_dir, run_config, resume=resume, force=force,
+                                                   recorded_as=recorded_as))
             previous = read_predictions(out / PREDICTIONS_FILE, repair=True) if resume else []
             check_same_questions(previous, examples, ids, out)
             if retry_failed and any(r.get("error") for r in previous):
@@ -1242,7 +1250,8 @@ def _describe_run(run_config: dict, program, recorded: set[str] | None = None) -
     retriever = getattr(program, "retriever", None) or (getattr(members[0], "retriever", None) if members else None)
     found = {"lm": describe_lm(dspy.settings.lm) if dspy.settings.lm is not None else None,
              "method": manifest.get("method") or built.get("method"),
-             "knobs": manifest.get("knobs") or built.get("knobs"), "optimizer": manifest.get("optimizer"),
+             "knobs": manifest.get("knobs") or built.get("knobs"),
+             "optimizer": manifest.get("optimizer") or getattr(program, "ragzoo_optimizer", None),
              # so that a resume with another retriever is refused, and a report says the runs differ in it
              "retriever": strip_spec(getattr(retriever, "spec", None) or None)}
     for key, value in found.items():

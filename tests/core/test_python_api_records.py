@@ -93,6 +93,7 @@ def test_a_report_names_the_optimizer_of_a_loaded_program_evaluated_from_python(
      "abort-failure-rate"),
     (lambda tmp: evaluate(programs.get("direct"), _examples(2), "em", None, deadline=float("nan")), "deadline"),
     (lambda tmp: evaluate("rag", _examples(2), "em", None), "takes a program"),
+    (lambda tmp: evaluate(dspy.Predict, _examples(2), "em", None), "takes a program"),
     (lambda tmp: ragzoo.load(3), "folder path"),
     (lambda tmp: ragzoo.save(programs.get("rag", retriever=_static(), k=3), tmp / "art", knobs={"k": 99}),
      "not those the program"),
@@ -106,14 +107,27 @@ def test_python_misuse_is_one_clear_error(tmp_path, call, says):
     assert not (tmp_path / "art").exists()
 
 
-def test_evaluate_without_an_lm_is_refused_before_any_question(tmp_path):
-    """Review: with no LM configured, every question ran (retrieval included) and failed "No LM is loaded"."""
-    from ragzoo.errors import RunError
-
+def test_evaluate_without_an_lm_stops_early_as_a_broken_setup(tmp_path):
+    """Review: with no LM configured, every question ran (retrieval included) and failed as "other", so the
+    early stop of a broken setup never came; DSPy's "No LM is loaded" is an LM failure now. A program that brings
+    its own LM (`dspy.context(lm=...)` in its forward) still runs: refusing up front would refuse it."""
     assert dspy.settings.lm is None
-    with pytest.raises(RunError, match="no LM is configured"):
-        evaluate(programs.get("direct"), _examples(3), "em", str(tmp_path / "run"))
-    assert not (tmp_path / "run").exists()
+    summary = evaluate(programs.get("direct"), _examples(30), "em", str(tmp_path / "run"), progress=False)
+    assert summary["aborted"] and "No LM is loaded" in summary["aborted"] and summary["n"] == 10
+    assert summary["failures_by_kind"] == {"lm": 10}
+
+    class OwnLM(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.answer = dspy.Predict("question -> answer")
+            self.own = make_dry_run_lm()
+
+        def forward(self, question):
+            with dspy.context(lm=self.own):
+                return self.answer(question=question)
+
+    summary = evaluate(OwnLM(), _examples(2), "em", str(tmp_path / "own"), progress=False)
+    assert summary["n"] == 2 and summary["failures"] == 0
 
 
 def test_a_retriever_given_as_a_spec_is_built_and_a_wrong_one_is_refused(tmp_path):
@@ -130,3 +144,47 @@ def test_a_retriever_given_as_a_spec_is_built_and_a_wrong_one_is_refused(tmp_pat
         programs.get("rag", retriever=5)
     with pytest.raises(ConfigError, match="lm must be"):
         ragzoo.configure(lm=3)
+
+
+def test_a_run_an_earlier_version_recorded_under_the_default_adapter_resumes_and_is_corrected(tmp_path):
+    """Review of the fix: a loaded json program's run, written when `evaluate` recorded the caller's default "chat",
+    could not be resumed (no adapter gets past "was chat, now json"): its answers came from json all along."""
+    lm = make_dry_run_lm()
+    with dspy.context(lm=lm, adapter=make_adapter("json")):
+        result = compile_program(programs.get("direct"), trainset=_examples(4), valset=[], optimizer="labeled")
+    ragzoo.save(result.program, tmp_path / "art")
+    loaded = ragzoo.load(tmp_path / "art")
+    examples = _examples(4, "t")
+    with dspy.context(lm=lm, adapter=default_adapter()):
+        evaluate(loaded, examples[:2], "em", str(tmp_path / "run"), progress=False)
+        path = tmp_path / "run" / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "adapter": "chat"}))  # as before the fix
+        summary = evaluate(loaded, examples, "em", str(tmp_path / "run"), resume=True, progress=False)
+    assert summary["n"] == 4 and json.loads(path.read_text())["adapter"] == "json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "adapter": "xml"}))  # another adapter: refused
+    from ragzoo.errors import RunError
+
+    with dspy.context(lm=lm, adapter=default_adapter()), pytest.raises(RunError, match="adapter"):
+        evaluate(loaded, examples, "em", str(tmp_path / "run"), resume=True, progress=False)
+
+
+def test_saving_records_only_an_adapter_load_can_build_and_a_loaded_program_keeps_its_own(tmp_path):
+    """Review of the fix: a user's own adapter class was recorded by its class name (load then refused the
+    artifact), and a loaded json program re-saved under an active chat adapter was recorded as chat."""
+    class MyAdapter(dspy.ChatAdapter):
+        adapter_name = "mine"
+
+    lm = make_dry_run_lm()
+    with dspy.context(lm=lm, adapter=MyAdapter()):
+        result = compile_program(programs.get("direct"), trainset=_examples(4), valset=[], optimizer="labeled")
+    ragzoo.save(result.program, tmp_path / "mine")
+    assert "adapter" not in json.loads((tmp_path / "mine" / "manifest.json").read_text())
+    assert ragzoo.load(tmp_path / "mine") is not None
+    with dspy.context(lm=lm, adapter=make_adapter("json")):
+        result = compile_program(programs.get("direct"), trainset=_examples(4), valset=[], optimizer="bootstrap")
+    ragzoo.save(result.program, tmp_path / "json")
+    manifest = json.loads((tmp_path / "json" / "manifest.json").read_text())
+    assert manifest["adapter"] == "json" and manifest["optimizer"] == "bootstrap"  # the compile's, unasked
+    with dspy.context(lm=lm, adapter=make_adapter("chat")):
+        ragzoo.save(ragzoo.load(tmp_path / "json"), tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "manifest.json").read_text())["adapter"] == "json"
