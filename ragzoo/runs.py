@@ -960,6 +960,9 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
 
     judge_before = judge_mark(resolved)  # the judge is the process's: this run reports what it adds
     judged = judge_config(resolved)  # an LM-judged metric: its prompts and judge LM, no secret ({} when none)
+    if judged and processes is not None and processes > 1:  # the judge's meter is this process's: workers' unseen
+        raise RunError(f"an LM-judged metric runs in one process (its calls and failed verdicts are counted "
+                       f"there): drop --processes {processes} or judge in a later run")
     run_config.update(judged)
     run_config["compiled_on"] = leaked
     run_config["adapter"] = adapter_name(adapter)

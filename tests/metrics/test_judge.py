@@ -165,3 +165,15 @@ def test_cli_judge_over_http_a_garbled_verdict_fails_one_question_and_no_key_is_
     assert summary["usage"]["lm_calls"] == 2  # the program's two dry-run calls only
     for name in ("config.json", "summary.json", "predictions.jsonl"):
         assert key not in (out / name).read_text()
+
+
+def test_a_judged_run_over_several_processes_is_refused_before_any_question(tmp_path):
+    """Review: `--processes 2` with a judged metric wrote summary.judge.lm_calls 0 though the workers' judges
+    made every call (the judge's meter is per process)."""
+    from ragzoo.errors import RunError
+
+    program_lm = ScriptedLM(default={"answer": "Paris"})
+    judge_module.use_judge(ScriptedLM({"AnswerOverlap": {"recall": 1.0, "precision": 1.0}}), "scripted", Meter())
+    with dspy.context(lm=program_lm), pytest.raises(RunError, match="one process"):
+        evaluate(Answerer(), _examples(3), "em,judge", tmp_path / "run", processes=2)
+    assert not program_lm.calls and not (tmp_path / "run").exists()
