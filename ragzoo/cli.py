@@ -277,7 +277,7 @@ def _os_error_line(error: OSError) -> str:
     import errno
 
     where = f" {error.filename}" if error.filename else ""
-    reason = error.strerror or str(error) or type(error).__name__
+    reason = " ".join((error.strerror or str(error) or type(error).__name__).split())  # one line, whatever it said
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         advice = "free some disk space (finished work is kept; rerun with --resume where supported)"
     elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

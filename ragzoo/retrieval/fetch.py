@@ -636,6 +636,21 @@ def _sha256_file(path: Path, bar=None) -> str:
     return digest.hexdigest()
 
 
+def _batches(table, name: str, path):
+    """The psgs_w100 columns of one parquet file, batch by batch; a file damaged inside its data (its footer read
+    fine) is that file's `BadShard`: named, removed, fetched again by a rerun (not pyarrow's multi-line error)."""
+    batches = table.iter_batches(batch_size=65536, columns=list(PSGS_COLUMNS))
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+            raise BadShard(f"{name} is not readable parquet ({' '.join(str(error).split())}); it was removed, "
+                           f"rerun to download it again", path) from None
+        yield batch
+
+
 def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], target: Path, *, progress: bool = True,
                     max_unpacked_bytes: int | None = None) -> dict:
     """Convert psgs_w100-shaped parquet files (columns id, text, title), in the given order, into one corpus JSONL
@@ -684,7 +699,7 @@ def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], targ
                     raise BadShard(f"{name} has no column {', '.join(missing)} (columns: "
                                    f"{', '.join(table.schema_arrow.names)}); not a psgs_w100 file, it was removed",
                                    path)
-                for batch in table.iter_batches(batch_size=65536, columns=list(PSGS_COLUMNS)):
+                for batch in _batches(table, name, path):
                     lines = "".join([ujson.dumps({"id": str(pid), "title": title or "", "text": text or ""},
                                                  ensure_ascii=False, escape_forward_slashes=False) + "\n"
                                      for pid, title, text in zip(*(batch.column(c).to_pylist()

@@ -357,6 +357,35 @@ def test_files_that_are_not_psgs_w100_are_refused(online, shards, monkeypatch, c
     assert not _target(online).exists()
 
 
+def test_a_file_damaged_inside_its_data_is_named_removed_and_fetched_again(online, shards, monkeypatch, capsys):
+    """Review: a file whose footer reads but whose pages do not (a bad upload its hub vouches for) ended in
+    pyarrow's three-line error, was kept, and every rerun failed the same way."""
+    from ragzoo.retrieval import fetch
+
+    files, rows = shards
+    files = dict(files)
+    bad = fetch.WIKI18_SHARDS[5]
+    damaged = bytearray(files[bad])
+    for offset in range(4, 10):  # the first page header, right after the magic bytes
+        damaged[offset] ^= 0xFF
+    good, files[bad] = files[bad], bytes(damaged)
+    pin(monkeypatch, files)  # its digest vouched for: only reading it can tell
+    with MultiFileHub(files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        code, out, err = fetch_cli(capsys, NAME, "--quiet")
+        assert code != 0
+        (line,) = _lines(err)
+        assert "train-00005-of-00028.parquet" in line and "not readable parquet" in line
+        cached = {p.name for p in (online / "hub").rglob("*.parquet")}
+        assert bad not in cached and len(cached) == 27
+        files[bad] = hub.files[bad] = good
+        hub.etags[bad] = hashlib.sha256(good).hexdigest()
+        pin(monkeypatch, files)
+        code, out, err = fetch_cli(capsys, NAME, "--quiet")
+    assert code == 0, err
+    assert len(_target(online).read_text(encoding="utf-8").splitlines()) == len(rows)
+
+
 # -- --list, bad names --------------------------------------------------------------------------------------
 
 
