@@ -130,4 +130,10 @@ def iter_hub(source: HubSource) -> Iterator[Located]:
     for index, row in enumerate(rows):
         if source.take is not None and index >= source.take:
             return
-        yield Located(convert(dict(row)), f"{source.label} row {index}")
+        try:
+            converted = convert(dict(row))
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as error:  # another schema than ours
+            raise DataError(f"{source.label} row {index}: not in the {source.convert} schema "
+                            f"({type(error).__name__}: {error}); the hub's copy changed, or another file was "
+                            f"given") from None
+        yield Located(converted, f"{source.label} row {index}")

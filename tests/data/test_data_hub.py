@@ -95,3 +95,13 @@ def test_hub_failure_is_one_data_error_line(tmp_path, no_local_data):
     message = str(raised.value)
     assert "hub dataset json split train: could not load it" in message and "\n" not in message
     assert "RAGZOO_DATA" in message
+
+
+def test_a_hub_row_in_another_shape_is_one_data_error_line(tmp_path, no_local_data):
+    """Review: TriviaQA's `answer` as a plain string (not its dict) ended in an internal AttributeError."""
+    files = write_jsonl(tmp_path / "tq.jsonl", [{"question": "Star sign?", "question_id": "tc_1", "answer": "Scorpio"}])
+    source = HubSource("json", split="train", convert="trivia_qa", data_files=files)
+    with pytest.raises(DataError) as raised:
+        data.load("triviaqa", "dev", hub=source)
+    message = str(raised.value)
+    assert "row 0: not in the trivia_qa schema" in message and "\n" not in message
