@@ -86,9 +86,16 @@ def use_paper_corpus(grid):
         grid.retriever = fetch.over_sample(grid.retriever or "", name) or grid.retriever
         grid.datasets = [replace(d, retriever=fetch.over_sample(d.retriever or "", name) or d.retriever)
                          for d in grid.datasets]
-        why = (f"the paper's corpus {name} ({src.passages} passages) is fetched at {path}; it replaces the "
-               f"sample {src.sample} (bm25 {src.options})")
-        grid.paper = {**grid.paper, "differences": [f"corpus: {why}", *grid.paper.get("differences", [])]}
+        count = fetch.passages_in(path)  # what was fetched, not what the corpus should hold
+        held = f"{count:,} passages" if count is not None else f"the paper's {src.passages} passages"
+        vouched = "" if fetch.verification(path) else "; UNVERIFIED (fetched with --allow-unverified)"
+        why = (f"the paper's corpus {name} ({held}{vouched}) is fetched at {path}; it replaces the sample "
+               f"{src.sample} (bm25 {src.options})")
+        # the grid's own words describe the sample it would search: said to be replaced, not left standing
+        others = [f"{difference}; in this run the fetched {name} replaces that sample wherever it was searched"
+                  if difference.startswith("retriever:") else difference for difference in grid.paper.get(
+                      "differences", [])]
+        grid.paper = {**grid.paper, "differences": [f"corpus: {why}", *others]}
     elif path:
         why = (f"the paper's corpus {name} is fetched, but searching it at its size needs "
                f"{', '.join(missing)} (pip install 'ragzoo[fast]'), so the sample {src.sample} stands in for it")

@@ -82,7 +82,12 @@ def test_with_the_corpus_fetched_the_preset_retrieves_from_it(corpora, tmp_path,
     used = json.loads((out / "grid.json").read_text())["paper"]["corpus_used"]
     assert used["corpus"] == "wiki18-100w" and used["fetched"] is True and str(target) in used["why"]
     assert cell_retrievers(out) == {"bm25:wiki18-100w?format=packed&backend=numba"}  # 21M: compressed postings
-    assert "corpus: the paper's corpus wiki18-100w" in (out / "results.md").read_text()
+    results = (out / "results.md").read_text()
+    assert "corpus: the paper's corpus wiki18-100w" in results
+    # review: the count was the registry's (21M) and the grid's own "bm25 over a 24,641-passage sample" stood
+    assert "(4 passages; UNVERIFIED" in line and "21,015,324" not in line
+    (sample_line,) = [text for text in results.splitlines() if "24,641-passage sample" in text]
+    assert "in this run the fetched wiki18-100w replaces that sample" in sample_line
 
 
 @pytest.mark.parametrize("name", PRESETS)
