@@ -572,6 +572,8 @@ def _load_checked(path: Path, manifest: dict, *, retriever, retriever_spec, meth
     programs.tag(program, saved_method, saved_knobs)
     restore_seen(program, manifest.get("seen_questions"))
     object.__setattr__(program, "ragzoo_manifest", manifest)
+    if isinstance(manifest.get("optimizer"), str):  # saved again, it keeps it; compiled again, the new one wins
+        object.__setattr__(program, "ragzoo_optimizer", manifest["optimizer"])
     return program, manifest
 
 

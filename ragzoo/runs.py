@@ -966,6 +966,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     run_config.update(judged)
     run_config["compiled_on"] = leaked
     run_config["adapter"] = adapter_name(adapter)
+    run_config["adapter_in_force"] = True  # what ran, not the caller's default (a run written before said "chat")
     run_config["lenient"] = getattr(adapter, "max_reasks", None) is not None
     run_config.setdefault("deadline", deadline)
     with contextlib.ExitStack() as stack:  # a run directory is owned by this process until the summary is written
@@ -976,7 +977,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             # a loaded program ran under its own adapter, which versions before 2026-11-26 recorded as the caller's
             # default "chat": its run resumes (and its config is corrected)
             own = adapter is getattr(program, "ragzoo_adapter", None) and run_config["adapter"] != "chat"
-            recorded_as = {"adapter": ("chat", run_config["adapter"])} if own else None
+            written_before = resume and "adapter_in_force" not in (_recorded_keys(out_dir) or set())
+            recorded_as = {"adapter": ("chat", run_config["adapter"])} if own and written_before else None
             out = stack.enter_context(open_run_dir(out_dir, run_config, resume=resume, force=force,
                                                    recorded_as=recorded_as))
             previous = read_predictions(out / PREDICTIONS_FILE, repair=True) if resume else []
@@ -1254,7 +1256,7 @@ def _describe_run(run_config: dict, program, recorded: set[str] | None = None) -
     found = {"lm": describe_lm(dspy.settings.lm) if dspy.settings.lm is not None else None,
              "method": manifest.get("method") or built.get("method"),
              "knobs": manifest.get("knobs") or built.get("knobs"),
-             "optimizer": manifest.get("optimizer") or getattr(program, "ragzoo_optimizer", None),
+             "optimizer": getattr(program, "ragzoo_optimizer", None) or manifest.get("optimizer"),
              # so that a resume with another retriever is refused, and a report says the runs differ in it
              "retriever": strip_spec(getattr(retriever, "spec", None) or None)}
     for key, value in found.items():

@@ -637,18 +637,26 @@ def _sha256_file(path: Path, bar=None) -> str:
 
 
 def _batches(table, name: str, path):
-    """The psgs_w100 columns of one parquet file, batch by batch; a file damaged inside its data (its footer read
-    fine) is that file's `BadShard`: named, removed, fetched again by a rerun (not pyarrow's multi-line error)."""
+    """(JSONL bytes, passages) of one parquet file's psgs_w100 columns, batch by batch; a file damaged inside its
+    data (its footer read fine: pages that do not decode, text that is not UTF-8) is that file's `BadShard`: named,
+    removed, fetched again by a rerun (not pyarrow's multi-line error, nor an internal error)."""
+    import pyarrow
+    import ujson
+
     batches = table.iter_batches(batch_size=65536, columns=list(PSGS_COLUMNS))
     while True:
         try:
             batch = next(batches)
+            lines = "".join([ujson.dumps({"id": str(pid), "title": title or "", "text": text or ""},
+                                         ensure_ascii=False, escape_forward_slashes=False) + "\n"
+                             for pid, title, text in zip(*(batch.column(c).to_pylist()
+                                                           for c in PSGS_COLUMNS))]).encode("utf-8")
         except StopIteration:
             return
-        except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+        except (OSError, ValueError, pyarrow.ArrowException) as error:  # UnicodeDecodeError is a ValueError
             raise BadShard(f"{name} is not readable parquet ({' '.join(str(error).split())}); it was removed, "
                            f"rerun to download it again", path) from None
-        yield batch
+        yield lines, batch.num_rows
 
 
 def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], target: Path, *, progress: bool = True,
@@ -699,18 +707,14 @@ def convert_parquet(shards: list[tuple[str, Path, str | None, str | None]], targ
                     raise BadShard(f"{name} has no column {', '.join(missing)} (columns: "
                                    f"{', '.join(table.schema_arrow.names)}); not a psgs_w100 file, it was removed",
                                    path)
-                for batch in _batches(table, name, path):
-                    lines = "".join([ujson.dumps({"id": str(pid), "title": title or "", "text": text or ""},
-                                                 ensure_ascii=False, escape_forward_slashes=False) + "\n"
-                                     for pid, title, text in zip(*(batch.column(c).to_pylist()
-                                                                   for c in PSGS_COLUMNS))]).encode("utf-8")
+                for lines, count in _batches(table, name, path):
                     written += len(lines)
                     if written > limit:
                         raise BadArchive(f"the parquet files of {target.name} convert to more than {limit:,} "
                                          f"bytes, past the most this corpus can be; refused, nothing kept")
                     sink.write(lines)
-                    passages += batch.num_rows
-                    bar.update(batch.num_rows)
+                    passages += count
+                    bar.update(count)
             sink.flush()
             os.fsync(sink.fileno())
         by_file = {name: by for name, _, expected, by in shards}

@@ -149,6 +149,8 @@ def test_a_retriever_given_as_a_spec_is_built_and_a_wrong_one_is_refused(tmp_pat
 def test_a_run_an_earlier_version_recorded_under_the_default_adapter_resumes_and_is_corrected(tmp_path):
     """Review of the fix: a loaded json program's run, written when `evaluate` recorded the caller's default "chat",
     could not be resumed (no adapter gets past "was chat, now json"): its answers came from json all along."""
+    from ragzoo.errors import RunError
+
     lm = make_dry_run_lm()
     with dspy.context(lm=lm, adapter=make_adapter("json")):
         result = compile_program(programs.get("direct"), trainset=_examples(4), valset=[], optimizer="labeled")
@@ -158,12 +160,17 @@ def test_a_run_an_earlier_version_recorded_under_the_default_adapter_resumes_and
     with dspy.context(lm=lm, adapter=default_adapter()):
         evaluate(loaded, examples[:2], "em", str(tmp_path / "run"), progress=False)
         path = tmp_path / "run" / "config.json"
-        path.write_text(json.dumps({**json.loads(path.read_text()), "adapter": "chat"}))  # as before the fix
+        written = json.loads(path.read_text())
+        assert written.pop("adapter_in_force") is True
+        path.write_text(json.dumps({**written, "adapter": "chat"}))  # as a version before the fix wrote it
         summary = evaluate(loaded, examples, "em", str(tmp_path / "run"), resume=True, progress=False)
     assert summary["n"] == 4 and json.loads(path.read_text())["adapter"] == "json"
+    # a run of this version that ran under chat by the caller's choice: a resume under json would mix the two
+    with dspy.context(lm=lm, adapter=default_adapter()):
+        evaluate(loaded, examples[:2], "em", str(tmp_path / "chosen"), adapter="chat", progress=False)
+        with pytest.raises(RunError, match="adapter"):
+            evaluate(loaded, examples, "em", str(tmp_path / "chosen"), resume=True, progress=False)
     path.write_text(json.dumps({**json.loads(path.read_text()), "adapter": "xml"}))  # another adapter: refused
-    from ragzoo.errors import RunError
-
     with dspy.context(lm=lm, adapter=default_adapter()), pytest.raises(RunError, match="adapter"):
         evaluate(loaded, examples, "em", str(tmp_path / "run"), resume=True, progress=False)
 
@@ -188,3 +195,16 @@ def test_saving_records_only_an_adapter_load_can_build_and_a_loaded_program_keep
     with dspy.context(lm=lm, adapter=make_adapter("chat")):
         ragzoo.save(ragzoo.load(tmp_path / "json"), tmp_path / "again")
     assert json.loads((tmp_path / "again" / "manifest.json").read_text())["adapter"] == "json"
+
+
+def test_a_loaded_program_keeps_its_optimizer_saved_again_and_takes_a_new_one_compiled_again(tmp_path):
+    lm = make_dry_run_lm()
+    with dspy.context(lm=lm):
+        result = compile_program(programs.get("direct"), trainset=_examples(4), valset=[], optimizer="labeled")
+        ragzoo.save(result.program, tmp_path / "art")
+        ragzoo.save(ragzoo.load(tmp_path / "art"), tmp_path / "again")
+        assert json.loads((tmp_path / "again" / "manifest.json").read_text())["optimizer"] == "labeled"
+        again = compile_program(ragzoo.load(tmp_path / "art"), trainset=_examples(4), valset=[],
+                                optimizer="bootstrap")
+        evaluate(again.program, _examples(2, "t"), "em", str(tmp_path / "run"), progress=False)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["optimizer"] == "bootstrap"

@@ -357,9 +357,23 @@ def test_files_that_are_not_psgs_w100_are_refused(online, shards, monkeypatch, c
     assert not _target(online).exists()
 
 
-def test_a_file_damaged_inside_its_data_is_named_removed_and_fetched_again(online, shards, monkeypatch, capsys):
+def _not_utf8(rows: list[dict]) -> bytes:
+    """A psgs_w100 file whose text column holds bytes that are not UTF-8 (pyarrow reads them; decoding fails)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = pa.array([b"\xff\xfe not text" for _ in rows], type=pa.binary()).view(pa.string())
+    table = pa.table({"id": [row["id"] for row in rows], "text": texts, "title": [row["title"] for row in rows]})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("damage", ["page header", "not utf-8"])
+def test_a_file_damaged_inside_its_data_is_named_removed_and_fetched_again(online, shards, monkeypatch, capsys,
+                                                                          damage):
     """Review: a file whose footer reads but whose pages do not (a bad upload its hub vouches for) ended in
-    pyarrow's three-line error, was kept, and every rerun failed the same way."""
+    pyarrow's three-line error (or an internal UnicodeDecodeError), was kept, and every rerun failed the same way."""
     from ragzoo.retrieval import fetch
 
     files, rows = shards
@@ -368,6 +382,8 @@ def test_a_file_damaged_inside_its_data_is_named_removed_and_fetched_again(onlin
     damaged = bytearray(files[bad])
     for offset in range(4, 10):  # the first page header, right after the magic bytes
         damaged[offset] ^= 0xFF
+    if damage == "not utf-8":
+        damaged = bytearray(_not_utf8(psgs_rows(5)))
     good, files[bad] = files[bad], bytes(damaged)
     pin(monkeypatch, files)  # its digest vouched for: only reading it can tell
     with MultiFileHub(files) as hub:
