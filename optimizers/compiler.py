@@ -524,8 +524,10 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                     result.notes.append(f"compile stage {record['stage']!r}: {record['fallback']}")
                 if "stopped" in record:
                     result.stopped = f"budget reached during compile stage {record['stage']!r}"
-                    result.notes.append("the staged demos compiled before the budget are kept; no end-to-end "
-                                        "compile ran")
+                    kept = [f"{name} ({count})" for staged in result.staged
+                            for name, count in (staged.get("demos") or {}).items() if count]
+                    result.notes.append(f"no end-to-end compile ran; the staged demos kept: {', '.join(kept)}"
+                                        if kept else "no end-to-end compile ran, and no stage kept a demo")
             if result.stopped:
                 _stamp(result.program, optimizer)
                 return result
@@ -585,7 +587,8 @@ def _stage_compiler(preset, settings: dict):
     def compile_one(module, examples: list, metric):
         if preset.teleprompter == "LabeledFewShot":
             return tp.LabeledFewShot(k=settings.get("k", 3)).compile(module, trainset=examples)
-        teleprompter = tp.BootstrapFewShot(metric=metric,
+        # under the dry-run LM every trace passes, as the end-to-end compile's estimate models (`dry_run_metric`)
+        teleprompter = tp.BootstrapFewShot(metric=dry_run_metric(metric),
                                            max_bootstrapped_demos=settings.get("max_bootstrapped_demos", 3),
                                            max_labeled_demos=settings.get("max_labeled_demos", 3))
         return teleprompter.compile(module, trainset=examples)

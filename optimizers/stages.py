@@ -90,6 +90,7 @@ def run_stages(program, stages: list[Stage], trainset: list, compile_one: Callab
             examples = stage.build_trainset(trainset, **given)
             record.update(getattr(examples, "record", None) or {})  # how the labels were built (FILCO's measure)
             record["examples"] = len(examples)
+            _stop_if_over_budget()
             for name in stage.predictors:
                 predictor = _predictor(program, name)
                 if not examples:
@@ -104,8 +105,12 @@ def run_stages(program, stages: list[Stage], trainset: list, compile_one: Callab
                 predictor.demos = list(getattr(compiled, name).demos)
                 staged[name] = list(predictor.demos)
                 record.setdefault("demos", {})[name] = len(predictor.demos)
+                _stop_if_over_budget()  # DSPy's bootstrap takes a refused call for one example's error, and goes on
         except StageSkipped as skipped:
+            record.update(getattr(skipped, "record", None) or {})
             record["skipped"] = str(skipped)
+        except _OverBudget as over:
+            record["stopped"] = f"budget reached: {over}"
         except Exception as error:
             if not is_budget_stop(error):
                 raise
@@ -116,6 +121,18 @@ def run_stages(program, stages: list[Stage], trainset: list, compile_one: Callab
         if "stopped" in record:
             break
     return usages, records, staged
+
+
+class _OverBudget(Exception):
+    """A budget was reached inside a stage though nothing raised it to here (a bootstrap swallows refused calls)."""
+
+
+def _stop_if_over_budget() -> None:
+    from ragzoo.usage import exceeded_budget
+
+    reason = exceeded_budget()
+    if reason:
+        raise _OverBudget(reason)
 
 
 def restore_staged(program, staged: dict[str, list]) -> None:

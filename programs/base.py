@@ -269,7 +269,12 @@ class Stage:
 
 class StageSkipped(Exception):
     """Raised by a stage's `build_trainset` when its labels cannot be built in this compile (the reason is
-    recorded in the manifest, the compile goes on)."""
+    recorded in the manifest, the compile goes on). `record`: what the stage's record should say besides (how
+    the labels it gave up on were built)."""
+
+    def __init__(self, message: str, record: dict | None = None):
+        super().__init__(message)
+        self.record = dict(record or {})
 
 
 # ---------------------------------------------------------------------------------------------------------

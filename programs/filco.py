@@ -238,8 +238,23 @@ class Filco(RagProgram):
         if self.measure in ("auto", "cxmi"):
             labels += (f"; CXMI from the LM server's prompt log-probabilities, else {self.cxmi_fallback} "
                        f"(cxmi_fallback)")
-        return [Stage(name="filter", predictors=("filter",), build_trainset=self.filter_trainset,
+        return [Stage(name="filter", predictors=("filter",), build_trainset=self._stage_labels,
                       metric=filter_agreement_metric, labels=labels, uses=("dataset", "logprob_fn", "lm"))]
+
+    def _stage_labels(self, examples, **given) -> LabelledExamples:
+        """`filter_trainset` for the stage, which is skipped (and says why) when no label keeps anything: every demo
+        would teach the filter to keep nothing (LEXICAL's unigram F1 > 0.5 against HotpotQA's short answers, the
+        fallback of its CXMI on a server without log-probabilities, selects no sentence of 50 questions' top 5)."""
+        labelled = self.filter_trainset(examples, **given)
+        kept = sum(1 for label in labelled if label.get("selected", label.get("keep")))
+        labelled.record["labels_keeping_something"] = kept
+        if labelled and not kept:
+            measure = labelled.record.get("measure", "?")
+            fell_back = f" ({labelled.record['fallback']})" if labelled.record.get("fallback") else ""
+            raise StageSkipped(f"all {len(labelled)} {str(measure).upper()} labels keep nothing{fell_back}: no "
+                               f"retrieved {self.granularity} passes the measure for these questions; try --knob "
+                               f"measure=strinc", record={**labelled.record, "examples": len(labelled)})
+        return labelled
 
     def resolved_measure(self, dataset: str | None = None) -> str:
         """The oracle measure: the knob, or for "auto" the paper's choice for `dataset` (STRINC if unknown)."""
@@ -272,8 +287,8 @@ class Filco(RagProgram):
                                        f"set --knob cxmi_fallback=lexical|strinc, or measure=lexical|strinc")
                 measure = self.cxmi_fallback
                 record = {"measure": measure, "asked": "cxmi",
-                          "fallback": f"CXMI labels ({why}) could not be computed: {source}; the filter was "
-                                      f"trained on {measure.upper()} labels (cxmi_fallback={measure})"}
+                          "fallback": f"CXMI labels ({why}) could not be computed: {source}; the filter's labels "
+                                      f"are {measure.upper()} ones (cxmi_fallback={measure})"}
             else:
                 logprob_fn = counting = CountingScorer(logprob_fn)
                 record["cxmi_source"] = source

@@ -140,14 +140,15 @@ def print_stages(result, out=None, estimate: bool = False) -> None:
     no tokens and nothing is sent), then, when any was, what the same calls would use without the cache."""
     out = out or sys.stdout
     label = "estimate" if estimate else "used"
-    print(f"{'stage':<16}{'LM calls':>10}{'from cache':>12}{'prompt tok':>12}{'compl. tok':>12}{'cost USD':>11}",
+    width = max([16, *(len(stage.stage) + 2 for stage in result.stages)])  # stage:self_knowledge is 20 long
+    print(f"{'stage':<{width}}{'LM calls':>10}{'from cache':>12}{'prompt tok':>12}{'compl. tok':>12}{'cost USD':>11}",
           file=out)
     for stage in [*result.stages]:
         u = stage.usage
-        print(f"{stage.stage:<16}{u.lm_calls:>10}{u.cached_calls:>12}{u.prompt_tokens:>12}{u.completion_tokens:>12}"
+        print(f"{stage.stage:<{width}}{u.lm_calls:>10}{u.cached_calls:>12}{u.prompt_tokens:>12}{u.completion_tokens:>12}"
               f"{u.cost:>11.4f}", file=out)
     t = result.usage
-    print(f"{'total ' + label:<16}{t.lm_calls:>10}{t.cached_calls:>12}{t.prompt_tokens:>12}{t.completion_tokens:>12}"
+    print(f"{'total ' + label:<{width}}{t.lm_calls:>10}{t.cached_calls:>12}{t.prompt_tokens:>12}{t.completion_tokens:>12}"
           f"{t.cost:>11.4f}", file=out)
     sent = t.lm_calls - t.cached_calls
     if t.cached_calls:
