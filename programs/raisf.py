@@ -112,7 +112,7 @@ import dspy
 from ragzoo.knobs import Range
 from ragzoo.metrics.rates import is_unknown
 from ragzoo.programs import register
-from ragzoo.programs.base import (PositiveInt, RagProgram, Stage, TopK, dedup_passages, degrade,
+from ragzoo.programs.base import (PositiveInt, RagProgram, Stage, StageSkipped, TopK, dedup_passages, degrade,
                                   passages_as_context, read_yes_no)
 from ragzoo.signatures.common import AnswerMode
 from ragzoo.retrieval.base import Passage
@@ -314,6 +314,13 @@ class RAISF(RagProgram):
         from ragzoo.metrics.fields import gold_answers
         from ragzoo.programs.filco_oracle import string_inclusion
 
+        examples = list(examples)
+        if examples and all({str(answer).strip().lower() for answer in gold_answers(example)} <= {"yes", "no"}
+                            for example in examples):
+            # a passage "holding" yes or no says nothing of its relevance (StrategyQA: 1 of 40 labelled relevant,
+            # by the word "no" in "makes no express contractual"): no label is better than these
+            raise StageSkipped("every training question is answered yes or no, so a passage holding its answer "
+                               "says nothing of its relevance; the relevance judge gets no staged demos")
         labelled = []
         for example in examples:
             question, answers = example["question"], gold_answers(example)

@@ -399,6 +399,20 @@ def test_gate_stages_are_opt_in_and_label_from_data(retriever):
         ("q1?", "Doc 0", False), ("q1?", "Doc 1", True), ("q2?", "Doc 0", False), ("q2?", "Doc 1", False)]
 
 
+def test_the_relevance_stage_is_skipped_when_every_answer_is_yes_or_no(retriever):
+    """Review: on StrategyQA a passage "held" the gold answer when it had the word "no" in it (1 of 40 labelled
+    relevant, for that reason only): such labels teach nothing about relevance."""
+    from ragzoo.programs.base import StageSkipped
+
+    (stage,) = RAISF(retriever, k=2, gate_stages=True, use_self_knowledge=False).compile_stages()
+    yes_no = [dspy.Example(question="Is q1?", answers=["yes"]).with_inputs("question"),
+              dspy.Example(question="Is q2?", answers=["No"]).with_inputs("question")]
+    with pytest.raises(StageSkipped, match="yes or no"):
+        stage.build_trainset(yes_no)
+    mixed = [*yes_no, dspy.Example(question="q3?", answers=["doc 1"]).with_inputs("question")]
+    assert len(stage.build_trainset(mixed)) == 6  # one real answer: labels are built
+
+
 def test_gate_stages_run_through_the_optimizer_before_the_end_to_end_compile(retriever):
     from ragzoo.optimizers import compile_program
 
