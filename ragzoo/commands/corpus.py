@@ -40,7 +40,10 @@ def listing() -> list[dict]:
         if src.why_not:
             state = f"not fetchable by name: {src.why_not}"
         elif corpora.is_complete(path):
-            state = f"present at {path} ({path.stat().st_size / 1e6:,.0f} MB)"
+            count = corpora.passages_in(path)  # what was fetched, which a mirror may make other than `passages`
+            held = f", {count:,} passages" if count is not None else ""
+            vouched = "verified" if corpora.verification(path) else "UNVERIFIED (fetched with --allow-unverified)"
+            state = f"present at {path} ({path.stat().st_size / 1e6:,.0f} MB{held}; {vouched})"
         else:
             state = f"not fetched (ragzoo corpus fetch {name})"
         rows.append({"name": name, "what": src.description, "passages": src.passages,

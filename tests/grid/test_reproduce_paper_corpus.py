@@ -88,6 +88,9 @@ def test_with_the_corpus_fetched_the_preset_retrieves_from_it(corpora, tmp_path,
     assert "(4 passages; UNVERIFIED" in line and "21,015,324" not in line
     (sample_line,) = [text for text in results.splitlines() if "24,641-passage sample" in text]
     assert "in this run the fetched wiki18-100w replaces that sample" in sample_line
+    assert main(["corpus", "fetch", "--list"]) == 0
+    listed = capsys.readouterr().out.split("wiki18-100w  [")[1].split("\n\n")[0]
+    assert "4 passages; UNVERIFIED (fetched with --allow-unverified)" in listed
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -425,7 +425,10 @@ def test_list_says_what_each_corpus_is_and_whether_it_is_here(online, shards, mo
     assert main(["corpus", "fetch", "--list"]) == 0
     after = capsys.readouterr().out
     target = _target(online)
-    assert f"present at {target} ({target.stat().st_size / 1e6:,.0f} MB)" in after.split(f"{NAME}  [")[1]
+    files_rows = len(shards[1])
+    # what was fetched, and what vouched for it (review: a mirror's 1,400 unverified passages showed only its MB)
+    assert (f"present at {target} ({target.stat().st_size / 1e6:,.0f} MB, {files_rows:,} passages; verified)"
+            in after.split(f"{NAME}  [")[1])
     assert "not fetched (ragzoo corpus fetch wiki17-abstracts)" in after
 
 
