@@ -365,6 +365,15 @@ def _cached(src: CorpusSource, filename: str, cache_dir: str | None,
     return Path(cached), expected, by
 
 
+def _what_next(error: BaseException) -> str:
+    """What to do after a failed download: a rerun resumes it, unless the server said the file is not there
+    (404, 401/403: another endpoint, revision or token is needed; no rerun changes that)."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if status in (401, 403, 404, 410):
+        return "check HF_ENDPOINT (and HF_TOKEN for a gated copy): the server does not serve this file"
+    return "rerun to resume"
+
+
 def _hub_errors(src: CorpusSource, filename: str):
     """The hub client's failures as one-line DataErrors (a context manager)."""
     from contextlib import contextmanager
@@ -379,8 +388,8 @@ def _hub_errors(src: CorpusSource, filename: str):
         except LocalEntryNotFoundError as error:
             raise DataError(f"cannot download {filename} from {src.repo_id}: {error_line(error, None)}") from None
         except OSError as error:  # httpx transport errors, HTTP errors (HfHubHTTPError is an OSError), disk full
-            raise DataError(f"cannot download {filename} from {src.repo_id}: {error_line(error, None)}; rerun to "
-                            f"resume") from None
+            raise DataError(f"cannot download {filename} from {src.repo_id}: {error_line(error, None)}; "
+                            f"{_what_next(error)}") from None
         except DataError:
             raise
         except Exception as error:  # httpx errors that are not OSErrors

@@ -524,3 +524,18 @@ def test_a_partial_unpack_whose_lock_is_held_is_left_alone_whatever_its_pid(tmp_
     with held_elsewhere(partial):
         assert fetch.clean_partials(target) == [] and partial.exists()
     assert fetch.clean_partials(target) == [partial] and not partial.exists()
+
+
+def test_a_file_the_server_does_not_have_is_not_said_to_resume_on_a_rerun(online, tarball, monkeypatch):
+    """Review: an endpoint with a bad path answered 404 and the line ended "rerun to resume", which no rerun does."""
+    from ragzoo.errors import DataError
+    from ragzoo.retrieval import fetch
+
+    content, _ = tarball
+    with FakeHub(content) as hub:
+        hub.path = "/somewhere/else"  # every request: 404 Entry not found
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        with pytest.raises(DataError) as raised:
+            fetch.fetch("wiki17-abstracts", progress=False)
+    message = str(raised.value)
+    assert "does not serve this file" in message and "rerun to resume" not in message and "\n" not in message
