@@ -106,6 +106,19 @@ _KEPT_NONE = re.compile(
 
 
 # "none" that leaves the ids named out of it: the ids are what is kept
+# what a list of ids may say besides the ids ("Passages [2] and [3] are relevant."): anything else is read as unsure
+_ID_WORDS = re.compile(r"\b(?:the|sentences?|passages?|documents?|docs?|ids?|numbers?|indices|indexes|and|also|"
+                       r"are|is|relevant|useful|helpful|selected|kept|keep|supporting|ones|only)\b|[\[\](){},;:.&\"'`*#]")
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 _NONE_BUT = re.compile(r"\bnone of the others?\b|\bnothing else\b|\bexcept\b|\bbesides\b|\bonly\b")
 
 
@@ -129,11 +142,13 @@ def lenient_value(text: Any, annotation: Any) -> Any:
     text = _clean(text)
     if annotation is str:
         return text
-    try:
-        return parse_value(text, annotation)
-    except Exception:  # noqa: BLE001 - pydantic and json errors alike: read it leniently below
-        pass
     origin = get_origin(annotation)
+    listed = origin in (list, tuple, set) or annotation in (list, tuple, set)
+    if not listed or _is_json(text):  # DSPy repairs broken JSON: "[1] and [3]" became [3]
+        try:
+            return parse_value(text, annotation)
+        except Exception:  # noqa: BLE001 - pydantic and json errors alike: read it leniently below
+            pass
     if origin in (Union, types.UnionType):
         arms = [arm for arm in get_args(annotation) if arm is not type(None)]
         for arm in arms:
@@ -189,8 +204,15 @@ def lenient_value(text: Any, annotation: Any) -> Any:
                 return []
             if re.search(r"\d\.\d", lowered):
                 raise ValueError(f"a number that is not an integer in {text[:80]!r}")
+            # ids and nothing else said of them: a numbered list's own numbers, "not", "out of 4" or "(0-based)"
+            # would have been read as ids ("1. 2\n2. 3" as [1, 2, 3])
+            unmarked = re.sub(r"(?m)^\s*(?:[-*•]|\d+[.)])\s+(?=\S)", "", text.lower())  # <item> tags gone
+            residue = _ID_WORDS.sub(" ", unmarked).split()
+            if any(not re.fullmatch(r"-?\d+", token) and token not in _NUMBERS for token in residue):
+                raise ValueError(f"more than ids in {text[:80]!r}")
+            digits = [int(token) for token in residue if re.fullmatch(r"-?\d+", token)]
             # number words are ids only where no digit is ("passages one and three")
-            numbers = digits or [_NUMBERS[w] for w in words if w in _NUMBERS]
+            numbers = digits or [_NUMBERS[w] for w in residue if w in _NUMBERS]
             if not numbers:
                 raise ValueError(f"no integers in {text[:80]!r}")
             return list(dict.fromkeys(numbers))
@@ -206,6 +228,7 @@ def lenient_value(text: Any, annotation: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------
 # Lenient replies
 
+_GLUED = re.compile(r"\s*\[\[\s*#+\s*\w+\s*#+\s*\]\]\s*$")  # a field's marker left at the end of a text
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?```", re.DOTALL)
 
 
@@ -259,8 +282,8 @@ def _sections(text: str, names: list[str]) -> dict[str, str]:
         value = text[match.end():end]
         value = re.sub(r"</" + re.escape(name) + r">\s*$", "", value.strip(), flags=re.IGNORECASE)
         value = re.sub(r"^\s*:", "", value)
-        if name not in sections:
-            sections[name] = value.strip()
+        if value.strip() or name not in sections:  # a field given again is the model's last word ("Answer: London
+            sections[name] = value.strip()          # ... But the passage says Paris. **Answer:** Paris")
     return sections
 
 
@@ -336,6 +359,11 @@ class _Truncated(AdapterParseError):
     pass
 
 
+def _reply_text(output) -> str:
+    """An LM output's text: a reasoning model's comes as a dict whose reasoning must not go back into a re-ask."""
+    return str(output.get("text") or "") if isinstance(output, dict) else str(output)
+
+
 class LenientMixin:
     """Lenient reading + bounded re-ask on top of a DSPy adapter (see the module docstring)."""
 
@@ -344,7 +372,7 @@ class LenientMixin:
 
     def parse(self, signature, completion: str) -> dict[str, Any]:
         try:
-            return super().parse(signature, completion)
+            values = super().parse(signature, completion)
         except AdapterParseError as strict:
             try:
                 values, how = lenient_parse(signature, completion)
@@ -352,11 +380,33 @@ class LenientMixin:
                 raise strict from None
             record_lenient(_predictor_name(), how)
             return values
+        return self._checked(signature, completion, values)
+
+    def _checked(self, signature, completion: str, values: dict[str, Any]) -> dict[str, Any]:
+        """A strict read, checked where DSPy's is too kind: a field marker glued to the end of a text ("Paris
+        [[ ## completed ## ]]") is no part of it, and a list of ids DSPy's JSON repair read from text that is not
+        JSON ("[1] and [3]" as [3]) is read again as ids alone, or re-asked."""
+        raw = None
+        for name, value in list(values.items()):
+            if isinstance(value, str) and _GLUED.search(value):
+                values[name] = _GLUED.sub("", value).rstrip()
+            annotation = signature.output_fields[name].annotation
+            if get_origin(annotation) in (list, tuple, set) and int in get_args(annotation):
+                raw = _sections(completion or "", list(signature.output_fields)) if raw is None else raw
+                text = _clean(raw.get(name, ""))
+                if raw.get(name) is not None and not _is_json(text):
+                    try:
+                        values[name] = lenient_value(text, annotation)
+                    except ValueError as error:
+                        raise AdapterParseError(adapter_name=type(self).__name__, signature=signature,
+                                                lm_response=completion, message=str(error)) from None
+                    record_lenient(_predictor_name(), "ids")
+        return values
 
     def _call_postprocess(self, processed_signature, original_signature, outputs, lm, lm_kwargs):
         if _truncated(lm, outputs):
             raise _Truncated(adapter_name=type(self).__name__, signature=original_signature,
-                             lm_response=str(outputs[0] if outputs else ""),
+                             lm_response=_reply_text(outputs[0]) if outputs else "",
                              message="the reply was cut off at the token limit (finish_reason 'length')")
         return super()._call_postprocess(processed_signature, original_signature, outputs, lm, lm_kwargs)
 

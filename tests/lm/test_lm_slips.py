@@ -200,3 +200,68 @@ def test_running_under_another_adapter_than_compiled_warns_once():
         assert warn_adapter_mismatch("xml", "chat", where="artifacts/x") is True
     assert warn_adapter_mismatch("xml", "chat") is False  # once
     assert warn_adapter_mismatch("chat", "chat") is False and warn_adapter_mismatch(None, "json") is False
+
+
+# --- review: replies read as other values than the model meant --------------------------------------------
+
+class PickIds(dspy.Signature):
+    """Pick the sentences that help."""
+
+    sentences: str = dspy.InputField()
+    selected: list[int] = dspy.OutputField()
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ("[2, 3]", [2, 3]), ("2, 3", [2, 3]), ("[1] and [3]", [1, 3]), ("Sentences [1] and [3]", [1, 3]),
+    ("- [1]\n- [3]", [1, 3]), ("1. 2\n2. 3", [2, 3]), ("Passages 2 and 3 are relevant.", [2, 3]),
+    ("Only 1.", [1]), ("passages one and three", [1, 3]),
+    ("Sentence 1 is not helpful; sentence 2 is.", None), ("2 and 3 (out of 4)", None), ("2, 3 (0-based)", None),
+    ("Sentence 0: no. Sentence 2: yes.", None),
+])
+def test_a_list_of_ids_is_read_as_ids_alone_or_reasked(reply, expected):
+    """Every digit had been taken for an id ("1. 2\\n2. 3" as [1, 2, 3], "2 and 3 (out of 4)" as [2, 3, 4]), and
+    DSPy's JSON repair kept the last of "[1] and [3]"; now ids alone are read, and anything said besides re-asked."""
+    from ragzoo.testing import ScriptedLM
+
+    lm = ScriptedLM({"PickIds": [f"[[ ## selected ## ]]\n{reply}\n\n[[ ## completed ## ]]",
+                                 "[[ ## selected ## ]]\n[4]\n\n[[ ## completed ## ]]"]})
+    with dspy.context(lm=lm, adapter=make_adapter("chat")), trace_example() as trace:
+        result = dspy.Predict(PickIds)(sentences="[1] a [2] b [3] c [4] d")
+    if expected is None:  # unreadable: re-asked, and the second reply is what is read
+        assert result.selected == [4] and len(lm.calls) == 2 and len(trace.reasks) == 1
+    else:
+        assert result.selected == expected and len(lm.calls) == 1
+
+
+def test_a_field_marker_glued_to_the_answer_is_no_part_of_it():
+    """The stub's own `glued` slip: DSPy's strict read kept 'Paris [[ ## completed ## ]]', which scored EM 0."""
+    from ragzoo.testing import ScriptedLM
+
+    lm = ScriptedLM({"QA": "[[ ## answer ## ]]\nParis [[ ## completed ## ]]"})
+
+    class QA(dspy.Signature):
+        question: str = dspy.InputField()
+        answer: str = dspy.OutputField()
+
+    with dspy.context(lm=lm, adapter=make_adapter("chat")):
+        assert dspy.Predict(QA)(question="Capital of France?").answer == "Paris"
+
+
+def test_a_field_given_twice_is_read_as_the_models_last_word():
+    from ragzoo.adapters import lenient_parse
+
+    class QA(dspy.Signature):
+        question: str = dspy.InputField()
+        answer: str = dspy.OutputField()
+
+    values, _ = lenient_parse(QA, "First guess:\nAnswer: London\nBut the passage says Paris.\n\n**Answer:** Paris")
+    assert values["answer"] == "Paris"
+    values, _ = lenient_parse(QA, "[[ ## answer ## ]]\nanswer: Paris")  # a header, then the name again
+    assert values["answer"] == "Paris"
+
+
+def test_a_reasoning_models_cut_reply_goes_back_as_its_text_not_its_reasoning():
+    from ragzoo.adapters import _reply_text
+
+    cut = {"text": "[[ ## answer ## ]]\nThe Eiffel", "reasoning_content": "Let me think step by step " * 50}
+    assert _reply_text(cut) == "[[ ## answer ## ]]\nThe Eiffel" and _reply_text("plain") == "plain"
