@@ -529,6 +529,7 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                     result.notes.append(f"no end-to-end compile ran; the staged demos kept: {', '.join(kept)}"
                                         if kept else "no end-to-end compile ran, and no stage kept a demo")
             if result.stopped:
+                mark_seen(result.program, trainset, valset)  # its staged demos are made of these questions
                 _stamp(result.program, optimizer)
                 return result
         started, before = time.perf_counter(), meter.usage.snapshot()

@@ -249,11 +249,12 @@ class Filco(RagProgram):
         kept = sum(1 for label in labelled if label.get("selected", label.get("keep")))
         labelled.record["labels_keeping_something"] = kept
         if labelled and not kept:
-            measure = labelled.record.get("measure", "?")
-            fell_back = f" ({labelled.record['fallback']})" if labelled.record.get("fallback") else ""
-            raise StageSkipped(f"all {len(labelled)} {str(measure).upper()} labels keep nothing{fell_back}: no "
-                               f"retrieved {self.granularity} passes the measure for these questions; try --knob "
-                               f"measure=strinc", record={**labelled.record, "examples": len(labelled)})
+            measure = str(labelled.record.get("measure", "?"))
+            instead = ("try --knob measure=strinc" if measure != "strinc" else
+                       "retrieve more passages (--knob k) or from a corpus that holds the answers")
+            raise StageSkipped(f"all {len(labelled)} {measure.upper()} labels keep nothing: no retrieved "
+                               f"{self.granularity} passes the measure for these questions; {instead}",
+                               record={**labelled.record, "examples": len(labelled)})
         return labelled
 
     def resolved_measure(self, dataset: str | None = None) -> str:

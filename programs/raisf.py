@@ -314,13 +314,15 @@ class RAISF(RagProgram):
         from ragzoo.metrics.fields import gold_answers
         from ragzoo.programs.filco_oracle import string_inclusion
 
-        examples = list(examples)
-        if examples and all({str(answer).strip().lower() for answer in gold_answers(example)} <= {"yes", "no"}
-                            for example in examples):
-            # a passage "holding" yes or no says nothing of its relevance (StrategyQA: 1 of 40 labelled relevant,
-            # by the word "no" in "makes no express contractual"): no label is better than these
-            raise StageSkipped("every training question is answered yes or no, so a passage holding its answer "
-                               "says nothing of its relevance; the relevance judge gets no staged demos")
+        # a passage "holding" yes or no says nothing of its relevance (StrategyQA: 1 of 40 labelled relevant, by the
+        # word "no" in "makes no express contractual"), nor can a question without an answer label one: left out
+        given = list(examples)
+        examples = [example for example in given
+                    if {re.sub(r"[^a-z0-9]", "", str(answer).lower()) for answer in gold_answers(example)}
+                    - {"yes", "no", "true", "false", ""}]
+        if given and not examples:
+            raise StageSkipped("every training question is answered yes or no (or not at all), so no passage can be "
+                               "labelled relevant by holding its answer; the relevance judge gets no staged demos")
         labelled = []
         for example in examples:
             question, answers = example["question"], gold_answers(example)

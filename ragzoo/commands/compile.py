@@ -159,9 +159,9 @@ def print_stages(result, out=None, estimate: bool = False) -> None:
               f"{t.completion_tokens + t.cached_completion_tokens} completion tokens, "
               f"${t.cost + t.cached_cost:.4f}", file=out)
     if t.server_seconds or t.server_cost:  # --price-per-hour: the server's wall time, apart from the tokens
-        print(f"{'server':<16}{f'{t.server_seconds:.0f} s of a server rented by the hour':>46}{t.server_cost:>11.4f}",
-              file=out)
-        print(f"{'total cost':<16}{'':>46}{t.total_cost:>11.4f}", file=out)
+        rented = f"{t.server_seconds:.0f} s of a server rented by the hour"
+        print(f"{'server':<{width}}{rented:>46}{t.server_cost:>11.4f}", file=out)
+        print(f"{'total cost':<{width}}{'':>46}{t.total_cost:>11.4f}", file=out)
     for note in getattr(result, "notes", None) or []:  # a stage skipped or labelled otherwise is never silent
         if note.startswith("compile stage ") or "dev question(s) failed" in note:
             print(f"note: {note}", file=out)

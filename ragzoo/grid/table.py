@@ -63,8 +63,9 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
         for stage in _compile_stages(cell_dir(out, cell) / "artifact"):
             # a stage whose labels came from another measure than asked (FILCO's CXMI fallback), or that was
             # skipped, is a difference from the paper this run made: the table says so beside the static ones
-            said = stage.get("fallback") or (f"compile stage {stage.get('stage')!r} skipped: {stage['skipped']}"
-                                             if stage.get("skipped") else None)
+            said = "; ".join(part for part in (
+                f"compile stage {stage.get('stage')!r} skipped: {stage['skipped']}" if stage.get("skipped") else "",
+                stage.get("fallback") or "") if part) or None
             if said:
                 measured.append(f"{row_name}, {cell.dataset.label}: {said}")
         loaded = _load(cell_dir(out, cell) / "run")

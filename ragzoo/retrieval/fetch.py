@@ -662,7 +662,7 @@ def _batches(table, name: str, path):
                                                            for c in PSGS_COLUMNS))]).encode("utf-8")
         except StopIteration:
             return
-        except (OSError, ValueError, pyarrow.ArrowException) as error:  # UnicodeDecodeError is a ValueError
+        except (OSError, ValueError, TypeError, pyarrow.ArrowException) as error:  # binary text: TypeError
             raise BadShard(f"{name} is not readable parquet ({' '.join(str(error).split())}); it was removed, "
                            f"rerun to download it again", path) from None
         yield lines, batch.num_rows

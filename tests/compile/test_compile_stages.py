@@ -115,6 +115,9 @@ def test_a_budget_reached_inside_a_stage_stops_there_and_says_what_was_kept():
     assert [stage.stage for stage in result.stages] == ["stage:filter"]  # no end-to-end compile after it
     assert result.stopped == "budget reached during compile stage 'filter'"
     assert any(note.startswith("no end-to-end compile ran; the staged demos kept: filter (") for note in result.notes)
+    from ragzoo.leakage import overlap
+
+    assert overlap(result.program, examples) == {"train": 3}  # its demos come from these: not held out
 
 
 def test_a_dry_run_stage_estimate_models_passing_traces_as_the_end_to_end_one_does():
@@ -137,7 +140,25 @@ def test_the_stage_table_columns_stay_aligned_for_long_stage_names():
 
     result = CompileResult(program=None, optimizer="bootstrap", settings={}, metric="em", score=None, val_n=0)
     result.stages = [StageUsage("stage:self_knowledge", Usage(lm_calls=12), 0.1), StageUsage("compile", Usage(), 0.1)]
+    rented = result.stages[1].usage
+    rented.server_seconds, rented.server_cost = 30.0, 0.01  # --price-per-hour: two more rows
     printed = io.StringIO()
     print_stages(result, out=printed)
-    lines = printed.getvalue().splitlines()[:4]
+    lines = [line for line in printed.getvalue().splitlines()
+             if not line.startswith(("note:", "0 of"))]
+    assert len(lines) == 6 and lines[4].startswith("server")
     assert len({len(line) for line in lines}) == 1, lines  # the header and every row as wide as each other
+
+
+def test_a_filter_stage_whose_strinc_labels_keep_nothing_does_not_suggest_strinc():
+    examples = [dspy.Example(question=Q, answers=["Danube"]).with_inputs("question")]
+    (stage,) = filco(measure="strinc").compile_stages()
+    from ragzoo.programs.base import StageSkipped
+
+    try:
+        stage.build_trainset(examples)
+    except StageSkipped as skipped:
+        assert "STRINC labels keep nothing" in str(skipped) and "measure=strinc" not in str(skipped)
+        assert "--knob k" in str(skipped)
+    else:
+        raise AssertionError("the stage was not skipped")

@@ -213,6 +213,12 @@ def test_the_grid_table_says_which_measure_trained_a_cells_filter_when_it_fell_b
     table = build(grid, tmp_path, resamples=10)
     assert table["run_differences"] == [f"FILCO (top 1), HotpotQA: {reason}"]
     assert f"- differs in this run: FILCO (top 1), HotpotQA: {reason}" in to_markdown(table)
+    # review: a stage skipped after its fallback (LEXICAL keeps nothing on HotpotQA) was said as the fallback alone
+    (artifact / "manifest.json").write_text(json.dumps({"compile_stages": [
+        {"stage": "filter", "measure": "lexical", "asked": "cxmi", "fallback": reason,
+         "skipped": "all 6 LEXICAL labels keep nothing"}]}))
+    (said,) = build(grid, tmp_path, resamples=10)["run_differences"]
+    assert "compile stage 'filter' skipped: all 6 LEXICAL labels keep nothing" in said and reason in said
 
 
 def test_the_cxmi_source_and_fallback_reason_never_show_a_key_or_url_credentials(monkeypatch):

@@ -409,8 +409,14 @@ def test_the_relevance_stage_is_skipped_when_every_answer_is_yes_or_no(retriever
               dspy.Example(question="Is q2?", answers=["No"]).with_inputs("question")]
     with pytest.raises(StageSkipped, match="yes or no"):
         stage.build_trainset(yes_no)
-    mixed = [*yes_no, dspy.Example(question="q3?", answers=["doc 1"]).with_inputs("question")]
-    assert len(stage.build_trainset(mixed)) == 6  # one real answer: labels are built
+    punctuated = [dspy.Example(question="Is q4?", answers=["No."]).with_inputs("question"),
+                  dspy.Example(question="Is q5?", answers=["True"]).with_inputs("question"),
+                  dspy.Example(question="q6?", answers=[]).with_inputs("question")]
+    with pytest.raises(StageSkipped, match="yes or no"):
+        stage.build_trainset(punctuated)
+    mixed = [*yes_no, *punctuated, dspy.Example(question="q3?", answers=["doc 1"]).with_inputs("question")]
+    labelled = stage.build_trainset(mixed)  # the yes/no and unanswered questions left out, one at a time
+    assert {example.question for example in labelled} == {"q3?"} and len(labelled) == 2
 
 
 def test_gate_stages_run_through_the_optimizer_before_the_end_to_end_compile(retriever):

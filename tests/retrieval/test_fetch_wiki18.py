@@ -357,19 +357,21 @@ def test_files_that_are_not_psgs_w100_are_refused(online, shards, monkeypatch, c
     assert not _target(online).exists()
 
 
-def _not_utf8(rows: list[dict]) -> bytes:
-    """A psgs_w100 file whose text column holds bytes that are not UTF-8 (pyarrow reads them; decoding fails)."""
+def _not_utf8(rows: list[dict], binary: bool = False) -> bytes:
+    """A psgs_w100 file whose text column holds bytes that are not UTF-8 (pyarrow reads them; decoding fails), or
+    (`binary`) a text column typed binary."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    texts = pa.array([b"\xff\xfe not text" for _ in rows], type=pa.binary()).view(pa.string())
+    texts = pa.array([b"\xff\xfe not text" for _ in rows], type=pa.binary())
+    texts = texts if binary else texts.view(pa.string())
     table = pa.table({"id": [row["id"] for row in rows], "text": texts, "title": [row["title"] for row in rows]})
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("damage", ["page header", "not utf-8"])
+@pytest.mark.parametrize("damage", ["page header", "not utf-8", "binary text"])
 def test_a_file_damaged_inside_its_data_is_named_removed_and_fetched_again(online, shards, monkeypatch, capsys,
                                                                           damage):
     """Review: a file whose footer reads but whose pages do not (a bad upload its hub vouches for) ended in
@@ -384,6 +386,8 @@ def test_a_file_damaged_inside_its_data_is_named_removed_and_fetched_again(onlin
         damaged[offset] ^= 0xFF
     if damage == "not utf-8":
         damaged = bytearray(_not_utf8(psgs_rows(5)))
+    if damage == "binary text":  # a text column of another type: ujson cannot write bytes
+        damaged = bytearray(_not_utf8(psgs_rows(5), binary=True))
     good, files[bad] = files[bad], bytes(damaged)
     pin(monkeypatch, files)  # its digest vouched for: only reading it can tell
     with MultiFileHub(files) as hub:
