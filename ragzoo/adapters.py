@@ -517,6 +517,15 @@ class LenientXMLAdapter(LenientMixin, XMLAdapter):
 _MAIN_LM: contextvars.ContextVar[Any] = contextvars.ContextVar("ragzoo_two_step_lm", default=None)
 
 
+class _ExtractionFailed(Exception):
+    """An extraction that stayed unreadable, carried past the main call's re-ask loop (it is no AdapterParseError,
+    which that loop would take for a main reply to ask again)."""
+
+    def __init__(self, unreadable: "UnreadableOutput"):
+        super().__init__(str(unreadable))
+        self.unreadable = unreadable
+
+
 class TwoStepLenientAdapter(TwoStepAdapter):
     """DSPy's `TwoStepAdapter` (`--adapter two-step`): the main LM answers a plain prompt in free text, then an
     extraction call reads the output fields out of that text. For models that answer well but slip on
@@ -554,24 +563,73 @@ class TwoStepLenientAdapter(TwoStepAdapter):
         return extractor(lm=lm, lm_kwargs={}, signature=self._create_extractor_signature(signature), demos=[],
                          inputs={"text": completion})[0]
 
+    # the main call's reply is checked as the other adapters check theirs: one cut off at the token limit, or
+    # empty, is asked again (at most `max_reasks` times), never handed to the extraction to make something of
+    def format(self, signature, demos, inputs):
+        messages = super().format(signature, demos, inputs)
+        for previous, note in _REASK.get():
+            messages = [*messages, {"role": "assistant", "content": previous or "(empty reply)"},
+                        {"role": "user", "content": note}]
+        return messages
+
+    def _reask_note(self, signature, error: AdapterParseError) -> str:
+        what = "Your reply was cut off before it ended." if isinstance(error, _Truncated) else "Your reply was empty."
+        return f"{what} Answer again, complete and short."
+
+    def _checked_main(self, signature, lm, outputs) -> None:
+        if _truncated(lm, outputs):
+            raise _Truncated(adapter_name=type(self).__name__, signature=signature,
+                             lm_response=_reply_text(outputs[0]) if outputs else "",
+                             message="the reply was cut off at the token limit (finish_reason 'length')")
+        if not any(_reply_text(output).strip() for output in outputs or [""]):
+            raise AdapterParseError(adapter_name=type(self).__name__, signature=signature, lm_response="",
+                                    message="the reply is empty")
+
+    def _call_postprocess(self, processed_signature, original_signature, outputs, lm, lm_kwargs):
+        self._checked_main(original_signature, lm, outputs)
+        try:
+            return super()._call_postprocess(processed_signature, original_signature, outputs, lm, lm_kwargs)
+        except UnreadableOutput as unreadable:  # the extraction's own re-asks are spent: not the main call's to redo
+            raise _ExtractionFailed(unreadable) from None
+
     def __call__(self, lm, lm_kwargs, signature, demos, inputs):
         token = _MAIN_LM.set(lm)
         try:
-            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+            reasks = _Reasks(self, signature)
+            for _ in range(self.max_reasks + 1):
+                with reasks.attempt():
+                    return super().__call__(lm, dict(lm_kwargs), signature, demos, inputs)
+            raise reasks.unreadable() from reasks.error
+        except _ExtractionFailed as failed:
+            raise failed.unreadable from None
         finally:
             _MAIN_LM.reset(token)
 
     async def acall(self, lm, lm_kwargs, signature, demos, inputs):
+        reasks = _Reasks(self, signature)
+        try:
+            for _ in range(self.max_reasks + 1):
+                with reasks.attempt():
+                    return await self._acall_once(lm, dict(lm_kwargs), signature, demos, inputs)
+            raise reasks.unreadable() from reasks.error
+        except _ExtractionFailed as failed:
+            raise failed.unreadable from None
+
+    async def _acall_once(self, lm, lm_kwargs, signature, demos, inputs):
         token = _MAIN_LM.set(lm)
         try:
             outputs = await lm.acall(messages=self.format(signature, demos, inputs), **lm_kwargs)
+            self._checked_main(signature, lm, outputs)
             extraction_lm, extractor = self._extractor()
             values = []
             for output in outputs:
                 text = output["text"] if isinstance(output, dict) else output
-                value = (await extractor.acall(lm=extraction_lm, lm_kwargs={},
-                                               signature=self._create_extractor_signature(signature), demos=[],
-                                               inputs={"text": text}))[0]
+                try:
+                    value = (await extractor.acall(lm=extraction_lm, lm_kwargs={},
+                                                   signature=self._create_extractor_signature(signature), demos=[],
+                                                   inputs={"text": text}))[0]
+                except UnreadableOutput as unreadable:
+                    raise _ExtractionFailed(unreadable) from None
                 if isinstance(output, dict) and output.get("logprobs") is not None:
                     value["logprobs"] = output["logprobs"]
                 values.append(value)

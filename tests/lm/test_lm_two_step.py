@@ -72,3 +72,35 @@ def test_two_step_is_an_option_recorded_like_the_others():
         make_adapter("chat", extraction_lm=ScriptedLM())
     with pytest.raises(ConfigError, match="two-step"):
         make_adapter("three-step")
+
+
+@pytest.mark.parametrize("shape", ["empty", "length"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_empty_or_cut_main_reply_is_asked_again_not_extracted(shape, asynchronous):
+    """Review: the main call's reply was never checked: cut off, it was extracted as if whole ('{"answer": "');
+    empty, the question was lost (sync) or the extraction made an answer up (async)."""
+    import asyncio
+
+    from ragzoo.lm import make_lm
+    from ragzoo.stubserver import StubLMServer
+
+    with StubLMServer(slips=[shape]) as server:  # the first request slips; the rest are answered
+        lm = make_lm("openai/stub-model", api_base=server.base_url + "/v1", cache=False, num_retries=0)
+        predict = dspy.Predict("question -> answer")
+        with dspy.context(lm=lm, adapter=make_adapter("two-step")), trace_example() as trace:
+            if asynchronous:
+                prediction = asyncio.run(predict.acall(question="Capital of France?"))
+            else:
+                prediction = predict(question="Capital of France?")
+        bodies = server.bodies if hasattr(server, "bodies") else None
+    assert len(trace.reasks) == 1 and len(trace.lm_calls) == 3  # the slipped answer, its re-ask, the extraction
+    assert prediction.answer and not prediction.answer.startswith('{"answer"')
+    assert bodies is None or "Answer again" in str(bodies[1])
+
+
+def test_a_main_reply_that_stays_empty_ends_in_unreadable_output():
+    lm = ScriptedLM(default=lambda context: "" if not is_extraction(context) else {"answer": "made up"})
+    with dspy.context(lm=lm, adapter=make_adapter("two-step", max_reasks=1)):
+        with pytest.raises(UnreadableOutput, match="empty"):
+            dspy.Predict("question -> answer")(question="how many?")
+    assert [is_extraction(call) for call in lm.calls] == [False, False]  # nothing extracted from nothing
