@@ -108,7 +108,7 @@ _KEPT_NONE = re.compile(
 # "none" that leaves the ids named out of it: the ids are what is kept
 # what a list of ids may say besides the ids ("Passages [2] and [3] are relevant."): anything else is read as unsure
 _ID_WORDS = re.compile(r"\b(?:the|sentences?|passages?|documents?|docs?|ids?|numbers?|indices|indexes|and|also|"
-                       r"are|is|relevant|useful|helpful|selected|kept|keep|supporting|ones|only)\b|[\[\](){},;:.&\"'`*#]")
+                       r"are|is|relevant|useful|helpful|selected|kept|keep|supporting|ones|only|both)\b|[\[\](){},;:.&\"'`*#]")
 
 
 def _is_json(text: str) -> bool:
@@ -143,8 +143,8 @@ def lenient_value(text: Any, annotation: Any) -> Any:
     if annotation is str:
         return text
     origin = get_origin(annotation)
-    listed = origin in (list, tuple, set) or annotation in (list, tuple, set)
-    if not listed or _is_json(text):  # DSPy repairs broken JSON: "[1] and [3]" became [3]
+    ids = (origin in (list, tuple, set) or annotation in (list, tuple, set)) and int in get_args(annotation)
+    if not ids or _is_json(text):  # DSPy repairs broken JSON: "[1] and [3]" became [3] (a list of str reads as before)
         try:
             return parse_value(text, annotation)
         except Exception:  # noqa: BLE001 - pydantic and json errors alike: read it leniently below
@@ -271,7 +271,9 @@ def _header_pattern(names: list[str]) -> re.Pattern:
         re.IGNORECASE)
 
 
-def _sections(text: str, names: list[str]) -> dict[str, str]:
+def _sections(text: str, names: list[str], *, last: bool = True) -> dict[str, str]:
+    """Each field's text by its header; `last`: a field given twice is read from its last non-empty occurrence (the
+    lenient reader), else its first (DSPy's strict reader)."""
     pattern = _header_pattern(names)
     by_lower = {name.lower(): name for name in names}
     matches = list(pattern.finditer(text))
@@ -282,8 +284,9 @@ def _sections(text: str, names: list[str]) -> dict[str, str]:
         value = text[match.end():end]
         value = re.sub(r"</" + re.escape(name) + r">\s*$", "", value.strip(), flags=re.IGNORECASE)
         value = re.sub(r"^\s*:", "", value)
-        if value.strip() or name not in sections:  # a field given again is the model's last word ("Answer: London
-            sections[name] = value.strip()          # ... But the passage says Paris. **Answer:** Paris")
+        given = _clean(value) if last else ""
+        if (last and given) or name not in sections:  # a field given again is the model's last word ("Answer: London
+            sections[name] = value.strip()            # ... But the passage says Paris. **Answer:** Paris")
     return sections
 
 
@@ -391,9 +394,11 @@ class LenientMixin:
             if isinstance(value, str) and _GLUED.search(value):
                 values[name] = _GLUED.sub("", value).rstrip()
             annotation = signature.output_fields[name].annotation
-            if get_origin(annotation) in (list, tuple, set) and int in get_args(annotation):
-                raw = _sections(completion or "", list(signature.output_fields)) if raw is None else raw
-                text = _clean(raw.get(name, ""))
+            if self.adapter_name == "chat" and get_origin(annotation) in (list, tuple, set) \
+                    and int in get_args(annotation):  # JSON and XML replies parse by their structure
+                raw = _sections(completion or "", [*signature.output_fields, "completed"], last=False) \
+                    if raw is None else raw
+                text = _clean(_FENCE.sub(lambda fenced: fenced.group(1), raw.get(name, "")))
                 if raw.get(name) is not None and not _is_json(text):
                     try:
                         values[name] = lenient_value(text, annotation)
@@ -560,8 +565,12 @@ class TwoStepLenientAdapter(TwoStepAdapter):
 
     def parse(self, signature, completion: str) -> dict[str, Any]:
         lm, extractor = self._extractor()
-        return extractor(lm=lm, lm_kwargs={}, signature=self._create_extractor_signature(signature), demos=[],
-                         inputs={"text": completion})[0]
+        token = _REASK.set(())  # the main call's re-ask turns are no part of the extraction's conversation
+        try:
+            return extractor(lm=lm, lm_kwargs={}, signature=self._create_extractor_signature(signature), demos=[],
+                             inputs={"text": completion})[0]
+        finally:
+            _REASK.reset(token)
 
     # the main call's reply is checked as the other adapters check theirs: one cut off at the token limit, or
     # empty, is asked again (at most `max_reasks` times), never handed to the extraction to make something of
@@ -624,12 +633,15 @@ class TwoStepLenientAdapter(TwoStepAdapter):
             values = []
             for output in outputs:
                 text = output["text"] if isinstance(output, dict) else output
+                fresh = _REASK.set(())  # the main call's re-ask turns are no part of the extraction's conversation
                 try:
                     value = (await extractor.acall(lm=extraction_lm, lm_kwargs={},
                                                    signature=self._create_extractor_signature(signature), demos=[],
                                                    inputs={"text": text}))[0]
                 except UnreadableOutput as unreadable:
                     raise _ExtractionFailed(unreadable) from None
+                finally:
+                    _REASK.reset(fresh)
                 if isinstance(output, dict) and output.get("logprobs") is not None:
                     value["logprobs"] = output["logprobs"]
                 values.append(value)

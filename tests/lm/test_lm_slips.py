@@ -265,3 +265,39 @@ def test_a_reasoning_models_cut_reply_goes_back_as_its_text_not_its_reasoning():
 
     cut = {"text": "[[ ## answer ## ]]\nThe Eiffel", "reasoning_content": "Let me think step by step " * 50}
     assert _reply_text(cut) == "[[ ## answer ## ]]\nThe Eiffel" and _reply_text("plain") == "plain"
+
+
+def test_a_list_of_text_given_python_style_still_reads_as_its_items():
+    """Review of the ids fix: its JSON-only gate had reached lists of text too ("['a', 'b']" became one item)."""
+    assert lenient_value("['Who directed Jaws?', 'When was Spielberg born?']", list[str]) == [
+        "Who directed Jaws?", "When was Spielberg born?"]
+    assert lenient_value("[a, b]", list[str]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("adapter, reply", [
+    ("chat", "[[ ## selected ## ]]\n[2, 3]\n\n[[ ## completed ## ]]\nHope this helps!"),
+    ("chat", "[[ ## selected ## ]]\n```json\n[2, 3]\n```\n\n[[ ## completed ## ]]"),
+    ("xml", "<selected>[2, 3]</selected>\nHope this helps."),
+    ("json", 'Selected: 2 and 3.\n```json\n{"selected": [2, 3]}\n```'),
+    ("chat", "[[ ## selected ## ]]\n2 and 3 are both relevant\n\n[[ ## completed ## ]]"),
+])
+def test_a_strict_read_of_ids_is_not_reasked_for_what_follows_or_wraps_it(adapter, reply):
+    """Review of the ids fix: the re-read took the whole section after the header (text after the end marker, a
+    fence) or a JSON reply's preamble, and re-asked replies DSPy had read right."""
+    from ragzoo.testing import ScriptedLM
+
+    lm = ScriptedLM({"PickIds": reply})
+    with dspy.context(lm=lm, adapter=make_adapter(adapter, max_reasks=0)):
+        assert dspy.Predict(PickIds)(sentences="[1] a [2] b [3] c").selected == [2, 3]
+    assert len(lm.calls) == 1
+
+
+def test_an_end_marker_after_a_repeated_header_is_not_the_fields_last_word():
+    from ragzoo.adapters import lenient_parse
+
+    class QA(dspy.Signature):
+        question: str = dspy.InputField()
+        answer: str = dspy.OutputField()
+
+    values, _ = lenient_parse(QA, "Answer: Paris\n\n[[ ## answer ## ]]\n[[ ## completed ## ]]")
+    assert values["answer"] == "Paris"

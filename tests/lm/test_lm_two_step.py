@@ -104,3 +104,13 @@ def test_a_main_reply_that_stays_empty_ends_in_unreadable_output():
         with pytest.raises(UnreadableOutput, match="empty"):
             dspy.Predict("question -> answer")(question="how many?")
     assert [is_extraction(call) for call in lm.calls] == [False, False]  # nothing extracted from nothing
+
+
+def test_the_main_calls_reask_turns_are_not_in_the_extraction_prompt():
+    """Review: the extraction ran while the main call's re-ask was set, so its prompt ended asking for free text."""
+    replies = iter(["", FREE_TEXT])
+    lm = ScriptedLM(default=lambda context: {"answer": "Doc 7"} if is_extraction(context) else next(replies))
+    with dspy.context(lm=lm, adapter=make_adapter("two-step")):
+        assert dspy.Predict("question -> answer")(question="q?").answer == "Doc 7"
+    main, again, extraction = lm.calls
+    assert "Answer again" in again.prompt_text and "Answer again" not in extraction.prompt_text
