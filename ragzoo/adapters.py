@@ -362,6 +362,32 @@ class _Truncated(AdapterParseError):
     pass
 
 
+def _with_reask_turns(messages: list) -> list:
+    """`messages`, then every earlier attempt of this call and the note that asks again (`_REASK`): each re-ask
+    differs from the last, so none is served from the cache."""
+    for previous, note in _REASK.get():
+        messages = [*messages, {"role": "assistant", "content": previous or "(empty reply)"},
+                    {"role": "user", "content": note}]
+    return messages
+
+
+@contextlib.contextmanager
+def _own_conversation():
+    """A call inside another's re-asks (the two-step extraction) with no re-ask turns of the outer one."""
+    token = _REASK.set(())
+    try:
+        yield
+    finally:
+        _REASK.reset(token)
+
+
+def _raise_if_cut(adapter, signature, lm, outputs) -> None:
+    if _truncated(lm, outputs):
+        raise _Truncated(adapter_name=type(adapter).__name__, signature=signature,
+                         lm_response=_reply_text(outputs[0]) if outputs else "",
+                         message="the reply was cut off at the token limit (finish_reason 'length')")
+
+
 def _reply_text(output) -> str:
     """An LM output's text: a reasoning model's comes as a dict whose reasoning must not go back into a re-ask."""
     return str(output.get("text") or "") if isinstance(output, dict) else str(output)
@@ -409,18 +435,11 @@ class LenientMixin:
         return values
 
     def _call_postprocess(self, processed_signature, original_signature, outputs, lm, lm_kwargs):
-        if _truncated(lm, outputs):
-            raise _Truncated(adapter_name=type(self).__name__, signature=original_signature,
-                             lm_response=_reply_text(outputs[0]) if outputs else "",
-                             message="the reply was cut off at the token limit (finish_reason 'length')")
+        _raise_if_cut(self, original_signature, lm, outputs)
         return super()._call_postprocess(processed_signature, original_signature, outputs, lm, lm_kwargs)
 
     def format(self, signature, demos, inputs):
-        messages = super().format(signature, demos, inputs)
-        for previous, note in _REASK.get():  # every earlier attempt stays in the conversation: each re-ask differs
-            messages = [*messages, {"role": "assistant", "content": previous or "(empty reply)"},
-                        {"role": "user", "content": note}]
-        return messages
+        return _with_reask_turns(super().format(signature, demos, inputs))
 
     def _reask_note(self, signature, error: AdapterParseError) -> str:
         if isinstance(error, _Truncated):
@@ -565,31 +584,21 @@ class TwoStepLenientAdapter(TwoStepAdapter):
 
     def parse(self, signature, completion: str) -> dict[str, Any]:
         lm, extractor = self._extractor()
-        token = _REASK.set(())  # the main call's re-ask turns are no part of the extraction's conversation
-        try:
+        with _own_conversation():  # the main call's re-ask turns are no part of the extraction's conversation
             return extractor(lm=lm, lm_kwargs={}, signature=self._create_extractor_signature(signature), demos=[],
                              inputs={"text": completion})[0]
-        finally:
-            _REASK.reset(token)
 
     # the main call's reply is checked as the other adapters check theirs: one cut off at the token limit, or
     # empty, is asked again (at most `max_reasks` times), never handed to the extraction to make something of
     def format(self, signature, demos, inputs):
-        messages = super().format(signature, demos, inputs)
-        for previous, note in _REASK.get():
-            messages = [*messages, {"role": "assistant", "content": previous or "(empty reply)"},
-                        {"role": "user", "content": note}]
-        return messages
+        return _with_reask_turns(super().format(signature, demos, inputs))
 
     def _reask_note(self, signature, error: AdapterParseError) -> str:
         what = "Your reply was cut off before it ended." if isinstance(error, _Truncated) else "Your reply was empty."
         return f"{what} Answer again, complete and short."
 
     def _checked_main(self, signature, lm, outputs) -> None:
-        if _truncated(lm, outputs):
-            raise _Truncated(adapter_name=type(self).__name__, signature=signature,
-                             lm_response=_reply_text(outputs[0]) if outputs else "",
-                             message="the reply was cut off at the token limit (finish_reason 'length')")
+        _raise_if_cut(self, signature, lm, outputs)
         if not any(_reply_text(output).strip() for output in outputs or [""]):
             raise AdapterParseError(adapter_name=type(self).__name__, signature=signature, lm_response="",
                                     message="the reply is empty")
@@ -632,16 +641,13 @@ class TwoStepLenientAdapter(TwoStepAdapter):
             extraction_lm, extractor = self._extractor()
             values = []
             for output in outputs:
-                text = output["text"] if isinstance(output, dict) else output
-                fresh = _REASK.set(())  # the main call's re-ask turns are no part of the extraction's conversation
                 try:
-                    value = (await extractor.acall(lm=extraction_lm, lm_kwargs={},
-                                                   signature=self._create_extractor_signature(signature), demos=[],
-                                                   inputs={"text": text}))[0]
+                    with _own_conversation():
+                        value = (await extractor.acall(lm=extraction_lm, lm_kwargs={},
+                                                       signature=self._create_extractor_signature(signature),
+                                                       demos=[], inputs={"text": _reply_text(output)}))[0]
                 except UnreadableOutput as unreadable:
                     raise _ExtractionFailed(unreadable) from None
-                finally:
-                    _REASK.reset(fresh)
                 if isinstance(output, dict) and output.get("logprobs") is not None:
                     value["logprobs"] = output["logprobs"]
                 values.append(value)
