@@ -302,6 +302,16 @@ def is_count(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
+def metric_failures(records: Iterable[dict], names: Iterable[str] | None = None) -> dict[str, int]:
+    """How many `records` each metric raised on (their `metric_errors`: scored 0 by it), for `names` in their order
+    (None: every metric that raised)."""
+    counts: dict[str, int] = {}
+    for record in records:
+        for name in record.get("metric_errors") or {}:
+            counts[name] = counts.get(name, 0) + 1
+    return counts if names is None else {name: counts[name] for name in names if name in counts}
+
+
 def read_predictions(path: Path, repair: bool = False) -> list[dict]:
     """Complete records of a predictions file; with `repair`, rewrite it without a torn/invalid line."""
     if not path.exists():
@@ -511,8 +521,7 @@ def summarize(records: list[dict], metric_names: list[str], *, total: int | None
         "failures": sum(failures.values()),
         "failures_by_kind": dict(sorted(failures.items())),
         # questions whose metric raised (scored 0 by it): a broken custom metric is not a model scoring 0
-        "metric_failures": {name: count for name in metric_names
-                            if (count := sum(1 for r in records if name in (r.get("metric_errors") or {})))},
+        "metric_failures": metric_failures(records, metric_names),
         "reasks": int(total_of("reasks")),
         "examples_reasked": reasked,
         "lenient_reads": int(total_of("lenient_reads")),
@@ -954,7 +963,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
     run_config = dict(config or {})
     if run_config.get("n") is None:  # the questions asked, without -n too: a report of a killed run says n/N
         run_config["n"] = len(examples)
-    _describe_run(run_config, program, _recorded_keys(out_dir) if resume else None)
+    recorded = _recorded_keys(out_dir) if resume else None  # the interrupted run's config, read once
+    _describe_run(run_config, program, recorded)
     run_config["metrics"] = metric_names
     from ragzoo.metrics.judge import judge_config, judge_mark, judge_summary
 
@@ -977,7 +987,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
             # a loaded program ran under its own adapter, which versions before 2026-11-26 recorded as the caller's
             # default "chat": its run resumes (and its config is corrected)
             own = adapter is getattr(program, "ragzoo_adapter", None) and run_config["adapter"] != "chat"
-            written_before = resume and "adapter_in_force" not in (_recorded_keys(out_dir) or set())
+            written_before = resume and "adapter_in_force" not in (recorded or set())
             recorded_as = {"adapter": ("chat", run_config["adapter"])} if own and written_before else None
             out = stack.enter_context(open_run_dir(out_dir, run_config, resume=resume, force=force,
                                                    recorded_as=recorded_as))
@@ -997,8 +1007,8 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
         earlier = usage_totals(previous, unrecorded_before) if resume and out is not None else {}
         earlier_calls = int(earlier.get("lm_calls", 0) - earlier.get("cached_calls", 0))
         earlier_cost = float(earlier.get("cost", 0.0)) + float(unrecorded_before.get("server_cost") or 0.0)
-        run_max_calls = None if max_calls is None else max(0, max_calls - earlier_calls)
-        run_max_cost = None if max_cost is None else max(0.0, max_cost - earlier_cost)
+        left = Budget(max_calls, max_cost, earlier=(earlier_calls, earlier_cost))  # the one rule of what is left
+        run_max_calls, run_max_cost = left.max_calls, left.max_cost
         if processes is None:
             asked = threads
             budgeted = max_calls is not None or max_cost is not None
@@ -1132,7 +1142,7 @@ def evaluate(program, examples: list, metrics: str | Callable | list = "em", out
                     budget_stop = _run_in_processes(todo, processes, threads, program, resolved, deadline,
                                                     run_max_calls, run_max_cost, accept, stop, out,
                                                     late=note_unrecorded, unfinished=unfinished, lost=lost,
-                                                    earlier=(earlier_calls, earlier_cost), flags=(max_calls, max_cost))
+                                                    left=left)
                     if budget_stop and not stop:
                         stop.append(budget_stop)
                 elif todo:
@@ -1246,7 +1256,6 @@ def _describe_run(run_config: dict, program, recorded: set[str] | None = None) -
 
     from ragzoo import programs
     from ragzoo.lm import describe_lm
-
     from ragzoo.secrets import strip_spec
 
     manifest = getattr(program, "ragzoo_manifest", None) or {}
@@ -1454,13 +1463,13 @@ def _remove_slot_files(folder: Path) -> None:
 def _run_in_processes(todo: list, processes: int, threads: int, program, metrics, deadline, max_calls, max_cost,
                       accept: Callable[..., Any], stop: list, out: Path | None = None,
                       late: Callable[[dict], Any] | None = None, unfinished: list | None = None,
-                      lost: list | None = None, earlier: tuple[int, float] = (0, 0.0),
-                      flags: tuple[int | None, float | None] = (None, None)) -> str | None:
+                      lost: list | None = None, left=None) -> str | None:
     """Run `todo` in `processes` forked workers of `threads` threads each; hand every record to `accept` here.
 
     Fork, not spawn: a worker gets the program, retriever, LM and DSPy settings as they are (nothing to pickle or
     rebuild); it is forked before any LM call of the run. The workers share each endpoint's whole limit
-    (`_workers_share_limits`) and own an even share of the budget (`_share`), so together they stay within both.
+    (`_workers_share_limits`) and own an even share of the budget (`_share`), so together they stay within both;
+    `left`: the run's `Budget`, whose flags and earlier spend a budget stop names.
     A worker sends each record over a pipe of its own (a worker killed mid-write tears only its own pipe) as the
     line it is stored as (`record_line`: scrubbed there, by the same rule) after its `summary_view`; this process
     writes the line as it is, so the run lock, resume and the one-writer rule stay as with threads, and no
@@ -1528,10 +1537,9 @@ def _run_in_processes(todo: list, processes: int, threads: int, program, metrics
                 logger.warning("evaluate: %s; its unfinished questions are not recorded (--resume runs them)", said)
                 if lost is not None:
                     lost.insert(0, said)
-        if budget:  # a worker names its own share: the user's figure is the flag (`flags`; earlier runs spent some)
-            calls, cost = earlier
-            flag_calls, flag_cost = (flags[0] if flags[0] is not None else max_calls,
-                                     flags[1] if flags[1] is not None else max_cost)
+        if budget:  # a worker names its own share: the user's figure is the flag (`left`: what earlier runs spent)
+            calls, cost = (left.earlier_calls, left.earlier_cost) if left is not None else (0, 0.0)
+            flag_calls, flag_cost = (left.flag_calls, left.flag_cost) if left is not None else (max_calls, max_cost)
             if budget[0].startswith("LM call budget") and max_calls is not None:
                 before = f", {calls} of them spent by earlier runs" if calls else ""
                 return (f"LM call budget reached (--max-calls {flag_calls}{before}, {'the rest ' * bool(calls)}"

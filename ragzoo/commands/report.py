@@ -330,7 +330,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
 
     from ragzoo.errors import ConfigError
     from ragzoo.metrics.rates import is_unknown
-    from ragzoo.runs import extra_usage, usage_totals
+    from ragzoo.runs import extra_usage, metric_failures, usage_totals
 
     runs = [_load(run_dir) for run_dir in run_dirs]
     names, left_out = _metric_names(runs, metric)
@@ -371,9 +371,8 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             status.append("stopped by budget")
         if n and failures / n > MOSTLY_FAILED:
             status.append(f"mostly failed {failures}/{n}")
-        metric_failures = {name: count for name in names
-                           if (count := sum(1 for r in records if name in (r.get("metric_errors") or {})))}
-        status += [f"{name} raised on {count}" for name, count in metric_failures.items()]
+        raised = metric_failures(records, names)
+        status += [f"{name} raised on {count}" for name, count in raised.items()]
         table.append({
             "run": run["dir"], "method": label, "knobs": config.get("knobs") or {},
             "dataset": config.get("dataset") or config.get("data") or "?", "split": config.get("split"),
@@ -394,7 +393,7 @@ def rows(run_dirs: list[str], *, metric: str | None = None, shared: bool = False
             "failures": failures, "abstained": abstained, "complete": not partial,
             "mostly_failed": bool(n and failures / n > MOSTLY_FAILED),
             "status": "; ".join(status) or "complete", "left_out_metrics": left_out,
-            "metric_failures": metric_failures,
+            "metric_failures": raised,
         })
     return table
 

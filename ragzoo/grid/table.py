@@ -39,7 +39,7 @@ def _dry(config: dict) -> bool:
 
 
 def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> dict:
-    from ragzoo.runs import extra_usage, usage_totals
+    from ragzoo.runs import extra_usage, metric_failures, usage_totals
 
     out = Path(out)
     several_opt = len(grid.optimizers) > 1
@@ -91,11 +91,8 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
             flags.append(f"{n_done} questions, the grid asks {grid.n}")
         if n_done and failures / n_done > MOSTLY_FAILED:
             flags.append(f"mostly failed ({failures}/{n_done})")
-        raised: dict[str, int] = {}  # a metric that raised scored the question 0 (`runs.run_example`): said
-        for record in records:
-            for name in record.get("metric_errors") or {}:
-                raised[name] = raised.get(name, 0) + 1
-        flags += [f"{name} raised on {count}" for name, count in raised.items()]
+        # a metric that raised scored the question 0 (`runs.run_example`): said
+        flags += [f"{name} raised on {count}" for name, count in metric_failures(records).items()]
         entry["status"] = "; ".join(flags) or "done"
         entry["metrics"] = {}
         if entry["dry_run"] or not records:
