@@ -528,9 +528,8 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
                             for name, count in (staged.get("demos") or {}).items() if count]
                     result.notes.append(f"no end-to-end compile ran; the staged demos kept: {', '.join(kept)}"
                                         if kept else "no end-to-end compile ran, and no stage kept a demo")
-            if result.stopped:
-                mark_seen(result.program, trainset, valset)  # its staged demos are made of these questions
-                _stamp(result.program, optimizer)
+            if result.stopped:  # its staged demos are made of these questions too
+                _finish(result.program, trainset, valset, optimizer)
                 return result
         started, before = time.perf_counter(), meter.usage.snapshot()
         try:
@@ -563,14 +562,15 @@ def compile_program(program, *, trainset: list, valset: list | None = None, opti
         result.selection_score = True
         result.notes.append(f"{optimizer} selected its program on these dev questions, so the dev score is a "
                             f"selection score (optimistic): evaluate on questions the compile never saw")
-    mark_seen(result.program, trainset, valset)  # evaluations on these questions are flagged as not held out
-    _stamp(result.program, optimizer)
+    _finish(result.program, trainset, valset, optimizer)
     return result
 
 
-def _stamp(program, optimizer: str) -> None:
-    """What `ragzoo.save` records of a compile its caller does not describe (a Python compile-then-save): the adapter
-    it ran under (`load` runs the program so) and the optimizer (a report names it)."""
+def _finish(program, trainset: list, valset: list, optimizer: str) -> None:
+    """What every compiled program carries, however the compile ended: the questions it saw (evaluations on them
+    are flagged as not held out), and what `ragzoo.save` records of a compile its caller does not describe (a
+    Python compile-then-save): the adapter it ran under (`load` runs the program so) and the optimizer."""
+    mark_seen(program, trainset, valset)
     stamp_compiled_adapter(program)
     program.ragzoo_optimizer = optimizer
 

@@ -204,6 +204,11 @@ def test_running_under_another_adapter_than_compiled_warns_once():
 
 # --- review: replies read as other values than the model meant --------------------------------------------
 
+class QA(dspy.Signature):
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+
+
 class PickIds(dspy.Signature):
     """Pick the sentences that help."""
 
@@ -239,20 +244,12 @@ def test_a_field_marker_glued_to_the_answer_is_no_part_of_it():
 
     lm = ScriptedLM({"QA": "[[ ## answer ## ]]\nParis [[ ## completed ## ]]"})
 
-    class QA(dspy.Signature):
-        question: str = dspy.InputField()
-        answer: str = dspy.OutputField()
-
     with dspy.context(lm=lm, adapter=make_adapter("chat")):
         assert dspy.Predict(QA)(question="Capital of France?").answer == "Paris"
 
 
 def test_a_field_given_twice_is_read_as_the_models_last_word():
     from ragzoo.adapters import lenient_parse
-
-    class QA(dspy.Signature):
-        question: str = dspy.InputField()
-        answer: str = dspy.OutputField()
 
     values, _ = lenient_parse(QA, "First guess:\nAnswer: London\nBut the passage says Paris.\n\n**Answer:** Paris")
     assert values["answer"] == "Paris"
@@ -294,10 +291,6 @@ def test_a_strict_read_of_ids_is_not_reasked_for_what_follows_or_wraps_it(adapte
 
 def test_an_end_marker_after_a_repeated_header_is_not_the_fields_last_word():
     from ragzoo.adapters import lenient_parse
-
-    class QA(dspy.Signature):
-        question: str = dspy.InputField()
-        answer: str = dspy.OutputField()
 
     values, _ = lenient_parse(QA, "Answer: Paris\n\n[[ ## answer ## ]]\n[[ ## completed ## ]]")
     assert values["answer"] == "Paris"
