@@ -6,6 +6,7 @@ machine."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -43,6 +44,21 @@ def _service(program, base_url: str, monkeypatch, *, timeout: float = 30.0, **op
     monkeypatch.setenv("OPENAI_API_KEY", "sk-stub-key-from-the-environment")
     lm = make_lm("openai/stub", api_base=base_url + "/v1", cache=False, timeout=timeout)
     return ProgramService(program, lm, name="ragzoo-rag", method="rag", **options)
+
+
+@contextlib.contextmanager
+def _program_as_lm(program, monkeypatch):
+    """(the served program's server, a `dspy.LM` that asks it, the questions the program is asked)."""
+    import dspy
+
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        asked = _questions_asked(service, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            yield server, dspy.LM("openai/ragzoo-rag", api_base=server.url + "/v1", api_key="unused", cache=False,
+                                  num_retries=0), asked
 
 
 def _questions_asked(service, monkeypatch) -> list:
@@ -126,20 +142,13 @@ def test_a_stream_refused_before_it_starts_is_a_plain_http_error(program, monkey
 def test_dspy_predict_against_the_server_gets_the_programs_answer_in_its_output_fields(program, monkeypatch):
     import dspy
 
-    from ragzoo.serving import create_app
-
-    with StubLMServer(_echo_question) as lm_server:
-        service = _service(program, lm_server.base_url, monkeypatch)
-        asked = _questions_asked(service, monkeypatch)
-        with BackgroundServer(create_app(service)) as server:
-            lm = dspy.LM("openai/ragzoo-rag", api_base=server.url + "/v1", api_key="unused", cache=False,
-                         num_retries=0)
-            with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
-                predicted = dspy.Predict("question -> answer")(question=QUESTION)
-                thought = dspy.ChainOfThought("question -> answer")(question=QUESTION)
-                with_demo = dspy.Predict("question -> answer")
-                with_demo.demos = [dspy.Example(question="Earlier?", answer="Earlier.")]
-                demoed = with_demo(question=QUESTION)
+    with _program_as_lm(program, monkeypatch) as (_, lm, asked):
+        with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+            predicted = dspy.Predict("question -> answer")(question=QUESTION)
+            thought = dspy.ChainOfThought("question -> answer")(question=QUESTION)
+            with_demo = dspy.Predict("question -> answer")
+            with_demo.demos = [dspy.Example(question="Earlier?", answer="Earlier.")]
+            demoed = with_demo(question=QUESTION)
     assert predicted.answer == thought.answer == demoed.answer == f"It was asked: {QUESTION}"
     assert thought.reasoning  # filled, saying where the answer came from
     assert asked == [QUESTION] * 3  # the question field, not DSPy's whole prompt
@@ -297,19 +306,12 @@ def test_dspy_s_json_adapter_request_is_answered_as_json_with_the_question_alone
     program ran on DSPy's whole prompt and replied in bare text, which DSPy could not parse."""
     import dspy
 
-    from ragzoo.serving import create_app
-
-    with StubLMServer(_echo_question) as lm_server:
-        service = _service(program, lm_server.base_url, monkeypatch)
-        asked = _questions_asked(service, monkeypatch)
-        with BackgroundServer(create_app(service)) as server:
-            lm = dspy.LM("openai/ragzoo-rag", api_base=server.url + "/v1", api_key="unused", cache=False,
-                         num_retries=0)
-            with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-                predicted = dspy.Predict("question -> answer")(question=QUESTION)
-            messages = dspy.JSONAdapter().format(dspy.Predict("question -> answer, confidence: float").signature,
-                                                 demos=[], inputs={"question": QUESTION})
-            refused = httpx.post(server.url + "/v1/chat/completions", json={"messages": messages}, timeout=30)
+    with _program_as_lm(program, monkeypatch) as (server, lm, asked):
+        with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+            predicted = dspy.Predict("question -> answer")(question=QUESTION)
+        messages = dspy.JSONAdapter().format(dspy.Predict("question -> answer, confidence: float").signature,
+                                             demos=[], inputs={"question": QUESTION})
+        refused = httpx.post(server.url + "/v1/chat/completions", json={"messages": messages}, timeout=30)
     assert predicted.answer == f"It was asked: {QUESTION}" and asked == [QUESTION]
     assert refused.status_code == 400 and "confidence" in refused.json()["error"]["message"]
 
