@@ -415,17 +415,13 @@ class LenientMixin:
         """A strict read, checked where DSPy's is too kind: a field marker glued to the end of a text ("Paris
         [[ ## completed ## ]]") is no part of it, and a list of ids DSPy's JSON repair read from text that is not
         JSON ("[1] and [3]" as [3]) is read again as ids alone, or re-asked."""
-        raw = None
         for name, value in list(values.items()):
             if isinstance(value, str) and _GLUED.search(value):
                 values[name] = _GLUED.sub("", value).rstrip()
             annotation = signature.output_fields[name].annotation
-            if self.adapter_name == "chat" and get_origin(annotation) in (list, tuple, set) \
-                    and int in get_args(annotation):  # JSON and XML replies parse by their structure
-                raw = _sections(completion or "", [*signature.output_fields, "completed"], last=False) \
-                    if raw is None else raw
-                text = _clean(_FENCE.sub(lambda fenced: fenced.group(1), raw.get(name, "")))
-                if raw.get(name) is not None and not _is_json(text):
+            if get_origin(annotation) in (list, tuple, set) and int in get_args(annotation):
+                text = self._field_text(signature, completion or "", name)
+                if text is not None and not _is_json(text):
                     try:
                         values[name] = lenient_value(text, annotation)
                     except ValueError as error:
@@ -433,6 +429,18 @@ class LenientMixin:
                                                 lm_response=completion, message=str(error)) from None
                     record_lenient(_predictor_name(), "ids")
         return values
+
+    def _field_text(self, signature, completion: str, name: str) -> str | None:
+        """The text DSPy's strict read took field `name` from, out of its fence; None where the reply gave it a
+        structured value (a JSON list), not text."""
+        if self.adapter_name == "json":
+            found = (_json_object(completion) or {}).get(name)
+            return _clean(found) if isinstance(found, str) else None
+        raw = _sections(completion, [*signature.output_fields, "completed"], last=False).get(name)  # the first, as DSPy
+        if raw is None:
+            return None
+        raw = re.split(r"</" + re.escape(name) + r">", raw, maxsplit=1, flags=re.IGNORECASE)[0]  # XML: its element
+        return _clean(_FENCE.sub(lambda fenced: fenced.group(1), raw))
 
     def _call_postprocess(self, processed_signature, original_signature, outputs, lm, lm_kwargs):
         _raise_if_cut(self, original_signature, lm, outputs)

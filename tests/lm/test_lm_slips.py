@@ -272,6 +272,20 @@ def test_a_list_of_text_given_python_style_still_reads_as_its_items():
 
 
 @pytest.mark.parametrize("adapter, reply", [
+    ("json", '{"selected": "[1] and [3]"}'), ("xml", "<selected>[1] and [3]</selected>"),
+    ("chat", "[[ ## selected ## ]]\n[1] and [3]\n\n[[ ## completed ## ]]"),
+])
+def test_ids_given_as_text_inside_any_adapters_structure_are_not_repaired_into_others(adapter, reply):
+    """Re-reading the ids fix: under the JSON and XML adapters a field holding "[1] and [3]" as text still went
+    through DSPy's JSON repair and read [3]; the check now takes the field's text under every adapter."""
+    from ragzoo.testing import ScriptedLM
+
+    lm = ScriptedLM({"PickIds": reply})
+    with dspy.context(lm=lm, adapter=make_adapter(adapter, max_reasks=0)):
+        assert dspy.Predict(PickIds)(sentences="[1] a [2] b [3] c").selected == [1, 3]
+
+
+@pytest.mark.parametrize("adapter, reply", [
     ("chat", "[[ ## selected ## ]]\n[2, 3]\n\n[[ ## completed ## ]]\nHope this helps!"),
     ("chat", "[[ ## selected ## ]]\n```json\n[2, 3]\n```\n\n[[ ## completed ## ]]"),
     ("xml", "<selected>[2, 3]</selected>\nHope this helps."),
