@@ -6,7 +6,11 @@ pull in DSPy on first use.
 
 from __future__ import annotations
 
+from ragzoo import ast_guard
+
 __version__ = "0.1.0"
+
+ast_guard.install()
 
 __all__ = ["__version__", "configure", "load", "make_lm", "save"]
 

@@ -1,0 +1,49 @@
+"""A guard for a CPython race that loses questions under threads (CPython gh-106905).
+
+CPython 3.11.0-3.11.7 and 3.12.0-3.12.1 keep the AST constructor's recursion counter in state shared by every
+thread. When garbage collection runs a finaliser that yields the GIL while one thread turns a parse tree into
+Python objects, and another thread parses meanwhile, the first parse fails with `SystemError: AST constructor
+recursion depth mismatch`. DSPy parses in the threads ragzoo runs questions in: `ast.literal_eval` reads typed
+output fields (lists, booleans, literals) and a string signature is parsed whenever a `dspy.Predict` is built.
+The error is not the model's and not the question's, yet it fails the call. CPython 3.11.8 and 3.12.2 fixed it
+(each call keeps its own counter).
+
+On an affected interpreter `install` wraps `ast.parse` (which `ast.literal_eval` calls through the module's
+global) in one re-entrant lock, so no two threads build parse trees at once. Parsing holds the GIL anyway, so
+the lock costs no parallelism. On a fixed interpreter nothing is touched.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+import threading
+
+_GUARD_MARK = "_ragzoo_one_parse_at_a_time"
+# Re-entrant: a finaliser run by the garbage collector inside a parse may itself parse, on the same thread.
+_PARSE_LOCK = threading.RLock()
+
+
+def affected(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> bool:
+    """Whether this CPython shares the AST constructor's recursion counter between threads."""
+    major, minor, micro = version[:3]
+    return (major, minor) == (3, 11) and micro < 8 or (major, minor) == (3, 12) and micro < 2
+
+
+def install() -> bool:
+    """Serialise `ast.parse` on an affected interpreter; returns whether the guard is in force."""
+    if sys.implementation.name != "cpython" or not affected():
+        return False
+    if getattr(ast.parse, _GUARD_MARK, False):
+        return True
+    unguarded = ast.parse
+
+    @functools.wraps(unguarded)
+    def parse(*args, **kwargs):
+        with _PARSE_LOCK:
+            return unguarded(*args, **kwargs)
+
+    setattr(parse, _GUARD_MARK, True)
+    ast.parse = parse
+    return True

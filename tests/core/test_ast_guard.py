@@ -1,0 +1,106 @@
+"""The CPython AST race (gh-106905) that failed a 16-thread evaluation test in CI: reproduced on purpose, then
+shown gone once ragzoo is imported. Each run is its own process: the race needs the garbage collector tuned
+and a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ragzoo import ast_guard
+
+# One thread reads a typed answer as DSPy does (`ast.literal_eval`) while garbage collection inside the read
+# runs a finaliser that yields the GIL; another thread parses a signature meanwhile.
+_RACE = textwrap.dedent(
+    """
+    import ast, gc, sys, threading, time
+    if sys.argv[1] == "guarded":
+        import ragzoo
+    class YieldsOnCollect:
+        def __init__(self):
+            self.cycle = self
+        def __del__(self):
+            time.sleep(0.001)
+    answer = "[" + ", ".join(f"({i}, 'title {i}', [{i}, {i + 1}])" for i in range(50)) + "]"
+    failures, stop = [], threading.Event()
+    def signatures():
+        while not stop.is_set():
+            ast.parse("def f(question, context): pass")
+    gc.set_threshold(40, 1000, 1000)
+    other = threading.Thread(target=signatures)
+    other.start()
+    for _ in range(25):
+        gc.collect()
+        for _ in range(5):
+            YieldsOnCollect()
+        try:
+            assert len(ast.literal_eval(answer)) == 50
+        except SystemError as error:
+            failures.append(str(error))
+    stop.set()
+    other.join()
+    print(len(failures))
+    """
+)
+
+# A finaliser that parses, run by the collector in the middle of a parse on the same thread.
+_REENTRANT = textwrap.dedent(
+    """
+    import ast, gc
+    import ragzoo
+    class ParsesOnCollect:
+        def __init__(self):
+            self.cycle = self
+        def __del__(self):
+            ast.parse("x = 1")
+    gc.set_threshold(10, 1000, 1000)
+    gc.collect()
+    for _ in range(5):
+        ParsesOnCollect()
+    print(len(ast.parse("y = [" + ", ".join(str(i) for i in range(200)) + "]").body))
+    """
+)
+
+needs_affected = pytest.mark.skipif(
+    sys.implementation.name != "cpython" or not ast_guard.affected(), reason="this CPython has the fix"
+)
+
+
+def _run(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=30, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_affected_versions_are_the_ones_before_the_fix():
+    assert ast_guard.affected((3, 11, 0)) and ast_guard.affected((3, 11, 7))
+    assert ast_guard.affected((3, 12, 0)) and ast_guard.affected((3, 12, 1))
+    assert not ast_guard.affected((3, 11, 8)) and not ast_guard.affected((3, 12, 2))
+    assert not ast_guard.affected((3, 13, 0)) and not ast_guard.affected((3, 14, 1))
+
+
+@needs_affected
+def test_the_race_is_real_without_ragzoo():
+    assert int(_run(_RACE, "bare")) > 0
+
+
+@needs_affected
+def test_importing_ragzoo_removes_the_race():
+    assert _run(_RACE, "guarded") == "0"
+
+
+@needs_affected
+def test_a_finaliser_that_parses_inside_a_parse_does_not_deadlock():
+    assert _run(_REENTRANT) == "1"
+
+
+def test_install_wraps_once():
+    import ast
+
+    first = ast.parse
+    assert ast_guard.install() == ast_guard.affected()
+    assert ast.parse is first
