@@ -164,8 +164,11 @@ def test_a_cell_queued_twice_is_run_by_its_earlier_claim_only(tmp_path, monkeypa
     key, running = first.next()
     assert key == "x"
 
-    def finish_x():
-        time.sleep(1.5)
+    def finish_x():  # once the second worker has met the copy (not after a fixed sleep: CI under load was slower)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and ("x", TrialState.PRUNED) not in [
+                (second._key_of(t), t.state) for t in optuna.load_study(study_name="race", storage=url).trials]:
+            time.sleep(0.1)
         disk["x"] = True
         first.done(running, ok=True)
 
