@@ -134,16 +134,21 @@ def _gold_passage(gold, rank: int) -> Passage:
     return Passage(pid=default_id, title=title if text else "", text=text or title)
 
 
-def _same_passage(a: Passage, b: Passage) -> bool:
-    if a.title and b.title:
-        return a.title.casefold() == b.title.casefold()
-    return " ".join(a.text.split()) == " ".join(b.text.split())
+def _already_retrieved(gold: Passage, retrieved: Passage) -> bool:
+    """Whether a retrieved passage already holds the gold paragraph's text. A shared title is not enough: a SQuAD
+    article has many paragraphs and the 21M corpus cuts an article into many chunks, so a retrieved passage of the
+    right article may lack the paragraph (and the answer) the setting exists to add. The title decides only for a
+    gold passage given with no text."""
+    if not gold.text.strip():
+        return bool(gold.title) and gold.title.casefold() == retrieved.title.casefold()
+    return " ".join(gold.text.casefold().split()) in " ".join(retrieved.text.casefold().split())
 
 
 def insert_gold(question: str, passages: list[Passage], gold, answers) -> tuple[list[Passage], list[int]]:
     """Table 1's setting: if no passage contains a gold answer, the gold passage(s) not already retrieved replace
     passages at random positions (seeded by the question, so a run is repeatable); returns the passages and
-    those positions. `gold` is one passage (a {"title", "text"} dict, a "Title | text" string or a `Passage`)
+    those positions. A gold passage is already retrieved when a retrieved passage holds its text, not merely its
+    title. `gold` is one passage (a {"title", "text"} dict, a "Title | text" string or a `Passage`)
     or a list of them (HotPotQA's two supporting paragraphs); at most k are inserted."""
     import random
 
@@ -156,7 +161,7 @@ def insert_gold(question: str, passages: list[Passage], gold, answers) -> tuple[
     golds = [_gold_passage(g, rank) for rank, g in enumerate(gold if isinstance(gold, (list, tuple)) else [gold])]
     if answers and any(string_inclusion(p.long_text, answers) for p in passages):
         return passages, []
-    missing = [g for g in golds if not any(_same_passage(g, p) for p in passages)]
+    missing = [g for g in golds if not any(_already_retrieved(g, p) for p in passages)]
     if not passages:
         return missing, list(range(len(missing)))
     positions = random.Random(question).sample(range(len(passages)), min(len(missing), len(passages)))

@@ -126,7 +126,7 @@ def test_every_gold_paragraph_not_retrieved_replaces_a_random_passage_when_none_
     """HotPotQA ships two supporting paragraphs per question: both go in (each at its own seeded position,
     k kept), except one already among the top-k; none goes in when a retrieved passage holds the answer."""
     gold = [{"title": "Bridge", "text": "Doc two was written by the author of Bridge."},
-            {"title": "Doc 3", "text": "Doc 3 is already retrieved."}]
+            {"title": "Doc 3", "text": "Text of  doc 3"}]  # retrieved already (spacing and case aside)
     lm = ScriptedLM({"concat_answer": {"answer": "Ann"}})
     program = programs.get("concat", retriever=retriever, gold_passage=True)
     pred = run(program, lm, gold_passage=gold, answers=["Ann Author"])
@@ -138,6 +138,19 @@ def test_every_gold_paragraph_not_retrieved_replaces_a_random_passage_when_none_
     assert len(both.gold_inserted) == 2 and len(both.retrieved) == 5
     assert {both.retrieved[i].title for i in both.gold_inserted} == {"Bridge", "Elsewhere"}
     assert run(program, lm, gold_passage=gold, answers=["Doc 2"]).gold_inserted == []  # the top-k hold it
+
+
+def test_a_retrieved_passage_of_the_gold_paragraphs_article_does_not_stand_in_for_it(retriever):
+    """SQuAD: many paragraphs per article (and the 21M corpus: many chunks). A retrieved passage with the gold's
+    title but not its text lacks the paragraph the setting adds; the gold goes in. A gold passage given without
+    text is matched by its title."""
+    lm = ScriptedLM({"concat_answer": {"answer": "Ann"}})
+    program = programs.get("concat", retriever=retriever, gold_passage=True)
+    other_paragraph = {"title": "Doc 3", "text": "Ann Author grew up in the town of Doc 3."}
+    pred = run(program, lm, gold_passage=other_paragraph, answers=["Ann Author"])
+    (position,) = pred.gold_inserted
+    assert pred.retrieved[position].text == other_paragraph["text"] and len(pred.retrieved) == 5
+    assert run(program, lm, gold_passage={"title": "doc 3", "text": ""}, answers=["Ann Author"]).gold_inserted == []
 
 
 def test_gold_passages_from_the_hotpotqa_distractor_split_reach_the_program_through_evaluate(tmp_path):
