@@ -4,7 +4,8 @@ Answer metrics read the golds from `example.answers` (list; falls back to `examp
 from `pred.answer`. A prediction that is None, has no answer, an empty or None answer, or is an exception
 object (a failed parse recorded by the evaluator) scores 0.0 and never raises. All metrics return floats.
 
-    METRICS      higher is better: em, f1, acc, contains (answers); oracle_em, oracle_f1, oracle_acc,
+    METRICS      higher is better: em, f1, acc, contains (answers); contains_reply (reasoning and answer, as
+                 ActiveRAG scores); oracle_em, oracle_f1, oracle_acc,
                  oracle_contains (the best over `pred.candidates`, else the answer: best-of-n rows,
                  `ragzoo.metrics.oracle`); recall, precision, s_precision, all_gold (retrieved titles vs
                  `example.supporting_titles`, from `pred.passages`)
@@ -23,7 +24,7 @@ from typing import Any, Callable
 
 from ragzoo.errors import ConfigError
 from ragzoo.metrics.answer import accuracy, contains, exact_match, f1, normalize_answer, token_f1, yes_no
-from ragzoo.metrics.fields import gold_answers, gold_yes_no, predicted_answer, predicted_candidates
+from ragzoo.metrics.fields import gold_answers, gold_yes_no, predicted_answer, predicted_candidates, predicted_reply
 from ragzoo.metrics.oracle import oracle_acc, oracle_contains, oracle_em, oracle_f1
 from ragzoo.metrics.rates import (is_unknown, unknown_lenient_metric, unknown_metric, unknown_rate, vote_miss,
                                   vote_miss_metric, vote_miss_rate)
@@ -55,11 +56,19 @@ def contains_metric(example, pred, trace=None) -> float:
     return contains(predicted_answer(pred), gold_answers(example))
 
 
+def contains_reply_metric(example, pred, trace=None) -> float:
+    """A normalized gold answer occurs anywhere in the normalized reply, reasoning and answer: ActiveRAG's own
+    scoring (its evaluation reads the whole final reply, not an answer line)."""
+    golds = gold_answers(example)
+    return max((contains(part, golds) for part in predicted_reply(pred)), default=0.0)
+
+
 METRICS: dict[str, Metric] = {
     "em": em,
     "f1": f1_metric,
     "acc": acc,
     "contains": contains_metric,
+    "contains_reply": contains_reply_metric,
     "oracle_em": oracle_em,
     "oracle_f1": oracle_f1,
     "oracle_acc": oracle_acc,

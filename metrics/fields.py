@@ -41,6 +41,14 @@ def predicted_answer(pred: Any) -> str:
         return ""
 
 
+def predicted_reply(pred: Any) -> list[str]:
+    """The whole final reply as its parts: the prediction's reasoning (when it has one) and its answer. What
+    ActiveRAG's scoring reads (a gold alias anywhere in the last reply, whose "Answer:" label keeps the two
+    apart); a method without reasoning replies its answer alone."""
+    reasoning = field(pred, "reasoning")
+    return [part for part in (reasoning if isinstance(reasoning, str) else "", predicted_answer(pred)) if part]
+
+
 def gold_answers(example: Any) -> list[str]:
     """`example.answers` (list), else `example.answer` (string or list). An example without either is a
     data error, raised so a mis-mapped dataset is not silently scored 0."""

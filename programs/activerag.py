@@ -64,8 +64,9 @@ Choices where the paper is open:
 - The initial reply given to the nexus is the whole chain of thought ("Reasoning process: ... Answer: ..."),
   as the code fills `{chain_of_thought_reply}`.
 - Typed outputs: the nexus returns `enhanced_reasoning` and a short `answer`; the prediction's answer is that
-  field. (The paper scores whether a gold alias is contained in the WHOLE final reply; the evaluator's
-  metric decides; `reasoning` holds the winning nexus reasoning for a containment metric over both.)
+  field, and `reasoning` holds the winning nexus reasoning. The paper scores whether a gold alias is
+  contained in the WHOLE final reply: that is the metric `contains_reply` (reasoning and answer), the first
+  metric of `reproduce activerag-table2`; `contains` reads the answer alone.
 - Calls run sequentially in the code's order (chain of thought, all knowledge calls, all nexus calls); the
   chain of thought and the knowledge calls are independent and could run in parallel.
 - Zero-shot in the paper; here each predictor can be compiled like any other.

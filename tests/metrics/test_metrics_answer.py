@@ -157,7 +157,7 @@ EXAMPLE = dspy.Example(question="Who?", answers=["Denver Broncos", "Broncos"]).w
     ValueError("Adapter failed to parse"), {"answer": None}, object(), dspy.Prediction(answer=["odd"]),
 ])
 def test_failed_predictions_score_zero_and_never_raise(pred):
-    for name in ("em", "f1", "acc", "contains"):
+    for name in ("em", "f1", "acc", "contains", "contains_reply"):
         assert metrics.METRICS[name](EXAMPLE, pred) == 0.0
 
 
@@ -171,6 +171,20 @@ def test_wrappers_read_answers_and_answer_fields():
     assert metrics.acc(strategy, dspy.Prediction(answer="No, it cannot.")) == 1.0
     assert metrics.acc(strategy, dspy.Prediction(answer=False)) == 1.0  # a typed bool output
     assert metrics.acc(strategy, dspy.Prediction(answer="yes")) == 0.0
+
+
+def test_contains_reply_reads_the_reasoning_and_the_answer_as_activerag_scores():
+    reasoned = dspy.Prediction(reasoning="Denver's team, the Broncos, won.", answer="Denver")
+    assert metrics.contains_metric(EXAMPLE, reasoned) == 0.0  # "Denver" alone holds neither gold
+    assert metrics.get_metric("contains_reply")(EXAMPLE, reasoned) == 1.0
+    assert metrics.contains_reply_metric(EXAMPLE, dspy.Prediction(reasoning="no idea", answer="Broncos")) == 1.0
+    assert metrics.contains_reply_metric(EXAMPLE, dspy.Prediction(answer="the Denver Broncos")) == 1.0
+    # the two fields are not glued into a gold that neither holds
+    assert metrics.contains_reply_metric(EXAMPLE, dspy.Prediction(reasoning="It was Denver", answer="Broncos?")) \
+        == 1.0
+    split = dspy.Example(question="q", answers=["New York"])
+    assert metrics.contains_reply_metric(split, dspy.Prediction(reasoning="Not New", answer="York")) == 0.0
+    assert metrics.contains_reply_metric(EXAMPLE, dspy.Prediction(reasoning=["Broncos"], answer="x")) == 0.0
 
 
 def test_example_without_gold_is_a_data_error():

@@ -214,6 +214,7 @@ def test_oracle_rerank_is_scored_from_the_cli_over_the_four_agents(tmp_path, mon
         values = adapter_answer(system)
         if "enhanced_reasoning" in values:  # a nexus: tell the agents apart by their instructions
             values["answer"] = next(answer for marker, answer in answers.items() if marker in system)
+            values["enhanced_reasoning"] = "One credit names Matthew Lessner, but the studio's does not."
         return render_answer(values, prompt_style(system))
 
     corpus = tmp_path / "corpus.jsonl"
@@ -226,13 +227,14 @@ def test_oracle_rerank_is_scored_from_the_cli_over_the_four_agents(tmp_path, mon
     with StubLMServer(responder=responder) as server:
         code = cli.main(["evaluate", "--method", "activerag", "--knob", "agents=all", "--data", str(data),
                          "--retriever", f"bm25:{corpus}", "--lm", "openai/stub-model", "--api-base",
-                         server.base_url + "/v1", "--metric", "contains,oracle_contains",
+                         server.base_url + "/v1", "--metric", "contains,oracle_contains,contains_reply",
                          "--out", str(tmp_path / "run")])
     assert code == 0, capsys.readouterr().err
     (record,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert record["prediction"] == "Bartosz Kowalski"  # the associate agent's, as Table 2 reports
     assert record["candidates"] == ["Bartosz Kowalski", "Robert Woods", "Matthew Lessner", "Lessner Films"]
-    assert record["metrics"] == {"contains": 0.0, "oracle_contains": 1.0}
+    # the paper's scoring reads the whole final reply: the gold named in the winning nexus's reasoning counts
+    assert record["metrics"] == {"contains": 0.0, "oracle_contains": 1.0, "contains_reply": 1.0}
     assert record["lm_calls"] == 9 and record["retrievals"] == 1
 
 
