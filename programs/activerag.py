@@ -87,6 +87,7 @@ import dspy
 
 from ragzoo.errors import ConfigError
 from ragzoo.metrics.answer import normalize_answer
+from ragzoo.metrics.rates import is_unknown
 from ragzoo.programs import register
 from ragzoo.programs.base import RagProgram, TopK, degrade, passages_as_context
 from ragzoo.signatures.activerag import (AGENTS, KNOWLEDGE_SIGNATURES, NEXUS_SIGNATURES, NEXUS_WITH_PASSAGES,
@@ -112,11 +113,16 @@ def resolve_agents(agents: tuple[str, ...] | list[str] | str) -> tuple[str, ...]
 
 def pick_winner(agents: tuple[str, ...], answers: dict[str, str], select: str) -> str:
     """The agent whose answer is returned: the first listed, or the majority of normalized answers with
-    ties broken by listing order."""
+    ties broken by listing order. An abstention ("unknown", or nothing) casts no vote, as in Post-Fusion's
+    vote: two agents that could not answer do not outvote one that did. When every agent abstains, the first
+    listed."""
     if select == "first" or len(agents) == 1:
         return agents[0]
-    counts = Counter(normalize_answer(answers[agent]) for agent in agents)
-    return max(agents, key=lambda agent: (counts[normalize_answer(answers[agent])], -agents.index(agent)))
+    voters = [agent for agent in agents if not is_unknown(answers[agent])]
+    if not voters:
+        return agents[0]
+    counts = Counter(normalize_answer(answers[agent]) for agent in voters)
+    return max(voters, key=lambda agent: (counts[normalize_answer(answers[agent])], -agents.index(agent)))
 
 
 @register("activerag", paper="ActiveRAG: Revealing the Treasures of Knowledge via Active Learning (arXiv 2402.13547)",
@@ -130,7 +136,7 @@ class ActiveRag(RagProgram):
         agents: knowledge-construction agents to run, in order; "all" runs the four, as the official code
             does (associate = the paper's reported "ActiveRAG").
         select: which agent's answer is returned when several run: "first" listed, or "vote" (most common
-            normalized answer; ties to the first listed).
+            normalized answer, abstentions casting no vote; ties to the first listed).
         nexus_passages: also give the nexus the retrieved passages (the official code's chat context); the
             paper's nexus prompt (Table 7) has only the question, the initial reply and the knowledge.
         knowledge: what the nexus is given: "agent" (constructed knowledge), "passages" (Table 3's CoT w.

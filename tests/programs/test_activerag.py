@@ -115,6 +115,18 @@ def test_vote_selects_the_majority_answer_and_breaks_ties_by_agent_order():
     assert pick_winner(("logician", "associate"), {"associate": "a", "logician": "b"}, "vote") == "logician"
 
 
+def test_an_abstaining_agent_casts_no_vote():
+    """Two agents that could not answer ("unknown", nothing) do not outvote the one that did; all abstaining
+    returns the first listed."""
+    abstain = {"associate": "unknown", "anchoring": "Unknown.", "logician": "Nantes", "cognition": ""}
+    assert pick_winner(AGENTS, abstain, "vote") == "logician"
+    assert pick_winner(AGENTS, {**abstain, "cognition": "Lyon"}, "vote") == "logician"  # tie: listing order
+    assert pick_winner(AGENTS, {agent: "unknown" for agent in AGENTS}, "vote") == "associate"
+    program, _ = make(agents=AGENTS, select="vote")
+    prediction, _ = run(program, script(abstain))
+    assert prediction.winner == "logician" and prediction.answer == "Nantes"
+
+
 def test_agents_knob_through_the_registry_and_its_errors():
     retriever = StaticRetriever(PASSAGES)
     assert programs.info("activerag").knobs == {"k": 5, "agents": ("associate",), "select": "first",
