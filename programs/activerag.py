@@ -147,6 +147,10 @@ class ActiveRag(RagProgram):
                  select: Literal["first", "vote"] = "first", nexus_passages: bool = False,
                  knowledge: Literal["agent", "passages", "notes"] = "agent"):
         super().__init__(retriever)
+        if knowledge != "agent" and (tuple(agents) != ("associate",) or select != "first"):
+            # the ablations have one source of knowledge and one nexus: no agents to run or vote among
+            raise ConfigError(f"activerag knobs agents and select apply to knowledge=agent only, not "
+                              f"knowledge={knowledge} (Table 3's ablations replace the agents)")
         self.k, self.select = k, select
         self.nexus_passages, self.knowledge = nexus_passages, knowledge
         # the ablations replace the agents by one generic source of knowledge

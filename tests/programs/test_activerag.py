@@ -115,6 +115,15 @@ def test_vote_selects_the_majority_answer_and_breaks_ties_by_agent_order():
     assert pick_winner(("logician", "associate"), {"associate": "a", "logician": "b"}, "vote") == "logician"
 
 
+def test_agents_and_select_are_refused_beside_an_ablation_that_has_no_agents():
+    retriever = StaticRetriever(PASSAGES)
+    for knobs in ({"agents": AGENTS}, {"agents": ("logician",)}, {"select": "vote"}):
+        with pytest.raises(ConfigError, match="agents and select apply to knowledge=agent only, not knowledge=notes"):
+            programs.get("activerag", retriever=retriever, knowledge="notes", **knobs)
+    assert programs.get("activerag", retriever=retriever, knowledge="passages").agents == ("passages",)
+    assert programs.get("activerag", retriever=retriever, agents=AGENTS, select="vote").agents == AGENTS
+
+
 def test_an_abstaining_agent_casts_no_vote():
     """Two agents that could not answer ("unknown", nothing) do not outvote the one that did; all abstaining
     returns the first listed."""
