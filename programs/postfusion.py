@@ -54,9 +54,10 @@ Choices where the paper is open:
   (p): each answering call is made p times at temperature 0.7 (the paper's setting), each with its own
   `rollout_id` so the samples are distinct requests (and distinct cache entries), and the p answers are
   reduced by `majority_vote` (unknowns do not vote, ties to the first sample; so a call is "unknown" only
-  when all its samples abstain). Concatenation: p calls -> one answer; Post-Fusion: p per passage -> one
-  answer per passage, then the usual vote; Concat+PF falls back when the concatenation's majority is
-  unknown; PF+Concat: p per passage (a passage survives when its majority is known), the distiller sees
+  when all its samples abstain). Concatenation: p calls -> one answer; Post-Fusion: p per passage, and the
+  p·k outputs pooled into one vote (§4.4's "p×k outputs"; ties to the best rank, then the earliest sample);
+  Concat+PF falls back when abstentions outnumber the concatenation samples' most frequent known answer
+  ("unknown" counted here, notes §1.8; a tie keeps the answer); PF+Concat: p per passage (a passage survives when its majority is known), the distiller sees
   every distinct known answer of all p·k samples (passage rank, then sample order: sampling widens the
   pool it distils) and is itself sampled p times, its majority the answer (p·k + p calls). The paper does
   not say how the multi-round methods use samples; these are our readings. p = 1 (default) is one greedy
@@ -204,7 +205,7 @@ class PostFusionFamily(RagProgram):
         one_shot: pruning/summary only: start from our one worked demo (the paper's prompts are one-shot);
             false = zero-shot. Compiling replaces it.
         samples: self-consistency (§4.4): p sampled answers (temperature 0.7) per answering call, majority
-            vote over them; 1 = one greedy call.
+            vote over them; 1 = one greedy call; up to 50, Fig. 5's largest p.
         gold_passage: Table 1's "with gold passage" setting: when no retrieved passage holds a gold answer,
             the gold passage (forward(question, gold_passage=..., answers=...)) replaces one at a random
             position.
@@ -218,7 +219,7 @@ class PostFusionFamily(RagProgram):
         lenient_unknown: bool = False,
         skip_distill_if_unanimous: bool = False,
         one_shot: bool = True,
-        samples: Annotated[int, Range(1, 20)] = 1,
+        samples: Annotated[int, Range(1, 50)] = 1,
         gold_passage: bool = False,
     ):
         super().__init__(retriever)
@@ -340,10 +341,18 @@ class PostFusionFamily(RagProgram):
         return votes, sampled
 
     def _vote(self, question: str, passages: list[Passage]) -> dict:
-        """Eq. 2: one call per passage, then the majority vote over the answer pool."""
+        """Eq. 2: one call per passage, then the majority vote over the answer pool. With samples (§4.4: "p
+        samples per passage, p x k outputs") the pool is every sample, one vote each, ties to the best rank
+        and then the earliest sample; `votes` keeps each passage's own majority for inspection."""
         votes, sampled = self._passage_answers(question, passages)
-        vote = majority_vote(votes, self.lenient_unknown)
-        return dict(answer=vote.answer, passages=[passages[i] for i in vote.supporters(votes)], votes=votes,
+        if self.samples == 1:
+            vote = majority_vote(votes, self.lenient_unknown)
+            kept = vote.supporters(votes)
+        else:
+            vote = majority_vote(sampled, self.lenient_unknown)
+            p = self.samples
+            kept = [i for i in range(len(passages)) if vote.supporters(sampled[i * p:(i + 1) * p])]
+        return dict(answer=vote.answer, passages=[passages[i] for i in kept], votes=votes,
                     vote_counts=vote.counts, sampled=sampled)
 
     def _postfusion(self, question: str, passages: list[Passage]) -> dict:
@@ -353,11 +362,21 @@ class PostFusionFamily(RagProgram):
         """Sec. 3.3, Fig. 2 top: concatenation; post-fusion only when it answers unknown."""
         first = self._concat(question, passages,
                              ("concat_answer", "treated as unknown: fell back to the post-fusion vote"))
-        if not is_unknown(first["answer"], self.lenient_unknown):
+        if not self._abstains(first["answer"], first["sampled"]):
             return first
         fallback = self._vote(question, passages)
         return dict(fallback, concat_answer=first["answer"], fallback=True,
                     sampled=first["sampled"] + fallback["sampled"])
+
+    def _abstains(self, answer: str, sampled: list[str]) -> bool:
+        """Whether Concat+PF's first round abstained: its answer is unknown; with samples, abstentions outnumber
+        the most frequent known answer (notes §1.8: the majority of the p samples, "unknown" counted; a tie
+        keeps the known answer). Counting only known samples, one known answer among p abstentions would
+        keep almost every question from the fallback as p grows."""
+        if self.samples == 1:
+            return is_unknown(answer, self.lenient_unknown)
+        vote = majority_vote(sampled, self.lenient_unknown)
+        return vote.unknown_votes > max(vote.counts.values(), default=0)
 
     def _pf_concat(self, question: str, passages: list[Passage]) -> dict:
         """Sec. 3.3, Fig. 2 bottom: per-passage answers, drop unknown passages, distill over the rest. With

@@ -8,6 +8,7 @@ import dspy
 import pytest
 
 from ragzoo import programs
+from ragzoo.errors import ConfigError
 from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
 
 Q = "Who wrote doc two?"
@@ -75,6 +76,45 @@ def test_pf_concat_with_samples_makes_no_distilling_call_when_every_sample_absta
     pred = run(programs.get("pf_concat", retriever=retriever, samples=2), lm)
     assert lm.call_names == ["passage_answer"] * 10
     assert pred.answer == "unknown" and pred.candidates == [] and pred.distilled is False
+
+
+def test_postfusion_with_samples_pools_the_p_times_k_outputs_into_one_vote(retriever):
+    """§4.4: "p samples per passage, p x k outputs". Pooled, A has 3 votes (B 2, D 2, C 1); a vote of each
+    passage's own majority (B, A, D) would have tied and picked B by rank. The passages kept are those with a
+    sample for the winner."""
+    lm = ScriptedLM({"passage_answer": sampled({"Doc 0": ["B", "B", "unknown"], "Doc 1": ["A", "C", "A"],
+                                                "Doc 2": ["A", "D", "D"]})})
+    pred = run(programs.get("postfusion", retriever=retriever, samples=3), lm)
+    assert lm.call_names == ["passage_answer"] * 15
+    assert pred.answer == "A" and [p.title for p in pred.passages] == ["Doc 1", "Doc 2"]
+    assert pred.votes == ["B", "A", "D", "unknown", "unknown"] and pred.vote_counts == {"b": 2, "a": 3, "c": 1,
+                                                                                          "d": 2}
+    tied = ScriptedLM({"passage_answer": sampled({"Doc 1": ["Ann", "unknown"], "Doc 3": ["Bob", "Bob"],
+                                                  "Doc 0": ["unknown", "Ann"]})})
+    assert run(programs.get("postfusion", retriever=retriever, samples=2), tied).answer == "Ann"  # 2-2: best rank
+
+
+def test_concat_pf_with_samples_falls_back_when_abstentions_outnumber_the_answer(retriever):
+    """Notes §1.8: round 1 is the majority of the p concatenation samples with "unknown" counted: one known
+    answer among nine abstentions falls back; a tie keeps the known answer."""
+    def concat(answers):
+        replies = iter(answers)
+        return lambda context: {"answer": next(replies)}
+
+    lm = ScriptedLM({"concat_answer": concat(["unknown"] * 9 + ["Eve"]),
+                     "passage_answer": sampled({"Doc 2": ["Ann"]})})
+    pred = run(programs.get("concat_pf", retriever=retriever, samples=10), lm)
+    assert pred.fallback is True and pred.concat_answer == "Eve" and pred.answer == "Ann"
+    assert lm.call_names == ["concat_answer"] * 10 + ["passage_answer"] * 50
+    lm = ScriptedLM({"concat_answer": concat(["unknown", "Eve", "Eve", "unknown"])})
+    pred = run(programs.get("concat_pf", retriever=retriever, samples=4), lm)
+    assert pred.fallback is False and pred.answer == "Eve" and lm.call_names == ["concat_answer"] * 4
+
+
+def test_samples_reach_fig5s_largest_p():
+    assert programs.resolve_knobs("concat", {"samples": 50})["samples"] == 50
+    with pytest.raises(ConfigError):
+        programs.resolve_knobs("concat", {"samples": 51})
 
 
 def test_pf_concat_with_one_sample_is_the_greedy_table_row(retriever):
