@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     from ragzoo.errors import RagzooError
+    from ragzoo.secrets import RedactingStream
 
     module = importlib.import_module(COMMANDS[args.command][0])
     streams = (sys.stdout, sys.stderr)
@@ -150,28 +151,6 @@ def _leave_stuck_threads(code: int) -> None:
             except (OSError, ValueError):
                 pass
         os._exit(code)
-
-
-class RedactingStream:
-    """stdout/stderr while a command runs: every known secret (the environment's *_API_KEY/*_TOKEN values, the
-    credentials of an endpoint) and anything shaped like a key is written as `***` (`ragzoo.secrets.redact`), so
-    an LM server that echoes the key in its error cannot get it printed, whoever prints it (ragzoo, DSPy, LiteLLM,
-    a logger created during the command)."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, text):
-        from ragzoo.secrets import redact
-
-        return self._stream.write(redact(text))
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 @contextlib.contextmanager

@@ -448,3 +448,24 @@ def storable(value: Any, name: str = "") -> Any:
             return MASK
         return redact(strip_spec(value)) if "://" in value else redact(value)
     return value
+
+
+class RedactingStream:
+    """stdout/stderr while a command runs: every known secret (the environment's *_API_KEY/*_TOKEN values, the
+    credentials of an endpoint) and anything shaped like a key is written as `***` (`ragzoo.secrets.redact`), so
+    an LM server that echoes the key in its error cannot get it printed, whoever prints it (ragzoo, DSPy, LiteLLM,
+    a logger created during the command). Every process that prints wraps its streams: the CLI's, and each
+    process `serve --workers` spawns (a spawned process starts from the raw streams)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(redact(text))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)

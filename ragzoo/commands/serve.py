@@ -293,7 +293,10 @@ def _run_worker(make_service, sock, host: str, port: int) -> None:
     import threading
 
     from ragzoo.retrieval.server import _stopping_server, uvicorn_config
+    from ragzoo.secrets import RedactingStream
 
+    # spawned: this process starts from the raw streams, not the CLI's redacting ones
+    sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     serving: dict = {}

@@ -227,7 +227,7 @@ def _cell_log(routers, path: Path):
     if routers is None:
         yield
         return
-    from ragzoo.cli import RedactingStream
+    from ragzoo.secrets import RedactingStream
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as raw:

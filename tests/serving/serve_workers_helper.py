@@ -5,7 +5,8 @@ the parent that supervises the workers, the exit status), with two stand-ins: th
 worker serves a tiny ASGI app (GET -> {"worker": pid}) instead of loading DSPy, through the same
 `ragzoo.commands.serve._run_worker` as a program worker. FAKE_WORKER_LOAD_SECONDS makes each worker take that long
 to "load its program" first, FAKE_PARENT_LOAD_SECONDS the parent (before any socket is served; with `--workers 1`
-the only process, and then it never serves: the tests stop it while it loads). `WORKERS` "retriever": `ragzoo serve
+the only process, and then it never serves: the tests stop it while it loads), FAKE_WORKER_SAYS what each worker
+prints on stderr as it loads. `WORKERS` "retriever": `ragzoo serve
 --retriever` instead, its index load as slow.)"""
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def light_worker(options: dict, sock, workers: int) -> None:
     def make_service():
         global SERVICE
         time.sleep(float(os.environ.get("FAKE_WORKER_LOAD_SECONDS", "0")))  # loading a program
+        if os.environ.get("FAKE_WORKER_SAYS"):  # what a program's load may print (a retriever URL, an LM's error)
+            print(os.environ["FAKE_WORKER_SAYS"], file=sys.stderr, flush=True)
         SERVICE = LightService()
         return SERVICE, app
 

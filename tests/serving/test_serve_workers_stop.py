@@ -68,6 +68,17 @@ def test_a_worker_that_dies_is_reported_and_stops_the_others(served):
     assert wait_until(lambda: not server.live_children(), 10) and port_is_free(server.port)
 
 
+def test_what_each_spawned_worker_prints_is_redacted(served):
+    """A spawned worker starts from the raw streams: it must wrap its own, as the CLI does (a colbertv2 URL's
+    password and an endpoint's key were printed in clear by `--workers 2` and masked by `--workers 1`)."""
+    secret = "Secretpw-0123456789abcdef"
+    server = served(FAKE_WORKER_SAYS=f"worker: loaded with {secret}", WORKER_TEST_API_KEY=secret).answering()
+    os.kill(server.process.pid, signal.SIGTERM)
+    code, err = server.end()
+    assert code == 0 and secret not in err, err
+    assert err.count("worker: loaded with ***") == 2, err
+
+
 def test_no_worker_outlives_a_parent_killed_outright(served):
     server = served().answering()
     os.kill(server.process.pid, signal.SIGKILL)  # no cleanup of its own can run
