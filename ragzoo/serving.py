@@ -163,6 +163,29 @@ def _bad_text(value: str) -> str | None:
     return None
 
 
+def _sendable(value: Any) -> Any:
+    """An answer as it can be sent: the record scrub of secrets, and every lone surrogate (an upstream's reply
+    may carry a JSON \\uD800 escape) as U+FFFD; unsendable, the reply failed (500, or a stream cut with no error
+    event) after the program was paid for."""
+    def mend(item: Any) -> Any:
+        if isinstance(item, str):
+            return item if _bad_text(item) is None else item.encode("utf-16", "surrogatepass").decode("utf-16",
+                                                                                                  "replace")
+        if isinstance(item, dict):
+            return {mend(key): mend(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [mend(inner) for inner in item]
+        return item
+
+    return mend(scrub(value))
+
+
+def _header_text(text: str) -> str:
+    """`text` as a header can carry it: ASCII with no control characters (a key holding a newline broke the reply's
+    framing after its answer was paid for); escaped, as the JSON body names it as it is."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def _passage_dict(passage: Any) -> dict:
     if hasattr(passage, "to_dict"):
         data = passage.to_dict()
@@ -631,7 +654,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         if problem:
             return None, problem
         try:
-            return scrub(await service.submit(question.strip(), lambda: disconnected(request))), None
+            return _sendable(await service.submit(question.strip(), lambda: disconnected(request))), None
         except Exception as exc:  # noqa: BLE001 - every failure is an HTTP error of its kind, never a traceback
             return None, failed(request, exc)
 
@@ -693,10 +716,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
                 answer = _dspy_reply({name: answer if name == "answer" else note for name in dspy_fields}, dspy_shape)
             return answer, "length" if cut else "stop"
 
-        # a header carries Latin-1 only: a field or option named in other scripts is escaped (the JSON body names
-        # it as it is); unescaped, the reply failed after its answer was paid for
-        headers = ({"X-Ragzoo-Ignored": ", ".join(ignored).encode("ascii", "backslashreplace").decode("ascii")}
-                   if ignored else None)
+        headers = {"X-Ragzoo-Ignored": _header_text(", ".join(ignored))} if ignored else None
         if body.get("stream"):
             return await stream_chat(request, question, body, reply_text, headers)
         result, problem = await run_question(request, question)
@@ -747,7 +767,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
                 while not (await asyncio.wait([work], timeout=keepalive))[0]:
                     yield ": keep-alive\n\n"
                 try:
-                    result = scrub(work.result())
+                    result = _sendable(work.result())
                 except Exception as exc:  # noqa: BLE001 - the status line is gone: an error event says it
                     status, message, kind, _ = _failure(exc)
                     yield event({"error": {"message": message, "type": kind, "param": None, "code": status}})

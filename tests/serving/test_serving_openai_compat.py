@@ -335,6 +335,51 @@ def test_names_outside_latin_1_are_escaped_in_the_header_and_a_key_that_is_not_t
     assert surrogate.status_code == 400 and "lone surrogate" in surrogate.json()["error"]["message"]
 
 
+def test_a_key_holding_control_characters_is_escaped_in_the_header(program, monkeypatch):
+    """Review: a request key with a newline went into the header as it was: the reply's framing broke (no answer,
+    a traceback in the log) after the program was paid for, and the openai client retried it twice more."""
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            reply = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+                "messages": [{"role": "user", "content": QUESTION}], "x\ny": 1, "nul\u0000": 2, "del\x7f": 3})
+        assert lm_server.requests == 1
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-ragzoo-ignored"] == "x\\ny, nul\\x00, del\\x7f"
+    assert set(reply.json()["ragzoo"]["ignored"]) == {"x\ny", "nul\u0000", "del\x7f"}
+
+
+def _lone_surrogate_answer(messages: list[dict], body: dict | None = None) -> str:
+    from ragzoo.stubserver import adapter_answer, prompt_style, render_answer
+
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    return render_answer({**adapter_answer(system), "answer": "bad \ud800 text"}, prompt_style(system))
+
+
+def test_a_lone_surrogate_in_the_lms_reply_is_sent_as_a_replacement_character(program, monkeypatch):
+    """Review: an upstream reply with a JSON \\ud800 escape reached the answer, which JSON could not encode: /ask
+    and chat were a 500 with a traceback, and a stream was cut with no error event and no [DONE]."""
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_lone_surrogate_answer) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            asked = httpx.post(server.url + "/ask", json={"question": QUESTION}, timeout=30)
+            chat = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                              json={"messages": [{"role": "user", "content": QUESTION}]})
+            streamed = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                                  json={"stream": True, "messages": [{"role": "user", "content": QUESTION + "?"}]})
+    assert asked.status_code == 200 and asked.json()["answer"] == "bad \ufffd text"
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "bad \ufffd text"
+    events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    content = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1]
+                      if json.loads(e).get("choices"))
+    assert content == "bad \ufffd text"
+
+
 def test_a_budget_stop_is_a_status_clients_do_not_retry(program, monkeypatch):
     """Review: a per-question budget stop was a 429, which the openai client and dspy.LM retry, each retry spending
     the budget again (6 and 8 upstream requests under --max-calls 2)."""
