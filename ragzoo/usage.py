@@ -921,6 +921,16 @@ def _carries_usage_callback(lm) -> bool:
     return lm is not None and any(callback is USAGE_CALLBACK for callback in getattr(lm, "callbacks", None) or [])
 
 
+
+def check_cost_binds(lm, max_cost: float | None, price_per_hour: float | None = None) -> None:
+    """A cost budget on a model with no known price (and no hourly rate) could never stop anything: refused, in
+    one line, by every command that takes --max-cost (before the first question, where it can)."""
+    if max_cost is not None and lm is not None and not price_per_hour and not is_priced(lm):
+        raise ConfigError(f"--max-cost cannot bind: model {getattr(lm, 'model', lm)!r} has no known price "
+                          f"(not in LiteLLM's bundled price table); pass --price IN,OUT (USD per million prompt, "
+                          f"completion tokens) or --price-per-hour USD (a server rented by the hour)")
+
+
 @contextlib.contextmanager
 def metering(max_calls: int | None = None, max_cost: float | None = None, *,
              price_per_hour: float | None = None, budget: Budget | None = None,
@@ -940,10 +950,7 @@ def metering(max_calls: int | None = None, max_cost: float | None = None, *,
     if budget is None:
         budget = (None if max_calls is None and max_cost is None
                   else Budget(max_calls, max_cost, price_per_hour=price_per_hour, earlier=earlier))
-    if max_cost is not None and active is not None and not price_per_hour and not is_priced(active):
-        raise ConfigError(f"--max-cost cannot bind: model {getattr(active, 'model', active)!r} has no known price "
-                          f"(not in LiteLLM's bundled price table); pass --price IN,OUT (USD per million prompt, "
-                          f"completion tokens) or --price-per-hour USD (a server rented by the hour)")
+    check_cost_binds(active, max_cost, price_per_hour)
     meter = Meter(budget, price_per_hour=price_per_hour)
     callbacks = list(dspy.settings.get("callbacks", None) or [])
     # An LM that carries the callback itself (every `TrackedLM`) needs no global one: a global callback makes DSPy

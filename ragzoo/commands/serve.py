@@ -29,6 +29,7 @@ _PROGRAM_FLAGS: dict[str, tuple[str, object]] = {}  # dest -> (flag, default) of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ragzoo.commands.common import add_budget_args
     from ragzoo.retrieval.base import MAX_K
     from ragzoo.retrieval.server import DEFAULT_MAX_PENDING, MAX_QUERY_CHARS
 
@@ -74,8 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     program.add_argument("--workers", type=int, default=1, metavar="N",
                          help="worker processes sharing the port, each with its own copy of the program (and its "
                               "own --max-concurrency, --max-queue and LM endpoint limit)")
-    program.add_argument("--max-calls", type=int, default=None, help="LM calls allowed per question")
-    program.add_argument("--max-cost", type=float, default=None, help="USD allowed per question")
+    add_budget_args(program, scope=" per question")
     _PROGRAM_FLAGS.update({action.dest: (action.option_strings[0], action.default)
                            for action in program._group_actions if action.dest != "program"})
 
@@ -199,6 +199,7 @@ def _program_service(args: argparse.Namespace):
     from ragzoo.config import refuse_secrets
     from ragzoo.errors import ConfigError
     from ragzoo.serving import DEFAULT_DEADLINE, ProgramService
+    from ragzoo.usage import check_cost_binds
 
     lm_concurrency = args.max_concurrency if args.lm_max_concurrency is None else args.lm_max_concurrency
     for flag, value in (("--max-calls", args.max_calls), ("--max-cost", args.max_cost)):
@@ -209,9 +210,11 @@ def _program_service(args: argparse.Namespace):
     timeout = deadline if args.timeout is None else min(args.timeout, deadline)
     config = {"program": args.program, "lm": args.lm, "api_base": args.api_base, "retriever": args.retriever,
               "knob": [], "no_cache": args.no_cache, "max_concurrency": lm_concurrency,
-              "trust_retriever": args.trust_retriever, "timeout": timeout}
+              "trust_retriever": args.trust_retriever, "timeout": timeout, "price": args.price,
+              "price_per_hour": args.price_per_hour}
     refuse_secrets({"api_base": args.api_base or ""})
     lm = build_lm(config)
+    check_cost_binds(lm, args.max_cost, getattr(lm, "price_per_hour", None))  # at start, not on every question
     program, description = program_from_config(config)
     name = args.name or f"ragzoo-{description['method']}"
     service = ProgramService(program, lm, name=name, method=description["method"],

@@ -240,6 +240,28 @@ def test_cli_workers_serves_one_program_from_several_processes(artifact, tmp_pat
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def test_a_cost_budget_on_an_unpriced_model_is_refused_at_start_and_price_makes_it_bind(artifact, monkeypatch):
+    """Review: `serve --max-cost` on a model with no known price started, then answered every question 502 naming
+    a --price flag serve did not have. Now one line before serving, and --price / --price-per-hour are taken."""
+    from ragzoo.cli import build_parser
+    from ragzoo.commands import serve
+    from ragzoo.errors import ConfigError
+    from ragzoo.usage import is_priced
+
+    monkeypatch.setenv("OPENAI_API_KEY", "stub")
+    with StubLMServer() as lm_server:
+        flags = ["serve", "--program", str(artifact), "--lm", "openai/stub-model", "--api-base",
+                 lm_server.base_url + "/v1", "--max-cost", "0.01"]
+        parser, _ = build_parser("serve")
+        with pytest.raises(ConfigError, match=r"--max-cost cannot bind.*--price IN,OUT"):  # the CLI's one line
+            serve._program_service(parser.parse_args(flags))
+        service = serve._program_service(parser.parse_args([*flags, "--price", "1,2"]))[0]
+        assert is_priced(service.lm) and service.max_cost == 0.01
+        hourly = serve._program_service(parser.parse_args([*flags, "--price-per-hour", "2.5"]))[0]
+        assert hourly.lm.price_per_hour == 2.5
+        assert lm_server.requests == 0  # refused before any question
+
+
 def test_cli_refuses_workers_below_one(tmp_path, capsys):
     from ragzoo.cli import main
 
