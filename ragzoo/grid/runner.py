@@ -385,7 +385,7 @@ class LocalClaims:
         self._keys = list(keys)
         self._lock = threading.Lock()
 
-    def next(self):
+    def next(self, stop: threading.Event | None = None):
         with self._lock:
             return (self._keys.pop(0), None) if self._keys else (None, None)
 
@@ -552,11 +552,15 @@ class OptunaClaims:
             "fixed_params": {"cell": key}, "failed_trial": dead.number,
             "retry_history": [*dead.system_attrs.get("retry_history", []), dead.number]}))
 
-    def next(self):
+    def next(self, stop: threading.Event | None = None):
+        """The next cell to run and its claim, or (None, None): none is left, or `stop` was set (Ctrl-C) while this
+        worker waited on cells other workers run."""
         from optuna.storages import fail_stale_trials
         from optuna.trial import TrialState
 
         while True:
+            if stop is not None and stop.is_set():
+                return None, None
             with self._lock:
                 with contextlib.suppress(Exception):
                     self._fail_dead_claims()  # a dead worker's cell goes back to the queue, unless done on disk
@@ -584,7 +588,10 @@ class OptunaClaims:
                     self._waiting_said = True
                     self._say(f"grid: waiting for {len(others)} cell(s) other workers are running (a dead worker's "
                               f"cell comes back after {self.GRACE} s without its heartbeat)")
-                time.sleep(1.0)
+                if stop is not None:
+                    stop.wait(1.0)  # a --parallel worker's thread: Ctrl-C reaches it only through `stop`
+                else:
+                    time.sleep(1.0)
                 continue
             with self._lock:
                 trial = self.study.ask(self._distributions)
@@ -973,7 +980,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
 
     def worker(routers):
         while not stop.is_set():
-            key, token = claims.next()
+            key, token = claims.next(stop)
             if key is None:
                 return
             cell = by_key[key]

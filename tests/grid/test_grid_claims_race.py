@@ -176,3 +176,24 @@ def test_a_cell_queued_twice_is_run_by_its_earlier_claim_only(tmp_path, monkeypa
     assert _run_all(second, disk) == ["y"]
     states = [(second._key_of(t), t.state) for t in optuna.load_study(study_name="race", storage=url).trials]
     assert states.count(("x", TrialState.COMPLETE)) == 1 and ("x", TrialState.PRUNED) in states
+
+
+def test_a_worker_waiting_on_other_workers_cells_stops_when_told(tmp_path):
+    """Grid review: a --parallel worker waiting on a cell another worker ran slept in one-second turns until that
+    cell ended (half a minute, or hours), Ctrl-C notwithstanding: its thread sees the stop only through `stop`."""
+    import threading
+    import time
+
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    first = OptunaClaims(url, "race", ["x"])
+    key, _running = first.next()  # another worker's cell, running, heartbeats on: nothing for the second
+    assert key == "x"
+    second = OptunaClaims(url, "race", ["x"])
+    stop, got = threading.Event(), []
+    waiter = threading.Thread(target=lambda: got.append(second.next(stop)), daemon=True)
+    waiter.start()
+    time.sleep(1.5)
+    assert waiter.is_alive()  # waiting: the cell may come back if its worker dies
+    stop.set()
+    waiter.join(10)
+    assert got == [(None, None)]
