@@ -4,7 +4,8 @@ directory under `OUT/cells/<cell key>/` (`artifact/` and `run/`), written by the
 
 - Resumable at every level: a cell whose run is complete is never touched; a half-finished run resumes from
   its predictions.jsonl (`evaluate --resume`: an example already written is never run again); a compile cut
-  short left no artifact (artifacts are swapped in atomically) and is redone.
+  short left no artifact (artifacts are swapped in atomically) and is redone; one its budget stopped saved what
+  it had, marked stopped, and is continued from its checkpoint (`compile --resume`), never evaluated as whole.
 - `--parallel N`: N cells at a time in threads of this process (each command's output goes to the cell's
   `log.txt`; the terminal shows one progress view). `--processes P`: each cell's evaluation runs in P worker
   processes (`evaluate --processes`), forked from the cell's thread: one interpreter spends ~3-6 ms of CPU per
@@ -289,13 +290,15 @@ def _spend_args(max_cost: float | None, max_calls: int | None, price: str | None
 
 
 def compile_argv(cell: Cell, out: Path, max_cost: float | None = None, *, max_calls: int | None = None,
-                 price: str | None = None, price_per_hour: float | None = None) -> list[str]:
+                 price: str | None = None, price_per_hour: float | None = None, resume: bool = False) -> list[str]:
     dataset = cell.dataset
     argv = ["compile", "--method", cell.method.id, "--dataset", dataset.name, "--optimizer", cell.optimizer,
             "--train-n", str(cell.grid.train_n), "--dev-n", str(cell.grid.dev_n), "--out", str(out), "--force",
             *_knob_args(cell), *_common_args(cell, cell.lm.spec, cell.lm.api_base)]
     if dataset.metrics:
         argv += ["--metric", dataset.metrics[0]]
+    if resume:
+        argv.append("--resume")
     return argv + _spend_args(max_cost, max_calls, price, price_per_hour)
 
 
@@ -323,6 +326,20 @@ def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, r
     return argv + _spend_args(max_cost, max_calls, price, price_per_hour)
 
 
+def _stopped_compile(artifact: Path) -> dict | None:
+    """The spend of a compile its budget stopped ({"lm_calls": paid calls, "cost"}), from the artifact it saved,
+    or None: no artifact, or a whole one."""
+    try:
+        manifest = json.loads((artifact / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not manifest.get("stopped"):
+        return None
+    usage = manifest.get("usage") or {}
+    return {"lm_calls": int(usage.get("lm_calls") or 0) - int(usage.get("cached_calls") or 0),
+            "cost": float(manifest.get("cost") or 0.0)}
+
+
 def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls: int | None = None,
              price: str | None = None, price_per_hour: float | None = None, meter=None,
              retry_failed: bool = False) -> dict:
@@ -342,10 +359,19 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
     artifact = None
     if cell.optimizer != "none":
         artifact = base / "artifact"
-        if not (artifact / "manifest.json").is_file():
+        stopped = _stopped_compile(artifact)
+        if stopped is not None or not (artifact / "manifest.json").is_file():
             before = meter.usage.snapshot() if meter is not None else None
-            code = ragzoo_main(compile_argv(cell, artifact, max_cost, max_calls=max_calls, **prices))
-            if code != 0 or not (artifact / "manifest.json").is_file():
+            # a compile a budget stopped saved what it had: it is continued from its checkpoint, never evaluated as
+            # if whole; `compile --resume` counts its earlier runs against the budget it is given, and the grid's
+            # budget left already counted them (cell_state reads the manifest)
+            resume = stopped is not None and artifact.with_name(artifact.name + ".checkpoint").is_dir()
+            calls, cost = max_calls, max_cost
+            if resume:
+                calls = None if calls is None else calls + stopped["lm_calls"]
+                cost = None if cost is None else cost + stopped["cost"]
+            code = ragzoo_main(compile_argv(cell, artifact, cost, max_calls=calls, resume=resume, **prices))
+            if code != 0 or not (artifact / "manifest.json").is_file():  # a stopped compile exits 3 (EXIT_STOPPED)
                 return {**cell_state(out, cell), "exit": code or 1, "stage": "compile"}
             if before is not None:
                 used = meter.usage.minus(before)

@@ -178,3 +178,28 @@ def test_a_resumed_cell_s_earlier_server_time_is_counted_once_against_the_grid_s
     ledger.write_text(json.dumps({**lines[0], "server_cost": 60.0}) + "\n")  # as if the server ran for an hour
     assert main([*argv, "-n", "4", "--price-per-hour", "36", "--max-cost", "100"]) == 0, capsys.readouterr().err
     assert json.loads((cell / "run" / "summary.json").read_text())["n"] == 4
+
+
+def test_a_compile_its_budget_stopped_is_continued_never_evaluated_as_whole(tmp_path, stub_server, grid_env, capsys):
+    """Grid review: a compile cut by the grid's --max-calls saved what it had (marked stopped); the next sweep took
+    that artifact for a finished one and evaluated it, its checkpoint never used. It is continued from the
+    checkpoint, its earlier calls counted once in the grid's budget, and only a whole program is evaluated."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid), "--out", str(out), "--quiet", "--methods", "direct", "--optimizer", "bootstrap"]
+    assert main([*argv, "--max-calls", "3"]) == 3
+    (cell,) = (out / "cells").iterdir()
+
+    def manifest() -> dict:
+        return json.loads((cell / "artifact" / "manifest.json").read_text())
+
+    assert manifest()["stopped"] and (cell / "artifact.checkpoint").is_dir() and not (cell / "run").exists()
+    assert main([*argv, "--max-calls", "40"]) == 3  # 37 more: the compile is cut again, still not evaluated
+    assert stub_server.requests == 40 and manifest()["stopped"] and not (cell / "run").exists()
+    assert manifest()["usage"]["lm_calls"] == 40  # the earlier runs' calls counted in, once
+    assert main(argv) == 0, capsys.readouterr().err
+    whole = manifest()
+    assert not whole.get("stopped") and any("resumed" in note for note in whole["notes"])
+    # every compile call paid once, across the three runs, and two evaluated questions
+    assert whole["usage"]["lm_calls"] + 2 == stub_server.requests
+    assert len((cell / "run" / "predictions.jsonl").read_text().splitlines()) == 2
