@@ -362,6 +362,12 @@ def sqlite_file(url: str) -> str | None:
     return url[len("sqlite:///"):].partition("?")[0]
 
 
+def storage_file(url: str) -> str | None:
+    """The file on this machine's disk an Optuna storage URL writes (`journal:PATH`, `sqlite:///PATH`), or None (a
+    database server's URL)."""
+    return url[len("journal:"):] if url.startswith("journal:") else sqlite_file(url)
+
+
 def check_storage(url: str, *, flag: str = "--storage") -> None:
     """An Optuna storage on this machine's disk (`journal:PATH`, `sqlite:///PATH`) is written only where it is new
     (missing or empty; a missing folder is the opener's to create or refuse) or already an Optuna storage: a
@@ -370,7 +376,7 @@ def check_storage(url: str, *, flag: str = "--storage") -> None:
     (a log, a database of their own tables) is refused in one line before Optuna appends to it. A database server's
     URL (postgresql://, mysql://) is the user's to give."""
     journal = url.startswith("journal:")
-    name = url[len("journal:"):] if journal else sqlite_file(url)
+    name = storage_file(url)
     if name is None:
         return
     path = Path(name)

@@ -728,6 +728,13 @@ class SweepResult:
     terminated: bool = False  # ... by SIGTERM rather than Ctrl-C
 
 
+def _inside(name: str | None, folder: Path) -> bool:
+    """Whether the file `name` lies in `folder` (or below), symbolic links resolved."""
+    if not name:
+        return False
+    return Path(name).expanduser().resolve().is_relative_to(Path(folder).expanduser().resolve())
+
+
 def write_grid_file(grid: Grid, out: Path, cells: list[Cell], *, shared: bool = False) -> None:
     from ragzoo.files import atomic_write_json
     from ragzoo.secrets import scrub, strip_url
@@ -890,10 +897,13 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
     cells = grid.cells()
     check_cells(cells)  # a mistake of the grid file is said now, not by a cell after others were paid for
     if storage:
+        from ragzoo.ownership import storage_file
         from ragzoo.secrets import register_url
         from ragzoo.storage import open_storage
 
         register_url(storage, paths=False)  # a database password is hidden from every output and record too
+        if _inside(storage_file(storage), out):  # `--storage sqlite:///OUT/grid.db`: OUT is the grid's first
+            write_grid_file(grid, out, cells, shared=True)
         open_storage(storage)  # a storage that cannot be opened is refused before the grid folder is written
     write_grid_file(grid, out, cells, shared=bool(storage))
     identity = grid_identity(out) if storage else ""

@@ -271,6 +271,22 @@ def test_two_out_folders_of_one_grid_in_one_database_are_two_whole_grids(tmp_pat
     assert len([n for n in optuna.get_all_study_names(storage) if n.startswith("ragzoo-grid:")]) == 2
 
 
+@pytest.mark.parametrize("inside", ["sqlite:///{out}/grid.db", "journal:{out}/grid.log"])
+def test_the_readmes_storage_inside_out_works_on_a_new_out(tmp_path, capsys, inside):
+    """Grid review: the README's `--storage sqlite:///OUT/grid.db` was opened before OUT was claimed: on a new OUT
+    "the folder does not exist", and after `mkdir OUT` the database went in and OUT was refused as not a grid's."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    out = tmp_path / "out"
+    storage = inside.format(out=out)
+    assert main(["sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet"]) == 0, capsys.readouterr().err
+    assert (out / "results.md").is_file() and len(list((out / "cells").iterdir())) >= 2
+    assert main(["sweep", str(grid), "--out", str(out), "--storage", storage, "--quiet"]) == 0  # a rerun joins it
+    # a storage outside OUT is still refused before OUT is written when it cannot be opened
+    assert main(["sweep", str(grid), "--out", str(tmp_path / "other"), "--storage",
+                 f"sqlite:///{tmp_path / 'missing' / 'grid.db'}", "--quiet"]) == 2
+    assert not (tmp_path / "other").exists()
+
+
 def test_a_storage_worker_that_resolved_other_cells_is_refused_at_a_shared_out(tmp_path, capsys):
     """PostgreSQL review: two machines whose caches differed resolved `reproduce` with different corpora and ran two
     grids into one OUT (every cell paid twice, grid.json overwritten, exit 0)."""
