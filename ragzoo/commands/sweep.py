@@ -87,6 +87,8 @@ def apply_overrides(grid, args: argparse.Namespace):
         from ragzoo.optimizers import get_preset
 
         grid.optimizers = [name.strip() for name in args.optimizer.split(",") if name.strip()]
+        if not grid.optimizers:  # "--optimizer ,," ran an empty grid and said it succeeded
+            raise ConfigError(f"--optimizer {args.optimizer!r} names no optimizer; e.g. --optimizer none,bootstrap")
         for name in grid.optimizers:
             get_preset(name)
     if args.methods:

@@ -236,6 +236,8 @@ def _strings(table: dict, keys: tuple[str, ...], name: str, where: str, default:
 
 def _lms(raw, where: str = "grid") -> list[LMEntry]:
     entries = []
+    if raw is not None and not isinstance(raw, (str, dict, list)):  # a number or a boolean is not iterated
+        raise ConfigError(f"{where}: lms is a spec string, a table with 'spec' or a list of them, got {raw!r}")
     for item in [raw] if isinstance(raw, (str, dict)) else raw or []:
         if isinstance(item, str) and item.strip():
             entries.append(LMEntry(item))
@@ -366,6 +368,11 @@ def load_grid(path: str | Path) -> Grid:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); a grid file is TOML, saved as UTF-8") \
+            from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror or error})") from None
     return parse_grid(data, str(path))
 
 

@@ -71,6 +71,8 @@ def _with(path: str, value):
     ("grid.lms", ["dry-run", "dry-run"], "names one LM twice"),
     ("grid.name", "../../escaped", "[grid] name '../../escaped' must be letters"),
     ("grid.name", "/tmp/abs", "[grid] name '/tmp/abs' must be letters"),
+    ("grid.lms", 5, "lms is a spec string, a table with 'spec' or a list of them, got 5"),  # was a TypeError
+    ("grid.lms", True, "lms is a spec string, a table with 'spec' or a list of them, got True"),
 ])
 def test_a_grid_file_mistake_is_refused_in_one_line(path, value, says):
     with pytest.raises(ConfigError) as refused:
@@ -101,6 +103,22 @@ def test_a_cell_that_cannot_run_is_refused_before_the_grid_folder_is_written(tmp
     err = capsys.readouterr().err
     assert says in err and len([line for line in err.splitlines() if line.strip()]) == 1, err
     assert not out.exists()
+
+
+def test_a_grid_file_that_is_not_utf8_and_an_empty_optimizer_list_are_refused_in_one_line(tmp_path, capsys):
+    """Grid review: a Latin-1 grid file was an internal UnicodeDecodeError; `--optimizer ,,` ran an empty grid and
+    exited 0."""
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(_file(BASE).replace('label = "HotPotQA"', 'label = "Hotpot\xe9"').encode("latin-1"))
+    assert main(["sweep", str(latin), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "not UTF-8 text" in err and "internal error" not in err and len(err.strip().splitlines()) == 1, err
+    grid_file = tmp_path / "g.toml"
+    grid_file.write_text(_file(BASE), encoding="utf-8")
+    assert main(["sweep", str(grid_file), "--out", str(tmp_path / "b"), "--optimizer", ",,"]) == 2
+    err = capsys.readouterr().err
+    assert "--optimizer ',,' names no optimizer" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_a_storage_that_cannot_be_opened_is_refused_before_the_grid_folder_is_written(tmp_path, capsys):
