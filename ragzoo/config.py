@@ -334,8 +334,9 @@ def answer_view(config: dict[str, Any], lm: dict[str, Any] | None = None) -> dic
     view = {key: jsonable(config[key]) for key in ANSWER_OPTIONS if key in config}
     # the same file and the same server however spelt (a run recorded before paths were made absolute: against
     # the folder it is resumed from)
-    if isinstance(view.get("data"), str):
-        view["data"] = os.path.abspath(os.path.expanduser(view["data"]))
+    for key in ("data", "program"):
+        if isinstance(view.get(key), str):
+            view[key] = os.path.abspath(os.path.expanduser(view[key]))
     if isinstance(view.get("api_base"), str):
         view["api_base"] = view["api_base"].rstrip("/")
     lm = config.get("lm") if lm is None else lm

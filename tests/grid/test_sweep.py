@@ -58,6 +58,22 @@ def test_compiled_cells_evaluate_their_artifact(tmp_path):
     assert [row["optimizer"] for row in table["rows"]] == ["labeled"]
 
 
+def test_a_compiled_cell_resumes_from_another_folder_and_an_absolute_out(tmp_path, monkeypatch, capsys):
+    """Grid review: a cell's run recorded its program as the path the sweep was given ("rel/cells/.../artifact");
+    extending it from another working folder, or with OUT spelt absolute, was refused: --program was "rel/...",
+    now "/.../rel/..." (a worker of another folder taking over a cell: the same)."""
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    (tmp_path / "wd").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "wd")
+    argv = ["sweep", str(grid), "--quiet", "--optimizer", "labeled", "--methods", "rag"]
+    assert main([*argv, "--out", "rel"]) == 0
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main([*argv, "--out", str(tmp_path / "wd" / "rel"), "-n", "3"]) == 0, capsys.readouterr().err
+    (cell,) = (tmp_path / "wd" / "rel" / "cells").iterdir()
+    assert len((cell / "run" / "predictions.jsonl").read_text().splitlines()) == 3
+
+
 def test_dry_run_prices_cells_and_total_before_running(tmp_path, capsys):
     grid = write_tiny(tmp_path / "tiny.toml", n=40)
     out = tmp_path / "g"

@@ -281,6 +281,9 @@ def test_a_run_recorded_with_a_relative_data_path_resumes_from_its_folder(tmp_pa
     monkeypatch.chdir(tmp_path)
     assert answer_view({"data": "q.jsonl"}, {}) == answer_view({"data": str(tmp_path / "q.jsonl")}, {})
     assert answer_view({"data": "q.jsonl"}, {}) != answer_view({"data": str(tmp_path / "other.jsonl")}, {})
+    # a grid cell's --program recorded as the sweep was given it (relative), before grids passed it absolute
+    assert answer_view({"program": "g/cells/c/artifact"}, {}) == answer_view(
+        {"program": str(tmp_path / "g" / "cells" / "c" / "artifact")}, {})
 
 
 @pytest.mark.parametrize("processes", [1, 2])
