@@ -234,6 +234,18 @@ def _strings(table: dict, keys: tuple[str, ...], name: str, where: str, default:
     return items
 
 
+def _default_metrics(dataset: str) -> tuple[str, ...]:
+    """A registered dataset's default metric, as one; () for a name the registry does not know (refused with the
+    grid's other mistakes, in `check_cells`)."""
+    from ragzoo.data.registry import dataset_defaults
+    from ragzoo.errors import RagzooError
+
+    try:
+        return (dataset_defaults(dataset).metric,)
+    except RagzooError:
+        return ()
+
+
 def _lms(raw, where: str = "grid") -> list[LMEntry]:
     entries = []
     if raw is not None and not isinstance(raw, (str, dict, list)):  # a number or a boolean is not iterated
@@ -278,9 +290,12 @@ def parse_grid(data: dict, source: str | None = None) -> Grid:
             raise ConfigError(f"{where}: every [[datasets]] entry needs a name")
         _table(raw, "[[datasets]]", where)
         name = _text(raw, "name", "[[datasets]]", where)
+        # no metrics given: the dataset's own default, which its cells are scored by (the table showed a
+        # "(default)" column every cell was missing, and compared no rows)
+        metrics = tuple(_strings(raw, ("metrics", "metric"), f"dataset {name!r}:", where, [])) \
+            or _default_metrics(name)
         datasets.append(DatasetEntry(name=name, split=_text(raw, "split", f"dataset {name!r}:", where),
-                                     metrics=tuple(_strings(raw, ("metrics", "metric"), f"dataset {name!r}:", where,
-                                                            [])),
+                                     metrics=metrics,
                                      label=_text(raw, "label", f"dataset {name!r}:", where, name),
                                      knobs=_mapping(raw, "knobs", f"dataset {name!r}:", where),
                                      retriever=_text(raw, "retriever", f"dataset {name!r}:", where),

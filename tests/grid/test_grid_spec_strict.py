@@ -105,6 +105,24 @@ def test_a_cell_that_cannot_run_is_refused_before_the_grid_folder_is_written(tmp
     assert not out.exists()
 
 
+def test_a_column_without_metrics_is_scored_and_compared_by_the_datasets_default(tmp_path, capsys, stub_server,
+                                                                                 grid_env):
+    """Grid review: a [[datasets]] without metrics made a "(default)" column that every cell was missing, and no
+    paired test, with exit 0."""
+    data = copy.deepcopy(BASE)
+    del data["datasets"][0]["metrics"]
+    data["grid"]["lms"] = [{"spec": "openai/stub", "api_base": f"{stub_server.base_url}/v1", "cache": False}]
+    assert parse_grid(data, "g.toml").datasets[0].metrics == ("em",)  # hotpotqa's default
+    grid_file = tmp_path / "g.toml"
+    grid_file.write_text(_file(data), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["sweep", str(grid_file), "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    table = json.loads((out / "results.json").read_text())
+    assert [column["metrics"] for column in table["columns"]] == [["em"]]
+    assert all("em" in row["cells"]["HotPotQA"]["metrics"] for row in table["rows"])
+    assert [(c["a"], c["b"], c["metric"]) for c in table["comparisons"]] == [("rag", "direct", "em")]
+
+
 def test_a_grid_file_that_is_not_utf8_and_an_empty_optimizer_list_are_refused_in_one_line(tmp_path, capsys):
     """Grid review: a Latin-1 grid file was an internal UnicodeDecodeError; `--optimizer ,,` ran an empty grid and
     exited 0."""
