@@ -232,6 +232,21 @@ class Tracker:
             with contextlib.suppress(Exception):
                 self.client.set_terminated(self.run_id, status=status)
 
+    def cell(self, folder: str | os.PathLike) -> "Tracker":
+        """A grid cell's run, nested under the grid's and started: a tracking server that fails in the middle of a
+        grid costs a warning and this cell runs untracked (its folder on disk is whole); the grid goes on (the
+        failure had failed the cell, and every later one)."""
+        if not self.enabled:
+            return self
+        try:
+            cell = self.child("cell")
+            cell.start(cell.name_of(folder))
+            return cell
+        except Exception as error:  # noqa: BLE001 - MLflow raises several kinds for an unusable server
+            print(f"ragzoo {self.command}: warning: cell {Path(folder).name} not logged to MLflow: "
+                  f"{_tracking_error(self.uri, error)}", file=sys.stderr)
+            return Tracker(None, "cell")
+
     def child(self, command: str) -> "Tracker":
         """A tracker whose run is nested under this one's (a grid's cell under the grid's run)."""
         return Tracker(self.uri, command, traces=self.traces, parent=self.start(self.command),

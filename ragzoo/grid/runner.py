@@ -1037,7 +1037,7 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
 
             beater = threading.Thread(target=heartbeat, daemon=True)
             beater.start()
-            cell_track = track.child("cell") if track.enabled else track
+            cell_track = track.cell(cell_dir(out, cell))
             try:
                 with _cell_log(routers, cell_dir(out, cell) / "log.txt"), metering(budget=budget) as meter, \
                         tracking.grid_cells(track), cell_track.working(cell_dir(out, cell)), \
