@@ -73,7 +73,10 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
             entry["status"] = "not run"
             continue
         config, summary, records = loaded
-        n_done, n_asked = len(records), int(config.get("n") or summary.get("n_expected") or len(records))
+        # what the grid asks of the cell now, not what its run was last asked: a run left at an earlier, smaller
+        # -n (a budget stopped the grid before extending it) is partial, kept out of the paired tests
+        n_done = len(records)
+        n_asked = cell.n if cell.n is not None else int(config.get("n") or summary.get("n_expected") or n_done)
         failures = sum(1 for r in records if r.get("error"))
         # what was paid: the records, and what no record holds (retried attempts, late calls)
         used = usage_totals(records, extra_usage(cell_dir(out, cell) / "run"))

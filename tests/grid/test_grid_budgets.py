@@ -203,3 +203,21 @@ def test_a_compile_its_budget_stopped_is_continued_never_evaluated_as_whole(tmp_
     # every compile call paid once, across the three runs, and two evaluated questions
     assert whole["usage"]["lm_calls"] + 2 == stub_server.requests
     assert len((cell / "run" / "predictions.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_cell_left_at_a_smaller_n_is_partial_against_the_n_the_grid_asks(tmp_path, stub_server, grid_env):
+    """Grid review: the table took "asked" from each cell's own run, so after `-n 20` stopped by a budget before it
+    reached a cell, that cell still read "10/10", unflagged, and entered the paired tests."""
+    from ragzoo.grid import load_grid
+    from ragzoo.grid.table import build
+
+    grid_file = write_tiny(tmp_path / "tiny.toml", n=2, lms=stub_lms(stub_server))
+    out = tmp_path / "g"
+    assert main(["sweep", str(grid_file), "--out", str(out), "--quiet"]) == 0
+    assert build(load_grid(grid_file), out)["comparisons"]  # whole at n = 2: rag against direct
+    grid = load_grid(grid_file)
+    grid.n = 3  # the grid now asks 3 questions of each cell
+    table = build(grid, out)
+    cells = [row["cells"]["HotPotQA"] for row in table["rows"] if row["method"] != "future_method"]
+    assert [(c["n"], c["n_asked"], c["status"]) for c in cells] == [(2, 3, "partial 2/3")] * 2
+    assert table["comparisons"] == []  # partial cells are set beside no other row
