@@ -347,12 +347,47 @@ def run_cell(cell: Cell, out: Path, *, max_cost: float | None = None, max_calls:
     """Compile (if the grid compiles and no artifact is there) and evaluate (resuming, extending to a larger n)
     one cell, in process, through the same code paths as `ragzoo compile` / `ragzoo evaluate`. `meter` (a
     `ragzoo.usage.Meter` the caller opened around this call) counts the compile's spend, which the evaluation's
-    budget then leaves out. Returns the cell's state."""
+    budget then leaves out. Returns the cell's state ("elsewhere": another live process runs the cell)."""
+    base = cell_dir(out, cell)
+    base.mkdir(parents=True, exist_ok=True)
+    with _cell_held(base) as held:
+        if not held:  # another live process runs this cell (another sweep into this OUT): never paid twice
+            return {**cell_state(out, cell), "exit": 0, "stage": "compile", "elsewhere": True}
+        return _run_held_cell(cell, out, base, max_cost=max_cost, max_calls=max_calls, price=price,
+                              price_per_hour=price_per_hour, meter=meter, retry_failed=retry_failed)
+
+
+@contextlib.contextmanager
+def _cell_held(base: Path):
+    """Hold a cell's folder for this process while its compile and evaluation run: yields False when another live
+    process holds it (two sweeps into one OUT each compiled the cell, paid twice, and swapped the artifact under
+    the other's evaluation). The kernel's lock (flock) on the folder: a crash or kill releases it; a filesystem
+    that cannot lock a folder yields True (the run folder's own lock still guards the evaluation)."""
+    import errno
+    import fcntl
+
+    from ragzoo.files import forget_lock, keep_lock_from_children
+
+    descriptor = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                yield False
+                return
+        keep_lock_from_children(descriptor)  # a cell's --processes workers, forked, must not keep it
+        yield True
+    finally:
+        forget_lock(descriptor)
+        os.close(descriptor)
+
+
+def _run_held_cell(cell: Cell, out: Path, base: Path, *, max_cost: float | None, max_calls: int | None,
+                   price: str | None, price_per_hour: float | None, meter, retry_failed: bool) -> dict:
     from ragzoo.cli import main as ragzoo_main
     from ragzoo.runs import CONFIG_FILE
 
-    base = cell_dir(out, cell)
-    base.mkdir(parents=True, exist_ok=True)
     state = cell_state(out, cell)
     if not needs_run(state, retry_failed):
         return {**state, "exit": 0, "skipped": True}

@@ -370,3 +370,34 @@ def test_a_metric_that_raised_is_in_the_cell_s_status(tmp_path):
     built = results.build(results.grid_of_folder(str(out)), str(out))
     statuses = [entry.get("status") for row in built["rows"] for entry in row["cells"].values() if "n" in entry]
     assert statuses and all("em raised on 1" in status for status in statuses), statuses
+
+
+def test_a_cell_another_live_process_holds_is_left_to_it_not_compiled_again(tmp_path, capsys):
+    """Grid review: two sweeps into one OUT each compiled the same cell (paid twice) and swapped the artifact under
+    the other's evaluation: the run folder's lock came after the compile. The cell's folder is held for the whole
+    cell; a sweep that finds it held leaves the cell to its holder."""
+    import subprocess
+    import sys
+
+    grid = write_tiny(tmp_path / "tiny.toml", n=2)
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid), "--out", str(out), "--quiet", "--optimizer", "labeled", "--methods", "rag"]
+    assert main([*argv, "-n", "1"]) == 0
+    (cell,) = (out / "cells").iterdir()
+    (cell / "artifact").rename(tmp_path / "old-artifact")  # as if this cell's compile had not run yet
+    capsys.readouterr()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; d = os.open(sys.argv[1], "
+                               "os.O_RDONLY); fcntl.flock(d, fcntl.LOCK_EX); print('held', flush=True); "
+                               "time.sleep(60)", str(cell)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert "is held by another live ragzoo process" in err, err
+        assert not (cell / "artifact").exists()  # not compiled here: the holder's to do
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(argv) == 0  # released: this sweep runs it
+    assert (cell / "artifact" / "manifest.json").is_file()
+    assert len((cell / "run" / "predictions.jsonl").read_text().splitlines()) == 2
