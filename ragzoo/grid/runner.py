@@ -616,7 +616,16 @@ class OptunaClaims:
 
     def next(self, stop: threading.Event | None = None):
         """The next cell to run and its claim, or (None, None): none is left, or `stop` was set (Ctrl-C) while this
-        worker waited on cells other workers run."""
+        worker waited on cells other workers run. A storage lost meanwhile (its server stopped, its file gone) is
+        one line (`RunError`), not an internal error."""
+        try:
+            return self._next(stop)
+        except RagzooError:
+            raise
+        except Exception as error:  # noqa: BLE001 - SQLAlchemy's and Optuna's many kinds of a lost database
+            raise _storage_lost(error) from None
+
+    def _next(self, stop: threading.Event | None):
         from optuna.storages import fail_stale_trials
         from optuna.trial import TrialState
 
@@ -692,10 +701,18 @@ class OptunaClaims:
     def done(self, trial, ok: bool, requeue: bool = False) -> None:
         """End a claim; `requeue`: the cell was cut short (Ctrl-C), not failed: back to the queue, so another
         worker still running takes it at once (a rerun of this one finds it waiting, and does not add another)."""
-        from optuna.trial import TrialState
-
         if trial is None:
             return
+        try:
+            self._done(trial, ok, requeue)
+        except RagzooError:
+            raise
+        except Exception as error:  # noqa: BLE001
+            raise _storage_lost(error) from None
+
+    def _done(self, trial, ok: bool, requeue: bool) -> None:
+        from optuna.trial import TrialState
+
         with self._lock:  # skip_if_finished: another worker may have ended a claim it took for stale (a paused VM)
             if ok:
                 self.study.tell(trial, 0.0, skip_if_finished=True)
@@ -704,6 +721,16 @@ class OptunaClaims:
                 if requeue:
                     with contextlib.suppress(Exception):
                         self.study.enqueue_trial({"cell": trial.params["cell"]})
+
+
+def _storage_lost(error: BaseException) -> "RunError":
+    from ragzoo.errors import RunError
+    from ragzoo.secrets import redact
+
+    cause = redact(str(getattr(error, "orig", None) or error).strip().splitlines()[0] if str(error).strip()
+                   else type(error).__name__)[:300]
+    return RunError(f"the grid's storage failed ({type(error).__name__}: {cause}): this worker stops; the cells "
+                    f"finished are kept in OUT, and the same command resumes the grid once the storage answers")
 
 
 def _process_space() -> str:

@@ -197,3 +197,27 @@ def test_a_worker_waiting_on_other_workers_cells_stops_when_told(tmp_path):
     stop.set()
     waiter.join(10)
     assert got == [(None, None)]
+
+
+def test_a_storage_lost_mid_grid_is_one_line_that_says_what_is_kept(tmp_path, monkeypatch):
+    """Grid review: PostgreSQL stopped mid-grid gave "internal error: StorageInternalError: ... e.g. exceeding max
+    length", exit 1, and no word of resuming."""
+    from sqlalchemy.exc import OperationalError
+
+    from ragzoo.errors import RunError
+
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    claims = OptunaClaims(url, "race", ["x", "y"])
+    key, trial = claims.next()
+
+    def lost(*args, **kwargs):
+        raise OperationalError("SELECT ...", {}, Exception("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(claims.study, "get_trials", lost)
+    monkeypatch.setattr(claims.study, "tell", lost)
+    for step in (claims.next, lambda: claims.done(trial, ok=True)):
+        with pytest.raises(RunError) as refused:
+            step()
+        said = str(refused.value)
+        assert "storage failed (OperationalError:" in said and "server closed the connection" in said
+        assert "the same command resumes the grid" in said and "\n" not in said
