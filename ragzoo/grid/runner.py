@@ -50,7 +50,12 @@ def cell_dir(out: Path, cell: Cell) -> Path:
     cells = Path(out) / CELLS_DIR
     path = cells / cell.key
     if path.is_symlink():  # a folder made when n was part of a cell's key, adopted by `adopt_legacy_dir`
-        return cells / os.readlink(path)
+        target = os.readlink(path)
+        if os.sep in target or target in (".", "..") or not target.startswith(cell.key.rpartition("__")[0]):
+            # the links ragzoo makes name a sibling cell folder: any other leads out of the grid's folders
+            raise ConfigError(f"{path} is a symbolic link to {target}, not to one of this grid's cell folders; "
+                              f"ragzoo writes only into folders it made: remove the link")
+        return cells / target
     if not path.exists():
         return _legacy_dir(cells, cell) or path
     return path

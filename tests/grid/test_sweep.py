@@ -401,3 +401,27 @@ def test_a_cell_another_live_process_holds_is_left_to_it_not_compiled_again(tmp_
     assert main(argv) == 0  # released: this sweep runs it
     assert (cell / "artifact" / "manifest.json").is_file()
     assert len((cell / "run" / "predictions.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_cell_link_that_leads_out_of_the_grid_is_refused_and_its_target_untouched(tmp_path, capsys):
+    """Grid review: a symbolic link at OUT/cells/<key> to a user's folder made the grid write log.txt and run/
+    into it. The links ragzoo makes name a sibling cell folder; any other is refused."""
+    from ragzoo.grid import load_grid
+
+    grid_file = write_tiny(tmp_path / "tiny.toml", n=2)
+    out = tmp_path / "g"
+    argv = ["sweep", str(grid_file), "--out", str(out), "--quiet", "--methods", "direct"]
+    assert main(argv) == 0
+    (cell,) = [c for c in load_grid(grid_file).cells() if c.method.id == "direct"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "NOTES.md").write_text("mine\n")
+    import shutil
+
+    shutil.rmtree(out / "cells" / cell.key)
+    (out / "cells" / cell.key).symlink_to(mine)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is a symbolic link to" in err and "remove the link" in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in mine.iterdir()) == ["NOTES.md"]
