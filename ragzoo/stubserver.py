@@ -691,8 +691,17 @@ class StubLMServer:
         try:
             body = json.loads(raw or b"{}")
             messages = body["messages"]
+            # as a real server: a list of message objects, each with text content (or text parts); anything else
+            # is a 400, not a dropped connection and a traceback
+            if not isinstance(messages, list) or not all(
+                    isinstance(m, dict) and isinstance(m.get("content") or "", (str, list))
+                    and all(isinstance(part, dict) and isinstance(part.get("text", ""), str)
+                            for part in (m.get("content") if isinstance(m.get("content"), list) else []))
+                    for m in messages):
+                raise TypeError("messages must be a list of message objects with text content")
         except (ValueError, KeyError, TypeError):
-            return self._write(writer, 400, {"error": {"message": "body must be JSON with 'messages'",
+            return self._write(writer, 400, {"error": {"message": "body must be JSON with 'messages', a list of "
+                                                                  "message objects with text content",
                                                        "type": "invalid_request_error"}}, keep_alive=keep_alive)
         if body.get("stream"):
             return self._write(writer, 400, {"error": {"message": "the stub server does not stream",

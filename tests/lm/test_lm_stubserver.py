@@ -269,6 +269,10 @@ def test_malformed_requests_get_an_http_error_and_the_server_keeps_serving():
         assert not_json.startswith(b"HTTP/1.1 400") and b"messages" in not_json
         nowhere, _ = _raw(server, _post(CHAT).replace(b"/v1/chat/completions", b"/v1/nowhere", 1))
         assert nowhere.startswith(b"HTTP/1.1 404")
+        # messages that are not message objects with text (review: the connection was dropped with a traceback)
+        for messages in ([1], "hi", None, [{"role": "system", "content": [{"text": 5}]}], [{"content": 5}]):
+            odd, _ = _raw(server, _post({"model": "m", "messages": messages}))
+            assert odd.startswith(b"HTTP/1.1 400") and b"message objects" in odd, (messages, odd)
         assert server.requests == 0  # none of these reached the chat route
         good, _ = _raw(server, _post(CHAT))
         assert good.startswith(b"HTTP/1.1 200") and server.requests == 1
