@@ -509,13 +509,15 @@ _DSPY_TRAILER = "\n\nRespond with the corresponding output fields"
 
 _DSPY_JSON_MARK = "Outputs will be a JSON object"
 _DSPY_JSON_TRAILER = "\n\nRespond with a JSON object"
+_DSPY_XML_MARK = "wrapped in XML tags"  # XMLAdapter's user message: "Respond with ... wrapped in XML tags `<answer>`."
+_DSPY_XML_FIELD = re.compile(r"<(\w+)>\n(.*?)\n</\1>", re.DOTALL)
 
 
 def _dspy_request(messages: list, last_user: str) -> tuple[dict, list, str] | None:
-    """({input field: value} of the last user message, [output field names], "chat" or "json") when the chat
-    request is in DSPy's ChatAdapter format (its system message lists the fields and ends the structure with
-    `[[ ## completed ## ]]`) or its JSONAdapter's (the fallback ChatAdapter retries a failed parse with: the
-    outputs as one JSON object), else None."""
+    """({input field: value} of the last user message, [output field names], "chat", "json" or "xml") when the
+    chat request is in DSPy's ChatAdapter format (its system message lists the fields and ends the structure with
+    `[[ ## completed ## ]]`), its JSONAdapter's (the fallback ChatAdapter retries a failed parse with: the
+    outputs as one JSON object) or its XMLAdapter's (each field in its own tags), else None."""
     system = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"), None)
     if not isinstance(system, str) or "Your output fields are:" not in system:
         return None
@@ -523,22 +525,30 @@ def _dspy_request(messages: list, last_user: str) -> tuple[dict, list, str] | No
         shape, trailer = "chat", _DSPY_TRAILER
     elif _DSPY_JSON_MARK in system:
         shape, trailer = "json", _DSPY_JSON_TRAILER
+    elif _DSPY_XML_MARK in last_user:
+        shape, trailer = "xml", _DSPY_TRAILER
     else:
         return None
     head, _, rest = system.partition("Your output fields are:")
     outputs = _DSPY_LISTED.findall(rest.split("All interactions will be structured", 1)[0])
-    parts = _DSPY_FIELD.split(last_user.split(trailer, 1)[0])
-    inputs = {name: value.strip() for name, value in zip(parts[1::2], parts[2::2])}
+    body = last_user.split(trailer, 1)[0]
+    if shape == "xml":
+        inputs = {name: value.strip() for name, value in _DSPY_XML_FIELD.findall(body)}
+    else:
+        parts = _DSPY_FIELD.split(body)
+        inputs = {name: value.strip() for name, value in zip(parts[1::2], parts[2::2])}
     if not outputs or not inputs:
         return None
     return inputs, outputs, shape
 
 
 def _dspy_reply(values: dict[str, str], shape: str = "chat") -> str:
-    """A reply in DSPy's ChatAdapter format (each field under its header, then the completion marker) or its
-    JSONAdapter's (one JSON object)."""
+    """A reply in DSPy's ChatAdapter format (each field under its header, then the completion marker), its
+    JSONAdapter's (one JSON object) or its XMLAdapter's (each field in its tags)."""
     if shape == "json":
         return json.dumps(values, ensure_ascii=False)
+    if shape == "xml":
+        return "\n\n".join(f"<{name}>\n{value}\n</{name}>" for name, value in values.items())
     return "".join(f"[[ ## {name} ## ]]\n{value}\n\n" for name, value in values.items()) + "[[ ## completed ## ]]"
 
 

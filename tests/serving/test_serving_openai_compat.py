@@ -338,6 +338,19 @@ def test_dspy_s_json_adapter_request_is_answered_as_json_with_the_question_alone
     assert refused.status_code == 400 and "confidence" in refused.json()["error"]["message"]
 
 
+def test_dspy_s_xml_adapter_request_is_answered_in_tags_with_the_question_alone(program, monkeypatch):
+    """Serving review: an XMLAdapter request was run on DSPy's whole prompt (`<question>...` and the reply
+    instruction as the question), and answered in bare text: DSPy fell back to JSON, two paid runs per call."""
+    import dspy
+
+    with _program_as_lm(program, monkeypatch) as (server, lm, asked):
+        with dspy.context(lm=lm, adapter=dspy.XMLAdapter()):
+            predicted = dspy.Predict("question -> answer")(question=QUESTION)
+            reasoned = dspy.ChainOfThought("question -> answer")(question=QUESTION + "?")
+    assert predicted.answer == f"It was asked: {QUESTION}" and reasoned.answer == f"It was asked: {QUESTION}?"
+    assert asked == [QUESTION, QUESTION + "?"]  # one program run each, on the question alone
+
+
 def test_names_outside_latin_1_are_escaped_in_the_header_and_a_key_that_is_not_text_is_a_400(program, monkeypatch):
     """Review: an ignored option or DSPy input field named outside Latin-1 made the reply's header unencodable: a
     500 with a traceback in the log, after the answer was paid for."""
