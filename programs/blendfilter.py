@@ -300,7 +300,8 @@ class BlendFilter(RagProgram):
             kept_ids["union"], invalid_ids["union"] = self._filter(q, union, topic_cache)
             knowledge = [union[i] for i in kept_ids["union"]]
 
-        filter_empty = self.filter and not knowledge
+        # the filter kept nothing of what was retrieved (nothing retrieved is not the filter's doing)
+        filter_empty = self.filter and not knowledge and any(docs for _, docs in sets)
         if filter_empty and self.if_nothing_kept == "unfiltered":
             knowledge = dedup_passages(*(docs for _, docs in sets))
 

@@ -134,6 +134,15 @@ def test_filter_keeps_nothing_answers_without_knowledge(retriever):
     assert len(lm.call_names) == 13
 
 
+def test_nothing_retrieved_is_not_reported_as_the_filter_keeping_nothing():
+    """Methods review: with every retrieval empty, filter_empty was True though no filter call had anything to
+    judge."""
+    lm = script(filter_ids={"relevant_ids": []})
+    pred = run(BlendFilter(StaticRetriever([])), lm)
+    assert pred.passages == [] and pred.filter_empty is False
+    assert lm.calls_to("answer_cot")[0].inputs["knowledge"] == "(none)"
+
+
 def test_filter_keeps_nothing_can_fall_back_to_unfiltered(retriever):
     lm = script(filter_ids={"relevant_ids": []})
     pred = run(BlendFilter(retriever, if_nothing_kept="unfiltered"), lm)
