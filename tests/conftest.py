@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -26,8 +28,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # a terminal's disposition, which their children then start with.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-# DSPy's response cache must not write into the user's home during tests.
+# DSPy's response cache must not write into the user's home during tests; removed when this process exits (one
+# such folder per run and worker was left in /tmp: thousands after a few days of runs)
 os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="ragzoo-dspy-cache-")
+atexit.register(shutil.rmtree, os.environ["DSPY_CACHEDIR"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parent.parent
 
