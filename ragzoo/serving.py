@@ -503,7 +503,7 @@ def _cut(text: str, max_tokens: int | None) -> tuple[str, bool]:
 
 
 _DSPY_FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]")
-_DSPY_LISTED = re.compile(r"^\d+\. `(\w+)`", re.MULTILINE)
+_DSPY_LISTED = re.compile(r"^\d+\. `(\w+)`(?: \((.*)\):)?", re.MULTILINE)  # a field and its type
 _DSPY_TRAILER = "\n\nRespond with the corresponding output fields"
 
 
@@ -514,7 +514,7 @@ _DSPY_XML_FIELD = re.compile(r"<(\w+)>\n(.*?)\n</\1>", re.DOTALL)
 
 
 def _dspy_request(messages: list, last_user: str) -> tuple[dict, list, str] | None:
-    """({input field: value} of the last user message, [output field names], "chat", "json" or "xml") when the
+    """({input field: value} of the last user message, {output field: its type}, "chat", "json" or "xml") when the
     chat request is in DSPy's ChatAdapter format (its system message lists the fields and ends the structure with
     `[[ ## completed ## ]]`), its JSONAdapter's (the fallback ChatAdapter retries a failed parse with: the
     outputs as one JSON object) or its XMLAdapter's (each field in its own tags), else None."""
@@ -530,7 +530,7 @@ def _dspy_request(messages: list, last_user: str) -> tuple[dict, list, str] | No
     else:
         return None
     head, _, rest = system.partition("Your output fields are:")
-    outputs = _DSPY_LISTED.findall(rest.split("All interactions will be structured", 1)[0])
+    outputs = dict(_DSPY_LISTED.findall(rest.split("All interactions will be structured", 1)[0]))
     body = last_user.split(trailer, 1)[0]
     if shape == "xml":
         inputs = {name: value.strip() for name, value in _DSPY_XML_FIELD.findall(body)}
@@ -708,12 +708,19 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         dspy_fields, dspy_shape = None, "chat"
         dspy_request = _dspy_request(body["messages"], question)
         if dspy_request is not None:
-            inputs, dspy_fields, dspy_shape = dspy_request
+            inputs, typed, dspy_shape = dspy_request
+            dspy_fields = list(typed)
             unknown = [name for name in dspy_fields if name not in _DSPY_OUTPUTS]
-            if "question" not in inputs or "answer" not in dspy_fields or unknown:
+            # the program answers in text: a typed field (int, bool, list) would fail DSPy's parse, after a paid run
+            # and again on each of its retries
+            not_text = [f"{name} ({kind})" for name, kind in typed.items() if name not in unknown and kind not in
+                        ("", "str")]
+            if "question" not in inputs or "answer" not in dspy_fields or unknown or not_text:
+                cannot = (f": it cannot fill {unknown}" if unknown else "") + \
+                    (f": it answers in text, not {', '.join(not_text)}" if not_text else "")
                 return openai_error(400, f"this server answers DSPy signatures `question -> answer` (and fills "
                                          f"`reasoning`); this request has inputs {sorted(inputs)} and asks for "
-                                         f"{dspy_fields}" + (f": it cannot fill {unknown}" if unknown else ""))
+                                         f"{dspy_fields}" + cannot)
             question = inputs.pop("question")
             for name in inputs:
                 ignored[f"input field {name}"] = "not read: the program takes the question and retrieves its own passages"

@@ -338,6 +338,22 @@ def test_dspy_s_json_adapter_request_is_answered_as_json_with_the_question_alone
     assert refused.status_code == 400 and "confidence" in refused.json()["error"]["message"]
 
 
+def test_a_dspy_request_for_a_typed_answer_is_refused_before_any_run(program, monkeypatch):
+    """Serving review: `question -> answer: int` (or bool) was answered in text, which DSPy could not parse: the
+    client failed after 2 (int) or 4 (bool) paid program runs. The program answers in text: a 400 first."""
+    import dspy
+
+    with _program_as_lm(program, monkeypatch) as (server, lm, asked):
+        for signature, kind in (("question -> answer: int", "int"), ("question -> answer: bool", "bool"),
+                                ("question -> answer: list[str]", "list[str]")):
+            for adapter in (dspy.ChatAdapter(), dspy.JSONAdapter(), dspy.XMLAdapter()):
+                messages = adapter.format(dspy.Predict(signature).signature, demos=[], inputs={"question": QUESTION})
+                refused = httpx.post(server.url + "/v1/chat/completions", json={"messages": messages}, timeout=30)
+                assert refused.status_code == 400, (signature, adapter, refused.text)
+                assert f"it answers in text, not answer ({kind})" in refused.json()["error"]["message"]
+    assert asked == []
+
+
 def test_dspy_s_xml_adapter_request_is_answered_in_tags_with_the_question_alone(program, monkeypatch):
     """Serving review: an XMLAdapter request was run on DSPy's whole prompt (`<question>...` and the reply
     instruction as the question), and answered in bare text: DSPy fell back to JSON, two paid runs per call."""
