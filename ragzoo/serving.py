@@ -471,6 +471,13 @@ def _ignored_options(body: dict, name: str) -> dict[str, str]:
     for key, value in body.items():
         if key not in _HONOURED_OPTIONS and value is not None:
             ignored[key] = "not applied: the compiled program's own LM settings and prompts decide the answer"
+    last_user = next((m for m in reversed(body.get("messages") or []) if isinstance(m, dict)
+                      and m.get("role") == "user"), None)
+    parts = last_user.get("content") if last_user is not None else None
+    dropped = sorted({str(part.get("type")) for part in parts if isinstance(part, dict) and part.get("type") != "text"}
+                     ) if isinstance(parts, list) else []
+    if dropped:  # an image or audio part: the program reads the question's text alone
+        ignored["content parts " + ", ".join(dropped)] = "not read: the program takes the text of the question"
     return ignored
 
 
@@ -690,7 +697,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
         if not isinstance(body, dict):
             return openai_error(400, "the request body must be a JSON object")
         n = body.get("n", 1)
-        if n not in (None, 1):
+        if n is not None and (type(n) is not int or n != 1):  # true == 1 in Python, not in the API
             return openai_error(400, "only n=1 is supported")
         for key, kind, what in (("stream", bool, "true or false"), ("model", str, "a string")):
             if body.get(key) is not None and not isinstance(body[key], kind):  # "yes" is not true

@@ -338,6 +338,24 @@ def test_dspy_s_json_adapter_request_is_answered_as_json_with_the_question_alone
     assert refused.status_code == 400 and "confidence" in refused.json()["error"]["message"]
 
 
+def test_an_image_part_is_named_as_not_read_and_n_must_be_the_number_one(program, monkeypatch):
+    """Serving review: image parts of the question were dropped without a word, though every other option not
+    applied is named; `"n": true` passed as n = 1."""
+    from ragzoo.serving import create_app
+
+    with StubLMServer(_echo_question) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            url = server.url + "/v1/chat/completions"
+            seen = httpx.post(url, timeout=30, json={"messages": [{"role": "user", "content": [
+                {"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": "data:,"}}]}]})
+            one = httpx.post(url, timeout=30, json={"n": True, "messages": [{"role": "user", "content": QUESTION}]})
+            assert lm_server.requests == 1
+    assert seen.status_code == 200 and "content parts image_url" in seen.json()["ragzoo"]["ignored"]
+    assert "content parts image_url" in seen.headers["x-ragzoo-ignored"]
+    assert one.status_code == 400 and "only n=1" in one.json()["error"]["message"]
+
+
 def test_a_dspy_request_for_a_typed_answer_is_refused_before_any_run(program, monkeypatch):
     """Serving review: `question -> answer: int` (or bool) was answered in text, which DSPy could not parse: the
     client failed after 2 (int) or 4 (bool) paid program runs. The program answers in text: a 400 first."""
