@@ -682,6 +682,12 @@ class OptunaClaims:
                 except BaseException:
                     with contextlib.suppress(Exception):  # never leave a claim running with no one behind it
                         self.study.tell(trial, state=TrialState.FAIL)
+                        # and never lose its cell: back in the queue for the workers still running (Ctrl-C between
+                        # the pop and the run left it failed, and their table partial)
+                        cell = (self.storage.get_trial_system_attrs(trial._trial_id).get("fixed_params")
+                                or {}).get("cell")
+                        if cell is not None:
+                            self.study.enqueue_trial({"cell": cell})
                     raise
                 if not self._to_run(key):  # a cell this worker does not know, or one done on disk
                     self.study.tell(trial, state=TrialState.FAIL)

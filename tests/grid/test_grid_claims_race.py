@@ -221,3 +221,23 @@ def test_a_storage_lost_mid_grid_is_one_line_that_says_what_is_kept(tmp_path, mo
         said = str(refused.value)
         assert "storage failed (OperationalError:" in said and "server closed the connection" in said
         assert "the same command resumes the grid" in said and "\n" not in said
+
+
+def test_ctrl_c_between_the_pop_and_the_run_puts_the_cell_back_for_the_others(tmp_path, monkeypatch):
+    """Grid review: Ctrl-C inside `next` after the storage popped a waiting claim failed it without putting its cell
+    back: the workers still running never got the cell, and their table was partial."""
+    from optuna.trial import Trial
+
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    stopped = OptunaClaims(url, "race", ["x"])
+    other = OptunaClaims(url, "race", ["x"])
+
+    def interrupted(self, key, value):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trial, "set_user_attr", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            stopped.next()
+    key, trial = other.next()
+    assert key == "x" and trial is not None
