@@ -15,7 +15,8 @@ A FAILED prediction (None, or an exception an evaluator recorded) is not an abst
 `unknown_rate` score it 0, so %Unk and the error rate stay apart.
 
 Vote miss (%NM): a gold answer (by exact match) is in the answer pool of the per-passage votes but the final
-answer is not correct. The pool is read from the prediction's `votes` (else `candidates`, else `answer_pool`);
+answer is not correct. The pool is read from the prediction's `answer_pool` (the answers its vote counted, where
+they are not one per passage: Post-Fusion's p·k pooled samples), else `votes`, else `candidates`;
 a prediction without a pool (e.g. Concat+PF answered in round 1) is not a miss. The paper does not state the
 denominator: `vote_miss_rate` takes it as a parameter ("all" questions by default, or only "pool_has_gold").
 """
@@ -36,7 +37,7 @@ REFUSAL = re.compile(
     r"|(cannot|can not|cant|unable to) (be )?(determined?|answer(ed)?)"
     r"|(does not|doesnt|do not|dont) (provide|contain|mention|say)"
     r"|not (provided|mentioned|given|specified|stated|available)|^n ?a$|^unknow$)\b")
-POOL_FIELDS = ("votes", "candidates", "answer_pool")
+POOL_FIELDS = ("answer_pool", "votes", "candidates")
 
 
 def is_unknown(answer: Any, *, refusals: bool = False) -> bool:

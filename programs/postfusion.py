@@ -347,13 +347,14 @@ class PostFusionFamily(RagProgram):
         votes, sampled = self._passage_answers(question, passages)
         if self.samples == 1:
             vote = majority_vote(votes, self.lenient_unknown)
-            kept = vote.supporters(votes)
-        else:
-            vote = majority_vote(sampled, self.lenient_unknown)
-            p = self.samples
-            kept = [i for i in range(len(passages)) if vote.supporters(sampled[i * p:(i + 1) * p])]
-        return dict(answer=vote.answer, passages=[passages[i] for i in kept], votes=votes,
-                    vote_counts=vote.counts, sampled=sampled)
+            return dict(answer=vote.answer, passages=[passages[i] for i in vote.supporters(votes)], votes=votes,
+                        vote_counts=vote.counts, sampled=sampled)
+        vote = majority_vote(sampled, self.lenient_unknown)
+        p = self.samples
+        kept = [i for i in range(len(passages)) if vote.supporters(sampled[i * p:(i + 1) * p])]
+        # `answer_pool`: what the vote counted, which %NM (vote_miss) reads before the per-passage `votes`
+        return dict(answer=vote.answer, passages=[passages[i] for i in kept], votes=votes, vote_counts=vote.counts,
+                    sampled=sampled, answer_pool=list(sampled))
 
     def _postfusion(self, question: str, passages: list[Passage]) -> dict:
         return self._vote(question, passages)

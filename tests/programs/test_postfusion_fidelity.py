@@ -89,6 +89,11 @@ def test_postfusion_with_samples_pools_the_p_times_k_outputs_into_one_vote(retri
     assert pred.answer == "A" and [p.title for p in pred.passages] == ["Doc 1", "Doc 2"]
     assert pred.votes == ["B", "A", "D", "unknown", "unknown"] and pred.vote_counts == {"b": 2, "a": 3, "c": 1,
                                                                                           "d": 2}
+    # %NM reads the pool the vote counted: gold "C" was among the samples (not among the per-passage majorities)
+    from ragzoo.metrics import DIAGNOSTICS
+
+    gold_c = dspy.Example(question=Q, answers=["C"])
+    assert DIAGNOSTICS["vote_miss"](gold_c, pred) == 1.0 and pred.answer_pool[:3] == ["B", "B", "unknown"]
     tied = ScriptedLM({"passage_answer": sampled({"Doc 1": ["Ann", "unknown"], "Doc 3": ["Bob", "Bob"],
                                                   "Doc 0": ["unknown", "Ann"]})})
     assert run(programs.get("postfusion", retriever=retriever, samples=2), tied).answer == "Ann"  # 2-2: best rank
