@@ -318,8 +318,9 @@ def evaluate_argv(cell: Cell, run: Path, artifact: Path | None, n: int | None, r
     if cell.grid.deadline is not None:
         argv += ["--deadline", f"{cell.grid.deadline:g}"]
     # a grid never scores a program on questions it was compiled on
-    # absolute: the run records it, and a worker in another folder (a takeover, a rerun) resumes the same program
-    argv += ["--program", str(Path(artifact).resolve()), "--refuse-leakage"] if artifact is not None \
+    # absolute (as a resume compares it, `config.answer_view`; symbolic links kept as given, as the earlier runs
+    # recorded them): a worker in another folder (a takeover, a rerun) resumes the same program
+    argv += ["--program", os.path.abspath(artifact), "--refuse-leakage"] if artifact is not None \
         else ["--method", cell.method.id, *_knob_args(cell)]
     if dataset.split:
         argv += ["--split", dataset.split]

@@ -235,13 +235,14 @@ def _strings(table: dict, keys: tuple[str, ...], name: str, where: str, default:
 
 
 def _default_metrics(dataset: str) -> tuple[str, ...]:
-    """A registered dataset's default metric, as one; () for a name the registry does not know (refused with the
+    """The metrics `evaluate` scores a registered dataset by when none is named (its `eval_metrics`: em and f1, or
+    acc), which a grid's cells were scored by before; () for a name the registry does not know (refused with the
     grid's other mistakes, in `check_cells`)."""
     from ragzoo.data.registry import dataset_defaults
     from ragzoo.errors import RagzooError
 
     try:
-        return (dataset_defaults(dataset).metric,)
+        return tuple(name.strip() for name in dataset_defaults(dataset).eval_metrics.split(",") if name.strip())
     except RagzooError:
         return ()
 

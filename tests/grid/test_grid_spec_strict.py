@@ -112,14 +112,14 @@ def test_a_column_without_metrics_is_scored_and_compared_by_the_datasets_default
     data = copy.deepcopy(BASE)
     del data["datasets"][0]["metrics"]
     data["grid"]["lms"] = [{"spec": "openai/stub", "api_base": f"{stub_server.base_url}/v1", "cache": False}]
-    assert parse_grid(data, "g.toml").datasets[0].metrics == ("em",)  # hotpotqa's default
+    assert parse_grid(data, "g.toml").datasets[0].metrics == ("em", "f1")  # what evaluate scores hotpotqa by
     grid_file = tmp_path / "g.toml"
     grid_file.write_text(_file(data), encoding="utf-8")
     out = tmp_path / "out"
     assert main(["sweep", str(grid_file), "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
     table = json.loads((out / "results.json").read_text())
-    assert [column["metrics"] for column in table["columns"]] == [["em"]]
-    assert all("em" in row["cells"]["HotPotQA"]["metrics"] for row in table["rows"])
+    assert [column["metrics"] for column in table["columns"]] == [["em", "f1"]]
+    assert all({"em", "f1"} <= set(row["cells"]["HotPotQA"]["metrics"]) for row in table["rows"])
     assert [(c["a"], c["b"], c["metric"]) for c in table["comparisons"]] == [("rag", "direct", "em")]
 
 

@@ -72,6 +72,13 @@ def test_a_compiled_cell_resumes_from_another_folder_and_an_absolute_out(tmp_pat
     assert main([*argv, "--out", str(tmp_path / "wd" / "rel"), "-n", "3"]) == 0, capsys.readouterr().err
     (cell,) = (tmp_path / "wd" / "rel" / "cells").iterdir()
     assert len((cell / "run" / "predictions.jsonl").read_text().splitlines()) == 3
+    # an OUT reached through a symbolic link is recorded as given (earlier runs recorded it so, unresolved: a
+    # resolved path made every such run refuse to resume)
+    (tmp_path / "link").symlink_to(tmp_path / "wd")
+    assert main([*argv, "--out", str(tmp_path / "link" / "viaLink")]) == 0
+    (linked,) = (tmp_path / "link" / "viaLink" / "cells").iterdir()
+    config = json.loads((linked / "run" / "config.json").read_text())
+    assert config["program"] == str(tmp_path / "link" / "viaLink" / "cells" / linked.name / "artifact")
 
 
 def test_dry_run_prices_cells_and_total_before_running(tmp_path, capsys):
