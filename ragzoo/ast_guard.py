@@ -10,13 +10,16 @@ The error is not the model's and not the question's, yet it fails the call. CPyt
 
 On an affected interpreter `install` wraps `ast.parse` (which `ast.literal_eval` calls through the module's
 global) in one re-entrant lock, so no two threads build parse trees at once. Parsing holds the GIL anyway, so
-the lock costs no parallelism. On a fixed interpreter nothing is touched.
+the lock costs no parallelism. A fork (a grid cell's `--processes` workers, forked while other cells' threads
+read answers) takes the lock first and the child starts with a fresh one: a lock held by a thread the child
+does not have would hang its first parse for ever. On a fixed interpreter nothing is touched.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import os
 import sys
 import threading
 
@@ -46,4 +49,20 @@ def install() -> bool:
 
     setattr(parse, _GUARD_MARK, True)
     ast.parse = parse
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_hold_for_fork, after_in_parent=_release_after_fork, after_in_child=_fresh_lock)
     return True
+
+
+# the lock as it is when the hook runs (a forked child's own, not the one it was born with)
+def _hold_for_fork() -> None:
+    _PARSE_LOCK.acquire()
+
+
+def _release_after_fork() -> None:
+    _PARSE_LOCK.release()
+
+
+def _fresh_lock() -> None:
+    global _PARSE_LOCK
+    _PARSE_LOCK = threading.RLock()
