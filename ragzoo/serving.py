@@ -163,14 +163,18 @@ def _bad_text(value: str) -> str | None:
     return None
 
 
+def _mended(text: str) -> str:
+    """`text` with every lone surrogate (an upstream's reply may carry a JSON \\uD800 escape) as U+FFFD: what JSON
+    and UTF-8 can carry. Unmended, a reply or an error message failed to encode (a 500, or a stream cut with no
+    error event) after the program was paid for."""
+    return text if _bad_text(text) is None else text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _sendable(value: Any) -> Any:
-    """An answer as it can be sent: the record scrub of secrets, and every lone surrogate (an upstream's reply
-    may carry a JSON \\uD800 escape) as U+FFFD; unsendable, the reply failed (500, or a stream cut with no error
-    event) after the program was paid for."""
+    """An answer as it can be sent: the record scrub of secrets, and its texts `_mended`."""
     def mend(item: Any) -> Any:
         if isinstance(item, str):
-            return item if _bad_text(item) is None else item.encode("utf-16", "surrogatepass").decode("utf-16",
-                                                                                                  "replace")
+            return _mended(item)
         if isinstance(item, dict):
             return {mend(key): mend(inner) for key, inner in item.items()}
         if isinstance(item, (list, tuple)):
@@ -568,13 +572,14 @@ def _failure(exc: BaseException) -> tuple[int, str, str, dict | None]:
     if isinstance(exc, ShuttingDown):
         return 503, "the server is shutting down; retry later", "server_busy", None
     if isinstance(exc, QuestionTimeout):
-        return 504, str(exc), "timeout", None
+        return 504, _mended(str(exc)), "timeout", None
     if isinstance(exc, ClientGone):  # nobody reads this; the connection is gone
         return 400, "the client disconnected before the answer", "invalid_request_error", None
     if isinstance(exc, BudgetExceeded):  # not 429: clients retry a 429, and each retry would spend the budget again
-        return 402, _redact(f"per-question budget reached: {exc}"), "budget_exceeded", None
-    # the upstream LM or the retriever failed: say so, without secrets
-    return 502, _redact(f"the program failed: {type(exc).__name__}: {exc}")[:2000], "upstream_error", None
+        return 402, _mended(_redact(f"per-question budget reached: {exc}")), "budget_exceeded", None
+    # the upstream LM or the retriever failed: say so, without secrets (and in text JSON can carry: an upstream's
+    # reply quoted in the error may hold a lone surrogate)
+    return 502, _mended(_redact(f"the program failed: {type(exc).__name__}: {exc}")[:2000]), "upstream_error", None
 
 
 def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTION_CHARS,

@@ -449,6 +449,25 @@ def test_a_lone_surrogate_in_the_lms_reply_is_sent_as_a_replacement_character(pr
     assert content == "bad \ufffd text"
 
 
+def test_a_lone_surrogate_in_an_upstream_error_is_a_502_and_an_error_event(program, monkeypatch):
+    """Diff review: the fix above mended answers only; an unreadable reply quoted in the program's error still made
+    /ask and chat a 500 and cut the stream with no error event."""
+    from ragzoo.serving import create_app
+
+    with StubLMServer(lambda messages, body=None: "no fields here, just \ud800 junk") as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            asked = httpx.post(server.url + "/ask", json={"question": QUESTION}, timeout=30)
+            chat = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                              json={"messages": [{"role": "user", "content": QUESTION}]})
+            streamed = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                                  json={"stream": True, "messages": [{"role": "user", "content": QUESTION + "?"}]})
+    assert asked.status_code == 502 and "\ufffd" in asked.json()["message"]
+    assert chat.status_code == 502 and "\ufffd" in chat.json()["error"]["message"]
+    last = json.loads(streamed.text.strip().split("\n\n")[-1].removeprefix("data: "))
+    assert last["error"]["code"] == 502 and "\ufffd" in last["error"]["message"]
+
+
 def test_a_budget_stop_is_a_status_clients_do_not_retry(program, monkeypatch):
     """Review: a per-question budget stop was a 429, which the openai client and dspy.LM retry, each retry spending
     the budget again (6 and 8 upstream requests under --max-calls 2)."""
