@@ -693,8 +693,9 @@ class StubLMServer:
             messages = body["messages"]
             # as a real server: a list of message objects, each with text content (or text parts); anything else
             # is a 400, not a dropped connection and a traceback
-            if not isinstance(messages, list) or not all(
-                    isinstance(m, dict) and isinstance(m.get("content") or "", (str, list))
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) and (isinstance(m.get("content"), (str, list))
+                                             or (m.get("content") is None and m.get("role") == "assistant"))
                     and all(isinstance(part, dict) and isinstance(part.get("text", ""), str)
                             for part in (m.get("content") if isinstance(m.get("content"), list) else []))
                     for m in messages):

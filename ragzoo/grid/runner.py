@@ -51,10 +51,12 @@ def cell_dir(out: Path, cell: Cell) -> Path:
     path = cells / cell.key
     if path.is_symlink():  # a folder made when n was part of a cell's key, adopted by `adopt_legacy_dir`
         target = os.readlink(path)
-        if os.sep in target or target in (".", "..") or not target.startswith(cell.key.rpartition("__")[0]):
-            # the links ragzoo makes name a sibling cell folder: any other leads out of the grid's folders
-            raise ConfigError(f"{path} is a symbolic link to {target}, not to one of this grid's cell folders; "
-                              f"ragzoo writes only into folders it made: remove the link")
+        # the links ragzoo makes name this cell's folder of an earlier version: a sibling of its name's form, a
+        # folder itself (not another link); any other leads out of the grid's folders
+        if os.sep in target or not target.startswith(cell.key.rpartition("__")[0] + "__") \
+                or (cells / target).is_symlink() or not (cells / target).is_dir():
+            raise ConfigError(f"{path} is a symbolic link to {target}, not to this cell's own folder; ragzoo writes "
+                              f"only into folders it made: remove the link")
         return cells / target
     if not path.exists():
         return _legacy_dir(cells, cell) or path
@@ -739,8 +741,9 @@ def _storage_lost(error: BaseException) -> "RunError":
     from ragzoo.errors import RunError
     from ragzoo.secrets import redact
 
-    cause = redact(str(getattr(error, "orig", None) or error).strip().splitlines()[0] if str(error).strip()
-                   else type(error).__name__)[:300]
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines()
+    cause = redact(lines[0] if lines else type(cause).__name__)[:300]
     return RunError(f"the grid's storage failed ({type(error).__name__}: {cause}): this worker stops; the cells "
                     f"finished are kept in OUT, and the same command resumes the grid once the storage answers")
 

@@ -13,6 +13,7 @@ so the table is the same whichever worker, order or number of workers produced t
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 from pathlib import Path
@@ -76,7 +77,7 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
         # what the grid asks of the cell now, not what its run was last asked: a run left at an earlier, smaller
         # -n (a budget stopped the grid before extending it) is partial, kept out of the paired tests
         n_done = len(records)
-        n_asked = cell.n if cell.n is not None else int(config.get("n") or summary.get("n_expected") or n_done)
+        n_asked = cell.n if cell.n is not None else _whole_split(cell, config, summary, n_done)
         failures = sum(1 for r in records if r.get("error"))
         # what was paid: the records, and what no record holds (retried attempts, late calls)
         used = usage_totals(records, extra_usage(cell_dir(out, cell) / "run"))
@@ -119,6 +120,24 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
             "columns": [{"label": d.label, "dataset": d.name, "split": d.split, "metrics": list(d.metrics)}
                         for d in grid.datasets],
             "rows": list(rows.values()), "comparisons": comparisons, "run_differences": measured}
+
+
+@functools.lru_cache(maxsize=64)
+def _split_size(name: str, split: str | None) -> int:
+    from ragzoo import data
+
+    return data.split_size(name, split)
+
+
+def _whole_split(cell, config: dict, summary: dict, n_done: int) -> int:
+    """The questions a cell asks when the grid names no n: its whole split (a run made at a smaller -n is partial
+    against it, as `runner.cell_state` counts it); the run's own count where the split cannot be sized."""
+    from ragzoo.errors import RagzooError
+
+    try:
+        return _split_size(cell.dataset.name, cell.dataset.split)
+    except (RagzooError, OSError):
+        return int(config.get("n") or summary.get("n_expected") or n_done)
 
 
 def _compile_stages(artifact: Path) -> list[dict]:

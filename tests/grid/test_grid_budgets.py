@@ -221,3 +221,7 @@ def test_a_cell_left_at_a_smaller_n_is_partial_against_the_n_the_grid_asks(tmp_p
     cells = [row["cells"]["HotPotQA"] for row in table["rows"] if row["method"] != "future_method"]
     assert [(c["n"], c["n_asked"], c["status"]) for c in cells] == [(2, 3, "partial 2/3")] * 2
     assert table["comparisons"] == []  # partial cells are set beside no other row
+    grid.n = None  # the whole split (diff review: the run's own n was taken as asked, and the cells read done)
+    table = build(grid, out)
+    cells = [row["cells"]["HotPotQA"] for row in table["rows"] if row["method"] != "future_method"]
+    assert [(c["n"], c["n_asked"], c["status"]) for c in cells] == [(2, 500, "partial 2/500")] * 2

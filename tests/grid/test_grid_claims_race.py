@@ -215,6 +215,10 @@ def test_a_storage_lost_mid_grid_is_one_line_that_says_what_is_kept(tmp_path, mo
 
     monkeypatch.setattr(claims.study, "get_trials", lost)
     monkeypatch.setattr(claims.study, "tell", lost)
+    from ragzoo.grid.runner import _storage_lost
+
+    silent = OperationalError("SELECT ...", {}, ConnectionError())  # a cause with no message (diff review: IndexError)
+    assert "storage failed (OperationalError: ConnectionError)" in str(_storage_lost(silent))
     for step in (claims.next, lambda: claims.done(trial, ok=True)):
         with pytest.raises(RunError) as refused:
             step()

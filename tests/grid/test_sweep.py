@@ -432,3 +432,10 @@ def test_a_cell_link_that_leads_out_of_the_grid_is_refused_and_its_target_untouc
     err = capsys.readouterr().err
     assert "is a symbolic link to" in err and "remove the link" in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in mine.iterdir()) == ["NOTES.md"]
+    # diff review: through a sibling of the cell's name form that is itself a link (two hops), the same
+    prefix = cell.key.rpartition("__")[0]
+    (out / "cells" / cell.key).unlink()
+    (out / "cells" / f"{prefix}__hop").symlink_to(mine)
+    (out / "cells" / cell.key).symlink_to(f"{prefix}__hop")
+    assert main(argv) == 2 and "remove the link" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["NOTES.md"]

@@ -83,7 +83,8 @@ def test_openai_client_models_and_completions():
         assert reply.usage.completion_tokens == 2 and reply.usage.total_tokens > 2
         # The route without /v1 answers too.
         with urllib.request.urlopen(urllib.request.Request(
-                server.base_url + "/chat/completions", data=json.dumps({"messages": []}).encode(),
+                server.base_url + "/chat/completions",
+                data=json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(),
                 headers={"Content-Type": "application/json"})) as response:
             assert json.load(response)["choices"][0]["message"]["content"] == "hello there"
         assert server.requests == 2 and server.models_requests == 1
@@ -270,7 +271,9 @@ def test_malformed_requests_get_an_http_error_and_the_server_keeps_serving():
         nowhere, _ = _raw(server, _post(CHAT).replace(b"/v1/chat/completions", b"/v1/nowhere", 1))
         assert nowhere.startswith(b"HTTP/1.1 404")
         # messages that are not message objects with text (review: the connection was dropped with a traceback)
-        for messages in ([1], "hi", None, [{"role": "system", "content": [{"text": 5}]}], [{"content": 5}]):
+        for messages in ([1], "hi", None, [{"role": "system", "content": [{"text": 5}]}], [{"content": 5}], [],
+                         [{"role": "user", "content": 0}], [{"role": "user", "content": {}}],
+                         [{"role": "user", "content": False}], [{"role": "user"}]):
             odd, _ = _raw(server, _post({"model": "m", "messages": messages}))
             assert odd.startswith(b"HTTP/1.1 400") and b"message objects" in odd, (messages, odd)
         assert server.requests == 0  # none of these reached the chat route
