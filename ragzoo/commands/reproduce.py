@@ -68,8 +68,8 @@ def use_paper_corpus(grid):
     one line on stderr says which and why, and `grid.paper["corpus_used"]` (written to the grid's grid.json)
     records it; each cell's --retriever names the corpus it searched."""
     import sys
-    from dataclasses import replace
 
+    from ragzoo.grid.spec import search_corpus
     from ragzoo.retrieval import fetch
 
     name = grid.paper.get("corpus")
@@ -83,9 +83,7 @@ def use_paper_corpus(grid):
         return grid
     missing = fetch.missing_modules(name) if path else []
     if path and not missing:
-        grid.retriever = fetch.over_sample(grid.retriever or "", name) or grid.retriever
-        grid.datasets = [replace(d, retriever=fetch.over_sample(d.retriever or "", name) or d.retriever)
-                         for d in grid.datasets]
+        search_corpus(grid, name)
         count = fetch.passages_in(path)  # what was fetched, not what the corpus should hold
         held = f"{count:,} passages" if count is not None else f"the paper's {src.passages} passages"
         vouched = "" if fetch.verification(path) else "; UNVERIFIED (fetched with --allow-unverified)"

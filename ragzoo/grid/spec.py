@@ -372,6 +372,20 @@ def _number(head: dict, key: str, default, where: str, table: str = "[grid]"):
     return check_number(key, head.get(key, default), f"{where}: {table} " if table else f"{where} ")
 
 
+def search_corpus(grid: Grid, name: str) -> Grid:
+    """`grid` with every bm25 retriever over the shipped sample standing in for corpus `name` searching `name`
+    itself (`ragzoo.retrieval.fetch.over_sample`): what `reproduce` runs when the paper's corpus is fetched, and
+    what `report` reads back from a grid folder that ran so."""
+    from dataclasses import replace
+
+    from ragzoo.retrieval import fetch
+
+    grid.retriever = fetch.over_sample(grid.retriever or "", name) or grid.retriever
+    grid.datasets = [replace(d, retriever=fetch.over_sample(d.retriever or "", name) or d.retriever)
+                     for d in grid.datasets]
+    return grid
+
+
 def load_grid(path: str | Path) -> Grid:
     path = Path(path)
     if not path.is_file():

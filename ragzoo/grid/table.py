@@ -193,7 +193,7 @@ def grid_of_folder(out: str | Path) -> Grid:
     ConfigError when the spec is gone or no longer yields the recorded cells (edited since)."""
     from ragzoo.errors import ConfigError
     from ragzoo.grid.runner import GRID_FILE
-    from ragzoo.grid.spec import LMEntry, load_grid
+    from ragzoo.grid.spec import LMEntry, load_grid, search_corpus
 
     path = Path(out) / GRID_FILE
     try:
@@ -207,6 +207,10 @@ def grid_of_folder(out: str | Path) -> Grid:
         raise ConfigError(f"{out}: the grid file {source or '?'} it was swept from is gone; the table saved by the "
                           f"sweep is {Path(out) / 'results.md'}")
     grid = load_grid(source)
+    used = (record.get("paper") or {}).get("corpus_used") if isinstance(record.get("paper"), dict) else None
+    if isinstance(used, dict) and used.get("fetched") and used.get("paper_corpus"):
+        search_corpus(grid, used["paper_corpus"])  # `reproduce` searched the fetched paper corpus, not the sample
+        grid.paper = {**grid.paper, **record["paper"]}
     methods = {cell.get("method") for cell in cells}
     datasets = {(cell.get("dataset"), cell.get("split")) for cell in cells}
     grid.methods = [m for m in grid.methods if m.id in methods]

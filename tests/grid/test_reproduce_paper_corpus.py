@@ -91,6 +91,9 @@ def test_with_the_corpus_fetched_the_preset_retrieves_from_it(corpora, tmp_path,
     assert main(["corpus", "fetch", "--list"]) == 0
     listed = capsys.readouterr().out.split("wiki18-100w  [")[1].split("\n\n")[0]
     assert "4 passages; UNVERIFIED (fetched with --allow-unverified)" in listed
+    # grid review: `ragzoo report OUT` rebuilt the grid without the corpus swap and refused the folder as edited
+    assert main(["report", str(out)]) == 0, capsys.readouterr().err
+    assert "corpus: the paper's corpus wiki18-100w" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", PRESETS)
