@@ -10,7 +10,9 @@ The error is not the model's and not the question's, yet it fails the call. CPyt
 
 On an affected interpreter `install` wraps `ast.parse` (which `ast.literal_eval` calls through the module's
 global) in one re-entrant lock, so no two threads build parse trees at once. Parsing holds the GIL anyway, so
-the lock costs no parallelism. A fork (a grid cell's `--processes` workers, forked while other cells' threads
+the lock costs no parallelism. One thread can still race itself: a finaliser the collector runs inside a parse
+may parse too (the re-entrant lock lets it, as it must); the outer parse then fails the same way and is redone
+(at most twice more). A fork (a grid cell's `--processes` workers, forked while other cells' threads
 read answers) takes the lock first and the child starts with a fresh one: a lock held by a thread the child
 does not have would hang its first parse for ever. On a fixed interpreter nothing is touched.
 """
@@ -24,6 +26,7 @@ import sys
 import threading
 
 _GUARD_MARK = "_ragzoo_one_parse_at_a_time"
+_ATTEMPTS = 3
 # Re-entrant: a finaliser run by the garbage collector inside a parse may itself parse, on the same thread.
 _PARSE_LOCK = threading.RLock()
 
@@ -45,7 +48,14 @@ def install() -> bool:
     @functools.wraps(unguarded)
     def parse(*args, **kwargs):
         with _PARSE_LOCK:
-            return unguarded(*args, **kwargs)
+            for attempt in range(_ATTEMPTS):
+                try:
+                    return unguarded(*args, **kwargs)
+                except SystemError as error:
+                    # the same race on one thread: a finaliser the collector ran inside this parse parsed too
+                    # (the lock lets it in, as it must): the parse is redone, its garbage already collected
+                    if attempt == _ATTEMPTS - 1 or "recursion depth mismatch" not in str(error):
+                        raise
 
     setattr(parse, _GUARD_MARK, True)
     ast.parse = parse
