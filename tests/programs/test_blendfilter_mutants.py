@@ -6,22 +6,11 @@ the filtered knowledge (Eq. 9)."""
 
 from __future__ import annotations
 
-import dspy
 import pytest
 
 from ragzoo.programs.blendfilter import BlendFilter
-from ragzoo.testing import ScriptedLM, StaticRetriever, make_passages
-
-Q = "Which doc answers the question?"
-A_EX = "Doc 3 says so. So the answer is three."
-A_IN = "A passage about doc eight."
-Q_EX = f"{A_EX} {Q}"
-Q_IN = f"{A_IN} {Q}"
-
-
-@pytest.fixture
-def docs():
-    return make_passages(12)
+from ragzoo.testing import StaticRetriever
+from tests.programs.test_blendfilter import A_EX, A_IN, Q, Q_EX, Q_IN, docs, run, script  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -34,25 +23,6 @@ def sets(docs):
 @pytest.fixture
 def retriever(docs, sets):
     return StaticRetriever(docs, by_query={Q: sets["q"], Q_EX: sets["q_ex"], Q_IN: sets["q_in"]})
-
-
-def script(**overrides):
-    responses = {
-        "external_cot": {"reasoning": A_EX},
-        "write_passage": {"passage": A_IN},
-        "filter_topic": {"topic": "documents"},
-        "filter_analysis": {"relevance_analysis": "knowledge 0 is relevant"},
-        "filter_ids": {"relevant_ids": [0]},
-        "answer_cot": {"reasoning": "So the answer is three."},
-        "extract_answer": {"answer": "three"},
-    }
-    responses.update(overrides)
-    return ScriptedLM(responses)
-
-
-def run(program, lm, question=Q):
-    with dspy.context(lm=lm):
-        return program(question=question)
 
 
 def knowledge_lines(passages):

@@ -420,6 +420,22 @@ def test_a_key_holding_control_characters_is_escaped_in_the_header(program, monk
     assert set(reply.json()["ragzoo"]["ignored"]) == {"x\ny", "nul\u0000", "del\x7f"}
 
 
+def _asked_three_ways(program, monkeypatch, responder) -> tuple:
+    """The replies to one question asked by /ask, by chat, and by a streamed chat (a second question), with the
+    program's LM answering by `responder`."""
+    from ragzoo.serving import create_app
+
+    with StubLMServer(responder) as lm_server:
+        service = _service(program, lm_server.base_url, monkeypatch)
+        with BackgroundServer(create_app(service)) as server:
+            asked = httpx.post(server.url + "/ask", json={"question": QUESTION}, timeout=30)
+            chat = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                              json={"messages": [{"role": "user", "content": QUESTION}]})
+            streamed = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                                  json={"stream": True, "messages": [{"role": "user", "content": QUESTION + "?"}]})
+    return asked, chat, streamed
+
+
 def _lone_surrogate_answer(messages: list[dict], body: dict | None = None) -> str:
     from ragzoo.stubserver import adapter_answer, prompt_style, render_answer
 
@@ -430,16 +446,7 @@ def _lone_surrogate_answer(messages: list[dict], body: dict | None = None) -> st
 def test_a_lone_surrogate_in_the_lms_reply_is_sent_as_a_replacement_character(program, monkeypatch):
     """Review: an upstream reply with a JSON \\ud800 escape reached the answer, which JSON could not encode: /ask
     and chat were a 500 with a traceback, and a stream was cut with no error event and no [DONE]."""
-    from ragzoo.serving import create_app
-
-    with StubLMServer(_lone_surrogate_answer) as lm_server:
-        service = _service(program, lm_server.base_url, monkeypatch)
-        with BackgroundServer(create_app(service)) as server:
-            asked = httpx.post(server.url + "/ask", json={"question": QUESTION}, timeout=30)
-            chat = httpx.post(server.url + "/v1/chat/completions", timeout=30,
-                              json={"messages": [{"role": "user", "content": QUESTION}]})
-            streamed = httpx.post(server.url + "/v1/chat/completions", timeout=30,
-                                  json={"stream": True, "messages": [{"role": "user", "content": QUESTION + "?"}]})
+    asked, chat, streamed = _asked_three_ways(program, monkeypatch, _lone_surrogate_answer)
     assert asked.status_code == 200 and asked.json()["answer"] == "bad \ufffd text"
     assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "bad \ufffd text"
     events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
@@ -452,16 +459,8 @@ def test_a_lone_surrogate_in_the_lms_reply_is_sent_as_a_replacement_character(pr
 def test_a_lone_surrogate_in_an_upstream_error_is_a_502_and_an_error_event(program, monkeypatch):
     """Diff review: the fix above mended answers only; an unreadable reply quoted in the program's error still made
     /ask and chat a 500 and cut the stream with no error event."""
-    from ragzoo.serving import create_app
-
-    with StubLMServer(lambda messages, body=None: "no fields here, just \ud800 junk") as lm_server:
-        service = _service(program, lm_server.base_url, monkeypatch)
-        with BackgroundServer(create_app(service)) as server:
-            asked = httpx.post(server.url + "/ask", json={"question": QUESTION}, timeout=30)
-            chat = httpx.post(server.url + "/v1/chat/completions", timeout=30,
-                              json={"messages": [{"role": "user", "content": QUESTION}]})
-            streamed = httpx.post(server.url + "/v1/chat/completions", timeout=30,
-                                  json={"stream": True, "messages": [{"role": "user", "content": QUESTION + "?"}]})
+    asked, chat, streamed = _asked_three_ways(program, monkeypatch,
+                                              lambda messages, body=None: "no fields here, just \ud800 junk")
     assert asked.status_code == 502 and "\ufffd" in asked.json()["message"]
     assert chat.status_code == 502 and "\ufffd" in chat.json()["error"]["message"]
     last = json.loads(streamed.text.strip().split("\n\n")[-1].removeprefix("data: "))
