@@ -38,7 +38,8 @@ Nothing hangs (issue 20): a question has `deadline` seconds (`ragzoo serve --dea
 queue included; past it the answer is 504 and its worker slot is free at once, even while the LM hangs. The
 worker thread cannot be stopped mid-request, so it is abandoned: the served LM (`_cancellable`) refuses any
 further LM call or retry for it, its hung request ends with the per-request timeout (`--timeout`, at most the
-deadline), and until then it is counted in `abandoned` and holds one of `max_abandoned` spare threads (and its
+deadline; it bounds each wait for the server's next bytes, so a reply dripped a byte at a time outlives it), and
+until then it is counted in `abandoned` and holds one of `max_abandoned` spare threads (and its
 request's endpoint slot), not a question slot. A client that disconnects cancels its question the same way; a question still queued is never sent.
 Everything an answer carries (answer, passages, trace) is redacted (`ragzoo.secrets.redact`): an upstream that
 echoes the key it was sent cannot hand it to the client.
