@@ -50,6 +50,21 @@ def _isolated_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _endpoint_limits_per_test():
+    """An LM endpoint's concurrency limit lives for the process, keyed by its URL: a test whose loopback server got
+    a port an earlier test's server had (the kernel reuses them) inherited that test's limit and adaptive window
+    (the flake hunt: a limit of 2 left by one test made the 16-thread rate-limit test see no 429). The limits a
+    test made go with it."""
+    from ragzoo import endpoints
+
+    before = set(endpoints._LIMITERS)
+    yield
+    with endpoints._LIMITERS_LOCK:
+        for key in set(endpoints._LIMITERS) - before:
+            del endpoints._LIMITERS[key]
+
+
+@pytest.fixture(autouse=True)
 def _numba_not_failed_yet():
     """bm25's `auto` remembers, for the rest of the process, that numba could not run here; a test that makes it
     fail must not leave that verdict to the next tests of its worker."""

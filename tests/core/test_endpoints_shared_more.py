@@ -251,3 +251,21 @@ def test_a_slot_this_process_frees_goes_to_its_own_queued_request(tmp_path):
         if other.is_alive():
             other.kill()
             other.join(5)
+
+
+_REUSED = "http://127.0.0.1:4747/v1"  # a loopback port two tests' servers might both get (no other test names it)
+
+
+@pytest.mark.xdist_group("endpoint_limits_per_test")
+def test_a_limit_set_in_one_test_on_a_loopback_port():
+    from ragzoo.lm import make_lm
+
+    make_lm("openai/stub-model", api_base=_REUSED, cache=False, max_concurrency=2)
+    assert endpoints.limiter(_REUSED).limit == 2
+
+
+@pytest.mark.xdist_group("endpoint_limits_per_test")
+def test_is_gone_for_the_next_test_whose_server_gets_that_port():
+    """The flake hunt: the limit of 2 above, left in the process, made the 16-thread rate-limit test on a reused
+    port see no 429 (tests/conftest.py drops the limits a test made)."""
+    assert _REUSED not in endpoints._LIMITERS
