@@ -318,3 +318,38 @@ def test_a_library_caller_s_sweep_leaves_sigterm_alone(tmp_path):
     done = subprocess.run([sys.executable, str(script), str(grid), str(tmp_path / "g")], capture_output=True,
                           text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == -signal.SIGTERM and "survived" not in done.stdout, (done.returncode, done.stderr[-500:])
+
+
+def test_ctrl_c_stops_a_parallel_worker_that_waits_on_another_workers_cells(tmp_path, stub_server, grid_env):
+    """Grid review: worker A (--parallel 2) runs both cells; worker B (--parallel 2) waits on them. Ctrl-C to B
+    did not stop it: its cell threads slept in one-second turns until A's cells ended (or their heartbeats went
+    stale), saying a cell was waiting on its LM call. B now stops at once, leaving A's cells to A."""
+    stub_server.latency = 1.0  # A's cells run for a while: 8 questions each, a second a call
+    grid = write_tiny(tmp_path / "tiny.toml", n=8, lms=stub_lms(stub_server))
+    args = ("sweep", str(grid), "--out", str(tmp_path / "g"), "--quiet", "--parallel", "2", "--storage",
+            f"sqlite:///{tmp_path / 'grid.db'}")
+    a = subprocess.Popen(ragzoo_argv(*args), env=grid_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    b = None
+    try:
+        deadline = time.monotonic() + 60
+        while stub_server.requests < 2 and time.monotonic() < deadline:  # A runs both cells
+            time.sleep(0.05)
+        b = subprocess.Popen(ragzoo_argv(*args), env=grid_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        said = ""
+        while "other workers are running" not in said:
+            line = b.stderr.readline()
+            assert line, said  # B is waiting, not done
+            said += line
+        os.killpg(b.pid, signal.SIGINT)
+        stopped = time.monotonic()
+        b.wait(timeout=20)
+        assert time.monotonic() - stopped < 8, "the waiting worker kept waiting after Ctrl-C"
+        assert b.returncode == 130
+        assert a.poll() is None  # A's cells are A's: still running
+    finally:
+        for process in (a, b):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
