@@ -57,8 +57,8 @@ def contains_metric(example, pred, trace=None) -> float:
 
 
 def contains_reply_metric(example, pred, trace=None) -> float:
-    """A normalized gold answer occurs anywhere in the normalized reply, reasoning and answer: ActiveRAG's own
-    scoring (its evaluation reads the whole final reply, not an answer line)."""
+    """A normalized gold answer occurs anywhere in the normalized reply (reasoning or reading notes, and answer):
+    ActiveRAG's own scoring (its evaluation reads the whole final reply, not an answer line)."""
     golds = gold_answers(example)
     return max((contains(part, golds) for part in predicted_reply(pred)), default=0.0)
 

@@ -41,12 +41,16 @@ def predicted_answer(pred: Any) -> str:
         return ""
 
 
+REPLY_FIELDS = ("reasoning", "notes")  # what a method's final call writes before its answer (CoT; Chain-of-Note)
+
+
 def predicted_reply(pred: Any) -> list[str]:
-    """The whole final reply as its parts: the prediction's reasoning (when it has one) and its answer. What
-    ActiveRAG's scoring reads (a gold alias anywhere in the last reply, whose "Answer:" label keeps the two
-    apart); a method without reasoning replies its answer alone."""
-    reasoning = field(pred, "reasoning")
-    return [part for part in (reasoning if isinstance(reasoning, str) else "", predicted_answer(pred)) if part]
+    """The whole final reply as its parts: what the final call wrote before its answer (its reasoning, or
+    Chain-of-Note's reading notes) and the answer. What ActiveRAG's scoring reads for every row of its table (a
+    gold alias anywhere in the last reply, whose labels keep the parts apart); a method that writes nothing
+    before its answer replies its answer alone."""
+    before = [field(pred, name) for name in REPLY_FIELDS]
+    return [part for part in (*(text for text in before if isinstance(text, str)), predicted_answer(pred)) if part]
 
 
 def gold_answers(example: Any) -> list[str]:

@@ -185,6 +185,9 @@ def test_contains_reply_reads_the_reasoning_and_the_answer_as_activerag_scores()
     split = dspy.Example(question="q", answers=["New York"])
     assert metrics.contains_reply_metric(split, dspy.Prediction(reasoning="Not New", answer="York")) == 0.0
     assert metrics.contains_reply_metric(EXAMPLE, dspy.Prediction(reasoning=["Broncos"], answer="x")) == 0.0
+    # Chain-of-Note's reply: its reading notes, then the answer (diff review: the notes were not read)
+    noted = dspy.Prediction(notes="[1] names the Denver Broncos as the winners.", answer="Denver")
+    assert metrics.contains_metric(EXAMPLE, noted) == 0.0 and metrics.contains_reply_metric(EXAMPLE, noted) == 1.0
 
 
 def test_example_without_gold_is_a_data_error():
