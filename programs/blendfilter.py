@@ -234,6 +234,11 @@ class BlendFilter(RagProgram):
         # "auto" follows Appendix B: topic+analysis+ids for short answers, analysis+ids for yes/no.
         self.filter_stages = ({"short": "topic", "yes_no": "analysis"}[answer_mode]
                               if filter_stages == "auto" else filter_stages)
+        if reuse_topic and (not filter or self.filter_stages != "topic"):
+            # the topic stage runs only in the short-answer chain: asked for elsewhere, the knob would do nothing
+            raise ConfigError(f"BlendFilter knob reuse_topic=true needs the filter's topic stage (filter_stages=topic, "
+                              f"or auto with answer_mode=short); here the filter runs "
+                              f"{'no stage' if not filter else repr(self.filter_stages)}")
         self.reuse_topic = reuse_topic
         self.answer_mode = answer_mode
         self.if_nothing_kept = if_nothing_kept

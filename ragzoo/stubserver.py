@@ -400,6 +400,9 @@ class StubLMServer:
         self.latency = float(latency)
         self.capacity = capacity
         self.capacity_retry_after = float(capacity_retry_after)
+        for name, value in (("latency", self.latency), ("retry-after", self.capacity_retry_after)):
+            if not 0.0 <= value < float("inf"):  # nan was served as no latency at all
+                raise ValueError(f"--{name} must be a finite number of seconds, at least 0; got {value}")
         self.hold_until = hold_until
         self.hold_timeout = float(hold_timeout)
         self._gathered: asyncio.Event | None = None

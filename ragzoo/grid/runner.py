@@ -974,6 +974,10 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                           f"process needs a request slot of its own; lower --processes or raise --max-concurrency")
     cells = grid.cells()
     check_cells(cells)  # a mistake of the grid file is said now, not by a cell after others were paid for
+    from ragzoo.config import refuse_secrets
+
+    for lm in grid.lms:  # an endpoint URL carrying credentials: once, before the grid folder is written (each cell
+        refuse_secrets({"api_base": lm.api_base})  # refused it in turn, after the folder was made)
     if storage:
         from ragzoo.ownership import storage_file
         from ragzoo.secrets import register_url

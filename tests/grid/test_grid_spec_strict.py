@@ -139,6 +139,19 @@ def test_a_grid_file_that_is_not_utf8_and_an_empty_optimizer_list_are_refused_in
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_an_endpoint_url_with_credentials_is_refused_once_before_the_grid_folder_is_written(tmp_path, capsys):
+    """Grid review: an --api-base carrying user:password was refused by each cell in turn (exit 1), after the grid
+    folder was written."""
+    grid_file = tmp_path / "g.toml"
+    grid_file.write_text(_file(BASE), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["sweep", str(grid_file), "--out", str(out), "--lm", "openai/x", "--api-base",
+                 "http://al:pw@127.0.0.1:9/v1"]) == 2
+    err = capsys.readouterr().err
+    assert "carries credentials" in err and "pw" not in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
 def test_a_storage_that_cannot_be_opened_is_refused_before_the_grid_folder_is_written(tmp_path, capsys):
     grid_file = tmp_path / "g.toml"
     grid_file.write_text(_file(BASE), encoding="utf-8")

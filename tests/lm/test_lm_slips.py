@@ -189,6 +189,10 @@ def test_python_m_stubserver_serves_until_stopped():
     help_text = subprocess.run([sys.executable, "-m", "ragzoo.stubserver", "--help"], capture_output=True, text=True,
                                timeout=30)
     assert help_text.returncode == 0 and "--slips" in help_text.stdout and "--capacity" in help_text.stdout
+    for flag in ("--latency", "--retry-after"):  # serving review: nan was served as no latency at all
+        refused = subprocess.run([sys.executable, "-m", "ragzoo.stubserver", "--port", "0", flag, "nan"],
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 2 and f"{flag} must be a finite number of seconds" in refused.stderr
 
 
 def test_running_under_another_adapter_than_compiled_warns_once():

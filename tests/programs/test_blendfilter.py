@@ -134,6 +134,15 @@ def test_filter_keeps_nothing_answers_without_knowledge(retriever):
     assert len(lm.call_names) == 13
 
 
+def test_reuse_topic_without_the_topic_stage_is_refused_not_ignored(retriever):
+    """Methods review: reuse_topic=true beside answer_mode=yes_no (whose chain has no topic stage) was accepted and
+    did nothing."""
+    for knobs in ({"answer_mode": "yes_no"}, {"filter_stages": "ids"}, {"filter": False}):
+        with pytest.raises(ConfigError, match="reuse_topic=true needs the filter's topic stage"):
+            BlendFilter(retriever, reuse_topic=True, **knobs)
+    assert BlendFilter(retriever, reuse_topic=True).reuse_topic is True
+
+
 def test_nothing_retrieved_is_not_reported_as_the_filter_keeping_nothing():
     """Methods review: with every retrieval empty, filter_empty was True though no filter call had anything to
     judge."""
