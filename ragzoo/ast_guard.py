@@ -27,6 +27,7 @@ import threading
 
 _GUARD_MARK = "_ragzoo_one_parse_at_a_time"
 _ATTEMPTS = 3
+FORK_WAIT = 5.0  # seconds a fork waits for a parse in another thread to end
 # Re-entrant: a finaliser run by the garbage collector inside a parse may itself parse, on the same thread.
 _PARSE_LOCK = threading.RLock()
 
@@ -64,13 +65,21 @@ def install() -> bool:
     return True
 
 
-# the lock as it is when the hook runs (a forked child's own, not the one it was born with)
+_held_for_fork = threading.local()
+
+
+# the lock as it is when the hook runs (a forked child's own, not the one it was born with); with a bound: a hook
+# registered after ours (logging's) runs before it and holds its own lock, which a finaliser inside another
+# thread's parse may wait for, and the child starts with a fresh lock either way
 def _hold_for_fork() -> None:
-    _PARSE_LOCK.acquire()
+    _held_for_fork.lock = _PARSE_LOCK if _PARSE_LOCK.acquire(timeout=FORK_WAIT) else None
 
 
 def _release_after_fork() -> None:
-    _PARSE_LOCK.release()
+    lock = getattr(_held_for_fork, "lock", None)
+    _held_for_fork.lock = None
+    if lock is not None:
+        lock.release()
 
 
 def _fresh_lock() -> None:

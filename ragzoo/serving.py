@@ -515,7 +515,8 @@ def _cut(text: str, max_tokens: int | None) -> tuple[str, bool]:
 
 
 _DSPY_FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]")
-_DSPY_LISTED = re.compile(r"^\d+\. `(\w+)`(?: \((.*)\):)?", re.MULTILINE)  # a field and its type
+_DSPY_LISTED = re.compile(r"^\d+\. `(\w+)`(?: \((.*?)\):)?", re.MULTILINE)  # a field, its type up to the first "):"
+_DSPY_TEXT_TYPES = ("", "str", "Optional[str]", "Union[str, NoneType]", "str | None")  # what a text answer fills
 _DSPY_TRAILER = "\n\nRespond with the corresponding output fields"
 
 
@@ -727,7 +728,7 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
             # the program answers in text: a typed field (int, bool, list) would fail DSPy's parse, after a paid run
             # and again on each of its retries
             not_text = [f"{name} ({kind})" for name, kind in typed.items() if name not in unknown and kind not in
-                        ("", "str")]
+                        _DSPY_TEXT_TYPES]
             if "question" not in inputs or "answer" not in dspy_fields or unknown or not_text:
                 cannot = (f": it cannot fill {unknown}" if unknown else "") + \
                     (f": it answers in text, not {', '.join(not_text)}" if not_text else "")

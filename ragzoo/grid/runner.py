@@ -974,10 +974,12 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
                           f"process needs a request slot of its own; lower --processes or raise --max-concurrency")
     cells = grid.cells()
     check_cells(cells)  # a mistake of the grid file is said now, not by a cell after others were paid for
-    from ragzoo.config import refuse_secrets
+    from ragzoo.secrets import carries_credentials
 
     for lm in grid.lms:  # an endpoint URL carrying credentials: once, before the grid folder is written (each cell
-        refuse_secrets({"api_base": lm.api_base})  # refused it in turn, after the folder was made)
+        if lm.api_base and carries_credentials(lm.api_base):  # refused it in turn, after the folder was made)
+            raise ConfigError(f"the api_base of the grid's LM {lm.spec!r} (--api-base, or the grid file's lms) "
+                              f"carries credentials; give the bare server URL and set the key in the environment")
     if storage:
         from ragzoo.ownership import storage_file
         from ragzoo.secrets import register_url

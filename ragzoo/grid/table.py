@@ -13,7 +13,6 @@ so the table is the same whichever worker, order or number of workers produced t
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
 from pathlib import Path
@@ -122,22 +121,19 @@ def build(grid: Grid, out: str | Path, *, resamples: int = stats.DEFAULT_RESAMPL
             "rows": list(rows.values()), "comparisons": comparisons, "run_differences": measured}
 
 
-@functools.lru_cache(maxsize=64)
-def _split_size(name: str, split: str | None) -> int:
-    from ragzoo import data
-
-    return data.split_size(name, split)
-
-
 def _whole_split(cell, config: dict, summary: dict, n_done: int) -> int:
-    """The questions a cell asks when the grid names no n: its whole split (a run made at a smaller -n is partial
-    against it, as `runner.cell_state` counts it); the run's own count where the split cannot be sized."""
+    """The questions a cell asks when the grid names no n, by `runner.cell_state`'s rule: a run made over the
+    whole split asked what its summary expected; a run made at an -n of its own is partial against the split
+    (sized on disk; its own count where the split cannot be sized)."""
+    from ragzoo import data
     from ragzoo.errors import RagzooError
 
+    if config.get("n") is None:
+        return int(summary.get("n_expected") or n_done)
     try:
-        return _split_size(cell.dataset.name, cell.dataset.split)
+        return data.split_size(cell.dataset.name, cell.dataset.split)
     except (RagzooError, OSError):
-        return int(config.get("n") or summary.get("n_expected") or n_done)
+        return int(config.get("n") or n_done)
 
 
 def _compile_stages(artifact: Path) -> list[dict]:

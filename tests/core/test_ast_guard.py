@@ -150,6 +150,59 @@ def test_a_child_forked_while_another_thread_parses_can_parse():
     assert _run(_FORK) == "0"
 
 
+# The retry is for the race's own error only, and bounded: a parser that raises another SystemError, or this one
+# for ever, is not retried beyond it.
+_RETRY = textwrap.dedent(
+    """
+    import ast, sys
+    calls = []
+    def fails(*args, **kwargs):
+        calls.append(1)
+        raise SystemError(sys.argv[1])
+    ast.parse = fails
+    import ragzoo
+    try:
+        ast.parse("x = 1")
+    except SystemError:
+        print(len(calls))
+    """
+)
+
+
+@needs_affected
+def test_only_the_race_s_own_error_is_retried_and_at_most_twice():
+    assert _run(_RETRY, "AST constructor recursion depth mismatch (before=1, after=2)") == "3"
+    assert _run(_RETRY, "some other internal error") == "1"
+
+
+@needs_affected
+def test_a_fork_does_not_wait_for_ever_on_a_parse_that_does_not_end(monkeypatch):
+    """Diff review: a hook registered after ours (logging's) holds its lock while ours waits; a parse waiting for
+    that lock would never end. The fork waits a bounded time, and the child starts with a fresh lock."""
+    import threading
+    import time
+
+    monkeypatch.setattr(ast_guard, "FORK_WAIT", 0.2)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with ast_guard._PARSE_LOCK:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    held.wait(5)
+    started = time.monotonic()
+    ast_guard._hold_for_fork()
+    ast_guard._release_after_fork()
+    assert time.monotonic() - started < 2
+    release.set()
+    holder.join(5)
+    assert ast_guard._PARSE_LOCK.acquire(timeout=1)  # not left held by the fork's hooks
+    ast_guard._PARSE_LOCK.release()
+
+
 def test_install_wraps_once():
     import ast
 
