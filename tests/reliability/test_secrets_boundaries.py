@@ -39,6 +39,11 @@ def test_a_sweep_stores_no_credential_of_its_api_base(helpers, form, tmp_path, c
                     "path-segment": f"http://{host}/{secret}/v1"}[form]
         result = cli("sweep", tmp_path / "grid.toml", "--lm", "openai/stub", "--api-base", api_base, "--no-cache",
                      "--out", tmp_path / "grid", "--quiet")
+    assert secret not in result.out and secret not in result.err
+    if form in ("userinfo", "query"):  # credentials in the URL: refused once, before the grid folder is written
+        assert result.code == 2 and len(result.err_lines) == 1 and "carries credentials" in result.err
+        assert not (tmp_path / "grid").exists()
+        return
     grid = json.loads((tmp_path / "grid" / "grid.json").read_text())
     assert grid["lms"][0]["api_base"].startswith(server.base_url)  # the endpoint is kept, without credentials
     assert list((tmp_path / "grid" / "cells").iterdir())  # the cell ran (or was refused) and left its files
