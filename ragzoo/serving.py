@@ -642,8 +642,12 @@ def create_app(service: ProgramService, *, max_question_chars: int = MAX_QUESTIO
             return None, error_for(request, 400, "the client disconnected before sending the whole body")
         try:
             return json.loads(b"".join(chunks)), None
-        except (ValueError, RecursionError):
-            return None, error_for(request, 400, "the request body must be a JSON object")
+        except ValueError as error:
+            # Python refuses integers of over 4,300 digits: valid JSON, so say that, not "not JSON"
+            why = ": a number in it has more than 4,300 digits" if "digits" in str(error) else ""
+            return None, error_for(request, 400, f"the request body must be a JSON object{why}")
+        except RecursionError:
+            return None, error_for(request, 400, "the request body must be a JSON object: it is nested too deep")
 
     def authorized(request: Request) -> bool:
         if api_key is None:

@@ -92,6 +92,10 @@ def test_bounds_are_json_errors(artifact, monkeypatch):
             for response, status in cases:
                 assert response.status_code == status, response.text
                 assert response.json()["error"] is True and response.json()["message"]
+            # why a body that is valid JSON is refused (review: "must be a JSON object" for both)
+            assert "nested too deep" in cases[4][0].json()["message"]
+            huge = httpx.post(server.url + "/ask", content=b'{"question": "q", "n": ' + b"9" * 5000 + b"}")
+            assert huge.status_code == 400 and "more than 4,300 digits" in huge.json()["message"]
             chat = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "system",
                                                                                        "content": "x"}]})
             assert chat.status_code == 400 and chat.json()["error"]["type"] == "invalid_request_error"
