@@ -413,6 +413,7 @@ class Budget:
         self.started = 0
         self.spent = 0.0
         self.held = 0.0  # USD reserved by the calls in flight
+        self.in_flight = 0  # those calls, counted: what a cost stop waits for (held can keep a rounding remainder)
         self.exceeded: str | None = None
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
@@ -440,7 +441,7 @@ class Budget:
                         self.exceeded = (f"LM cost budget reached ({what} of --max-cost {limit:g}); "
                                          "raise --max-cost to continue")
                     elif self.spent + server + self.held + estimate > self.max_cost:
-                        if self.held > 0:  # the calls in flight may cost less than they hold: wait for them
+                        if self.in_flight > 0:  # the calls in flight may cost less than they hold: wait for them
                             if not wait:
                                 raise MustWait()
                             self._settled.wait(1.0)
@@ -453,11 +454,15 @@ class Budget:
                 raise BudgetExceeded(self.exceeded)
             self.started += 1
             self.held += estimate
+            self.in_flight += 1
 
     def settle(self, estimate: float) -> None:
-        """A reserved call ended: its real cost was `spend()`-ed; give back what it held."""
+        """A reserved call ended: its real cost was `spend()`-ed; give back what it held. With none left in flight
+        nothing is held: settled in another order than reserved, the sums left ~1e-16 USD, and a cost stop waited
+        for calls that were not running, to its question's deadline (the evaluate review)."""
         with self._lock:
-            self.held = max(0.0, self.held - estimate)
+            self.in_flight = max(0, self.in_flight - 1)
+            self.held = max(0.0, self.held - estimate) if self.in_flight else 0.0
             self._settled.notify_all()
 
     def stop(self, reason: str) -> None:

@@ -249,3 +249,34 @@ def test_a_cache_hit_is_free_when_the_usage_callback_is_both_global_and_the_lm_s
             lm(messages=messages)
         assert server.requests == 1
     assert (meter.usage.lm_calls, meter.usage.cached_calls) == (2, 1)
+
+
+def test_a_cost_stop_never_waits_on_a_rounding_remainder_of_calls_already_ended():
+    """Evaluate review: calls settled in another order than reserved left ~2e-16 USD held; the next call past the
+    budget then waited for calls that were not running, in one-second turns, to its question's deadline (600 s),
+    and the run recorded a timeout instead of a budget stop."""
+    import threading
+
+    budget = Budget(max_cost=100.0)
+    for estimate in (1.1, 0.7, 0.9):
+        budget.reserve(estimate)
+    for estimate in (0.9, 1.1, 0.7):
+        budget.spend(estimate)
+        budget.settle(estimate)
+    assert budget.held == 0.0 and budget.in_flight == 0
+    raised = []
+    worker = threading.Thread(target=lambda: raised.append(pytest.raises(BudgetExceeded, budget.reserve, 98.0)))
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive() and raised, "the reservation waited on calls that had ended"
+    # with a call really in flight, a reservation past the budget still waits for it to settle
+    held = Budget(max_cost=1.0)
+    held.reserve(0.6)
+    waiting = threading.Thread(target=lambda: pytest.raises(BudgetExceeded, held.reserve, 0.6), daemon=True)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()  # the 0.6 in flight may cost less: it waits
+    held.spend(0.5)
+    held.settle(0.6)
+    waiting.join(5)
+    assert not waiting.is_alive()
