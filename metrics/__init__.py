@@ -4,8 +4,8 @@ Answer metrics read the golds from `example.answers` (list; falls back to `examp
 from `pred.answer`. A prediction that is None, has no answer, an empty or None answer, or is an exception
 object (a failed parse recorded by the evaluator) scores 0.0 and never raises. All metrics return floats.
 
-    METRICS      higher is better: em, f1, acc, contains (answers); contains_reply (reasoning and answer, as
-                 ActiveRAG scores); oracle_em, oracle_f1, oracle_acc,
+    METRICS      higher is better: em, f1, acc, contains (answers); contains_reply (reasoning or notes, and answer,
+                 as ActiveRAG scores); oracle_em, oracle_f1, oracle_acc,
                  oracle_contains (the best over `pred.candidates`, else the answer: best-of-n rows,
                  `ragzoo.metrics.oracle`); recall, precision, s_precision, all_gold (retrieved titles vs
                  `example.supporting_titles`, from `pred.passages`)

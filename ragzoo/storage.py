@@ -29,7 +29,7 @@ def open_storage(url: str | None, **rdb_options):
     if url is None:
         return optuna.storages.InMemoryStorage()
     from ragzoo.ownership import check_storage
-    from ragzoo.secrets import redact, register_url, strip_url
+    from ragzoo.secrets import register_url, strip_url
 
     check_storage(url)  # never Optuna's records appended to a user's file
     if url.startswith("journal:"):
@@ -58,7 +58,7 @@ def open_storage(url: str | None, **rdb_options):
                 return optuna.storages.RDBStorage(url, **rdb_options)
         except (ValueError, ArgumentError) as error:  # a URL SQLAlchemy cannot read (a port that is not a number)
             raise ConfigError(f"--storage {strip_url(url)}: not a database URL SQLAlchemy can read "
-                              f"({redact(str(error).splitlines()[0] if str(error) else type(error).__name__)}); "
+                              f"({database_error(error)}); "
                               f"e.g. postgresql://USER:PASSWORD@HOST:5432/DB") from None
         except ImportError:  # SQLAlchemy found no driver for the URL's database
             scheme = url.partition(":")[0]
@@ -67,11 +67,20 @@ def open_storage(url: str | None, **rdb_options):
             raise ConfigError(f"--storage {strip_url(url)}: no database driver for it here; {fix}") from None
         except SQLAlchemyError as error:  # a server not there, a login refused, a bad URL or scheme, a lost race
             if attempt == 19 or not any(text in str(error) for text in _TRANSIENT):
-                cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
                 raise ConfigError(f"--storage {strip_url(url)}: cannot connect or set up the database: "
-                                  f"{redact(cause)}") from None
+                                  f"{database_error(error)}") from None
             time.sleep(0.1 + 0.05 * attempt)
     raise AssertionError("unreachable")
+
+
+def database_error(error: BaseException) -> str:
+    """The first line of what a database driver said (SQLAlchemy keeps the driver's own error in `orig`), redacted
+    and bounded; the error's type where it said nothing."""
+    from ragzoo.secrets import redact
+
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines()
+    return redact(lines[0] if lines else type(cause).__name__)[:300]
 
 
 @contextlib.contextmanager

@@ -739,13 +739,11 @@ class OptunaClaims:
 
 def _storage_lost(error: BaseException) -> "RunError":
     from ragzoo.errors import RunError
-    from ragzoo.secrets import redact
+    from ragzoo.storage import database_error
 
-    cause = getattr(error, "orig", None) or error
-    lines = str(cause).strip().splitlines()
-    cause = redact(lines[0] if lines else type(cause).__name__)[:300]
-    return RunError(f"the grid's storage failed ({type(error).__name__}: {cause}): this worker stops; the cells "
-                    f"finished are kept in OUT, and the same command resumes the grid once the storage answers")
+    return RunError(f"the grid's storage failed ({type(error).__name__}: {database_error(error)}): this worker "
+                    f"stops; the cells finished are kept in OUT, and the same command resumes the grid once the "
+                    f"storage answers")
 
 
 def _process_space() -> str:
@@ -986,10 +984,16 @@ def sweep(grid: Grid, out: str | os.PathLike, *, parallel: int = 1, max_cost: fl
         from ragzoo.storage import open_storage
 
         register_url(storage, paths=False)  # a database password is hidden from every output and record too
-        if _inside(storage_file(storage), out):  # `--storage sqlite:///OUT/grid.db`: OUT is the grid's first
+        # a storage that cannot be opened is refused before the grid folder is written, unless it lives in that
+        # folder (`--storage sqlite:///OUT/grid.db`): then OUT is the grid's first
+        if _inside(storage_file(storage), out):
             write_grid_file(grid, out, cells, shared=True)
-        open_storage(storage)  # a storage that cannot be opened is refused before the grid folder is written
-    write_grid_file(grid, out, cells, shared=bool(storage))
+            open_storage(storage)
+        else:
+            open_storage(storage)
+            write_grid_file(grid, out, cells, shared=True)
+    else:
+        write_grid_file(grid, out, cells)
     identity = grid_identity(out) if storage else ""
     from ragzoo import tracking
 
